@@ -1,0 +1,5 @@
+import sys
+
+from hpkctl.cli import main
+
+sys.exit(main())

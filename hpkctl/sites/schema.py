@@ -1,0 +1,146 @@
+"""The one schema every site profile is validated against.
+
+Profiles are plain data (TOML). Unknown keys are errors, not silently ignored: a typo in a profile
+must not turn into a job that runs somewhere unexpected.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Slurm's time formats: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
+# "days-hours:minutes", "days-hours:minutes:seconds"; "" means "not set".
+_SLURM_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2})$")
+
+
+def slurm_time_to_seconds(value: str) -> int:
+    """Convert a Slurm time string to seconds (``"1-02:00:00"`` → 93600)."""
+    if not _SLURM_TIME.match(value):
+        raise ValueError(f"{value!r} is not a Slurm time (use e.g. '30', '01:30:00' or '1-00:00:00')")
+    days = 0
+    if "-" in value:
+        d, value = value.split("-", 1)
+        days = int(d)
+        parts = [int(p) for p in value.split(":")]
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    else:
+        parts = [int(p) for p in value.split(":")]
+        if len(parts) == 1:
+            hours, minutes, seconds = 0, parts[0], 0
+        elif len(parts) == 2:
+            hours, minutes, seconds = 0, parts[0], parts[1]
+        else:
+            hours, minutes, seconds = parts
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def seconds_to_slurm_time(seconds: int) -> str:
+    """Format seconds as Slurm's ``D-HH:MM:SS`` (rounded up to whole minutes, as Slurm does)."""
+    minutes = -(-max(seconds, 60) // 60)
+    days, minutes = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:00" if days else f"{hours:02d}:{minutes:02d}:00"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SiteInfo(_Section):
+    description: str = ""
+
+
+class SlurmSection(_Section):
+    """How jobs are submitted and watched."""
+
+    bin_dir: str = Field("", description="directory of sbatch/squeue/scancel/sacct; empty: from PATH")
+    conf_file: str = Field("", description="SLURM_CONF for every Slurm command; empty: Slurm's default")
+    partition: str = Field("", description="default partition; empty: Slurm's default")
+    account: str = Field("", description="default account (budget); empty: Slurm's default")
+    qos: str = ""
+    account_required: bool = Field(False, description="refuse to submit without an account")
+    default_time: str = Field("01:00:00", description="--time when the pod has no activeDeadlineSeconds")
+    max_time: str = Field("", description="longest --time allowed; empty: no check before Slurm's")
+    exclusive: bool = Field(False, description="whole nodes per job (--exclusive)")
+    extra_directives: list[str] = Field(default_factory=list, description="more sbatch options, e.g. --reservation=x")
+    command_timeout: float = Field(30.0, gt=0, description="seconds before a Slurm command is given up")
+    jobcomp_file: str = Field("", description="jobcomp/filetxt log, read for final states; empty: none")
+    use_sacct: Literal["auto", "yes", "no"] = "auto"
+
+    @field_validator("default_time", "max_time")
+    @classmethod
+    def _time(cls, v: str) -> str:
+        if v:
+            slurm_time_to_seconds(v)
+        return v
+
+    @field_validator("extra_directives")
+    @classmethod
+    def _directives(cls, v: list[str]) -> list[str]:
+        for d in v:
+            if not d.startswith("-") or "\n" in d:
+                raise ValueError(f"{d!r} is not an sbatch option (write it like '--reservation=x')")
+        return v
+
+
+class GpuSection(_Section):
+    """How accelerators in a pod's resources become Slurm requests."""
+
+    gres_name: str = Field("gpu", description="gres for nvidia.com/gpu (--gres=<name>:N)")
+    flags_per_gpu: list[str] = Field(default_factory=list, description="extra sbatch options when GPUs are used")
+    extended_resources: dict[str, str] = Field(
+        default_factory=dict, description="other resource names mapped to a gres name, e.g. 'amd.com/gpu' = 'gpu'"
+    )
+
+
+class ApptainerSection(_Section):
+    """How containers are started inside the job."""
+
+    binary: str = Field("apptainer", description="'apptainer' or 'singularity', or an absolute path")
+    exec_flags: list[str] = Field(default_factory=list, description="added to every container's exec/run")
+    binds: list[str] = Field(default_factory=list, description="bind specs (src[:dst[:ro]]) added to every container")
+    fakeroot: bool = Field(False, description="run pod containers with --fakeroot")
+    network: Literal["host", "cni"] = Field(
+        "host", description="host: pods share the node's network; cni: each pod gets its own namespace"
+    )
+    cni_network: str = Field("bridge", description="--network value for the pod's parent container (cni mode)")
+    parent_image: str = Field("", description="image of the pod's parent container (cni mode); must hold apptainer")
+    parent_flags: list[str] = Field(default_factory=list, description="extra flags for the parent container")
+    image_cache: str = Field("~/.hpk/images", description="where pulled images are kept as SIF files")
+    pull: Literal["job", "submit"] = Field(
+        "job", description="job: the job pulls missing images; submit: hpkctl pulls before submitting (offline computes)"
+    )
+    gpu_flag: str = Field("--nv", description="flag that exposes GPUs to a container")
+    set_hostname: bool = Field(True, description="give containers the pod's hostname (--hostname)")
+
+    @model_validator(mode="after")
+    def _cni_needs_parent(self) -> "ApptainerSection":
+        if self.network == "cni" and not self.parent_image:
+            raise ValueError("network = 'cni' needs parent_image (an image that holds apptainer) in [apptainer]")
+        return self
+
+
+class PodsSection(_Section):
+    """Where pods live and how they see the cluster."""
+
+    state_dir: str = Field("~/.hpk", description="per-pod directories, logs and status files")
+    node_name: str = Field("hpk-node", description="the virtual node every pod is bound to")
+    dns_server: str = Field("", description="nameserver for ClusterFirst pods; empty: the host's resolv.conf")
+    cluster_domain: str = "cluster.local"
+    memory_dir: str = Field("/dev/shm", description="node-local tmpfs for emptyDir medium: Memory")
+    default_cpu: str = Field("1", description="CPUs when a pod requests none")
+    default_memory: str = Field("", description="memory when a pod requests none; empty: Slurm's default")
+
+
+class SiteProfile(_Section):
+    """A merged, validated site profile."""
+
+    name: str
+    site: SiteInfo = SiteInfo()
+    slurm: SlurmSection = SlurmSection()
+    gpu: GpuSection = GpuSection()
+    apptainer: ApptainerSection = ApptainerSection()
+    pods: PodsSection = PodsSection()
