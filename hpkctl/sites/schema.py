@@ -50,7 +50,7 @@ class _Section(BaseModel):
 
 
 class SiteInfo(_Section):
-    description: str = ""
+    description: str = Field("", description="one line shown by `hpkctl sites list`")
 
 
 class SlurmSection(_Section):
@@ -60,7 +60,7 @@ class SlurmSection(_Section):
     conf_file: str = Field("", description="SLURM_CONF for every Slurm command; empty: Slurm's default")
     partition: str = Field("", description="default partition; empty: Slurm's default")
     account: str = Field("", description="default account (budget); empty: Slurm's default")
-    qos: str = ""
+    qos: str = Field("", description="default QOS; empty: Slurm's default")
     account_required: bool = Field(False, description="refuse to submit without an account")
     default_time: str = Field("01:00:00", description="--time when the pod has no activeDeadlineSeconds")
     max_time: str = Field("", description="longest --time allowed; empty: no check before Slurm's")
@@ -68,7 +68,9 @@ class SlurmSection(_Section):
     extra_directives: list[str] = Field(default_factory=list, description="more sbatch options, e.g. --reservation=x")
     command_timeout: float = Field(30.0, gt=0, description="seconds before a Slurm command is given up")
     jobcomp_file: str = Field("", description="jobcomp/filetxt log, read for final states; empty: none")
-    use_sacct: Literal["auto", "yes", "no"] = "auto"
+    use_sacct: Literal["auto", "yes", "no"] = Field(
+        "auto", description="read final job states with sacct (needs slurmdbd); auto: probe once"
+    )
 
     @field_validator("default_time", "max_time")
     @classmethod
@@ -84,6 +86,13 @@ class SlurmSection(_Section):
             if not d.startswith("-") or "\n" in d:
                 raise ValueError(f"{d!r} is not an sbatch option (write it like '--reservation=x')")
         return v
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> "SlurmSection":
+        if self.default_time and self.max_time:
+            if slurm_time_to_seconds(self.default_time) > slurm_time_to_seconds(self.max_time):
+                raise ValueError(f"default_time {self.default_time!r} is longer than max_time {self.max_time!r}")
+        return self
 
 
 class GpuSection(_Section):
@@ -129,7 +138,7 @@ class PodsSection(_Section):
     state_dir: str = Field("~/.hpk", description="per-pod directories, logs and status files")
     node_name: str = Field("hpk-node", description="the virtual node every pod is bound to")
     dns_server: str = Field("", description="nameserver for ClusterFirst pods; empty: the host's resolv.conf")
-    cluster_domain: str = "cluster.local"
+    cluster_domain: str = Field("cluster.local", description="DNS domain of the cluster's Services")
     memory_dir: str = Field("/dev/shm", description="node-local tmpfs for emptyDir medium: Memory")
     default_cpu: str = Field("1", description="CPUs when a pod requests none")
     default_memory: str = Field("", description="memory when a pod requests none; empty: Slurm's default")
