@@ -516,7 +516,11 @@ def _problem(err: Any, merged: dict, origins: dict[Key, str], files: tuple[Path,
     got = f"got {_fmt(given)}"
 
     if typ == "extra_forbidden":
-        what = f"{file}: {kp}: unknown key (value {_fmt(given)})"
+        if len(loc) == 1 and isinstance(given, dict):
+            kp = f"[{_q(loc[0])}]"
+            what = f"{file}: {kp}: unknown table"
+        else:
+            what = f"{file}: {kp}: unknown key (value {_fmt(given)})"
         return what, _unknown_key_fix(loc, file)
 
     if typ == "literal_error":
