@@ -22,6 +22,8 @@ from hpkctl.resources import data_dir
 
 ALWAYS_PULL_WINDOW = 300  # seconds a cached "Always" image is trusted before it is pulled again
 NO_MOUNT = "home,cwd,tmp"
+MPI_WRAPPER = ('for v in ${!SLURM_@} ${!PMI_@} ${!PMIX_@} ${!OMPI_@} ${!I_MPI_@}; do '
+               'export "APPTAINERENV_$v=${!v}"; done; exec "$@"')
 
 
 @dataclass
@@ -69,7 +71,9 @@ def container_command(plan: PodPlan, c: ContainerPlan) -> Shell:
     """The command line that starts one container (one line of bash)."""
     words: list[str] = []
     if c.mpi:
-        words += ["srun", *(quote(f) for f in plan.mpi_flags)]
+        # srun sets each rank's SLURM_*/PMI* variables per task, after this line is written; a tiny
+        # fixed wrapper hands them to the container as APPTAINERENV_* (honoured under --cleanenv).
+        words += ["srun", *(quote(f) for f in plan.mpi_flags), "/bin/bash", "-c", quote(MPI_WRAPPER), "hpk-mpi"]
     words += ['"$HPK_APPTAINER"', c.verb, "--cleanenv", "--no-mount", NO_MOUNT]
     words += [quote(f) for f in c.flags]
     words += ["--env-file", quote(_env_path(plan, c))]
