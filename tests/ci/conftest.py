@@ -77,8 +77,11 @@ def as_hpk_fixture():
 
 @pytest.fixture
 def hpk_dir():
-    """A fresh directory under /tmp that user hpk owns (job scripts and outputs go here)."""
-    d = Path(tempfile.mkdtemp(prefix="hpk-ci-test-", dir="/tmp"))
+    """A fresh directory that user hpk owns, for job scripts and outputs: under /tmp, or under
+    $HPK_TEST_TMPDIR where the compute nodes share no /tmp with us (ci/docker-cluster)."""
+    base = os.environ.get("HPK_TEST_TMPDIR", "/tmp")
+    os.makedirs(base, exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix="hpk-ci-test-", dir=base))
     d.chmod(0o755)
     if os.geteuid() == 0:
         pw = pwd.getpwnam(HPK_USER)
