@@ -1,0 +1,37 @@
+"""Slurm, and only Slurm: submit, query, cancel and final states of jobs, and what they mean for pods.
+
+This is the one package that runs Slurm commands (see ``slurm.py`` for why). Everything above it
+gets typed values (``JobInfo``, ``PodOutcome``) and typed errors, never Slurm's text formats.
+"""
+
+from hpkctl.jobs.errors import (
+    InvalidAccount,
+    InvalidPartition,
+    InvalidQos,
+    ResourcesUnavailable,
+    SlurmError,
+    SlurmTimeout,
+    SlurmUnavailable,
+    SubmitError,
+    TimeLimitTooLong,
+)
+from hpkctl.jobs.info import JobInfo
+from hpkctl.jobs.slurm import Slurm
+from hpkctl.jobs.states import TERMINAL_STATES, PodOutcome, pod_outcome
+
+__all__ = [
+    "InvalidAccount",
+    "InvalidPartition",
+    "InvalidQos",
+    "JobInfo",
+    "PodOutcome",
+    "ResourcesUnavailable",
+    "Slurm",
+    "SlurmError",
+    "SlurmTimeout",
+    "SlurmUnavailable",
+    "SubmitError",
+    "TERMINAL_STATES",
+    "TimeLimitTooLong",
+    "pod_outcome",
+]

@@ -1,0 +1,52 @@
+"""Find a job's completion record in a jobcomp/filetxt log without reading the whole file.
+
+Sites without slurmdbd often keep ``JobCompType=jobcomp/filetxt``: slurmctld appends one line per
+finished job, and the file is never trimmed by Slurm, so it can reach gigabytes. The job we look
+for almost always finished seconds ago, so the file is read backwards in blocks and the search
+stops at the newest line for that id (ids are reused after ``MaxJobId`` wraps or a cluster is
+rebuilt; the newest line is the one that belongs to our job).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hpkctl.jobs.info import JobInfo
+from hpkctl.jobs.parse import parse_jobcomp_line
+
+BLOCK = 64 * 1024
+MAX_SCAN = 64 * 1024 * 1024  # ~130,000 jobs of ~500 bytes each: far older than any job we watch
+
+
+def find_in_jobcomp(path: Path | str, job_id: str, *, max_bytes: int = MAX_SCAN, block: int = BLOCK) -> JobInfo | None:
+    """The newest record of ``job_id`` in the jobcomp file at ``path``, or ``None``.
+
+    Reads at most ``max_bytes`` from the end. A missing or unreadable file gives ``None`` (the
+    file only appears after the first job completes); a half-written last line is skipped.
+    """
+    prefix = f"JobId={job_id} ".encode()
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below; a with-block would hide the OSError path
+    except OSError:
+        return None
+    with f:
+        pos = f.seek(0, os.SEEK_END)
+        scanned = 0
+        carry = b""  # the (possibly incomplete) first line of the block read last
+        while pos > 0 and scanned < max_bytes:
+            n = min(block, pos)
+            pos -= n
+            f.seek(pos)
+            lines = (f.read(n) + carry).split(b"\n")
+            scanned += n
+            if pos > 0:
+                carry, lines = lines[0], lines[1:]
+            else:
+                carry = b""
+            for raw in reversed(lines):
+                if raw.startswith(prefix):
+                    info = parse_jobcomp_line(raw.decode("utf-8", "replace"))
+                    if info is not None:
+                        return info
+    return None

@@ -1,0 +1,132 @@
+"""Parsers for the text Slurm prints, one per source, all returning ``JobInfo``.
+
+Only text formats are parsed: ``squeue --json`` on 22.05 ignores ``--jobs`` and its schema changed
+in 23.11 and 24.05, so the explicit ``--format``/``--parsable2`` outputs are the stable interface.
+Every parser tolerates lines it does not understand (they are skipped, never fatal): one odd line
+must not stop the status of every other pod. The fixtures in ``tests/jobs/fixtures`` are real
+output of Slurm 22.05.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hpkctl.jobs.info import JobInfo, base_state, parse_exit_code, parse_nodes, parse_reason, parse_time
+
+# squeue: job id, state (%T: long form), nodes, start, end, reason. Reason goes last: it is the only
+# free-text field, so even if a future Slurm put a '|' in one, split(maxsplit=5) keeps it whole.
+# No job name, work dir or comment: those are user text and could contain the separator.
+SQUEUE_FORMAT = "%i|%T|%N|%S|%e|%r"
+_SQUEUE_FIELDS = SQUEUE_FORMAT.count("|") + 1
+
+# sacct --parsable2: '|' separated, no trailing separator; NodeList last for the same reason.
+SACCT_FORMAT = "JobID,State,ExitCode,Start,End,NodeList"
+_SACCT_FIELDS = SACCT_FORMAT.count(",") + 1
+
+# jobcomp/filetxt (src/plugins/jobcomp/filetxt/jobcomp_filetxt.c), one line per finished job:
+#   JobId=12 UserId=hpk(1001) GroupId=... Name=<job name> JobState=COMPLETED Partition=debug
+#   TimeLimit=UNLIMITED StartTime=... EndTime=... NodeList=vm NodeCnt=1 ProcCnt=1 WorkDir=<dir> ...
+#   DerivedExitCode=0:0 ExitCode=0:0
+# Name and WorkDir are free text (may hold spaces), so the fixed run of fields between them is
+# matched as a whole, and ExitCode, always the last field, is anchored at the end of the line.
+_JOBCOMP = re.compile(
+    r"^JobId=(?P<id>\d+) UserId=.*? Name=.*? JobState=(?P<state>\S+) Partition=\S* TimeLimit=\S* "
+    r"StartTime=(?P<start>\S*) EndTime=(?P<end>\S*) NodeList=(?P<nodes>\S*) NodeCnt=\d+ "
+)
+_JOBCOMP_EXIT = re.compile(r" ExitCode=(?P<exit>\d+:\d+)\s*$")
+
+
+def parse_squeue(text: str) -> dict[str, JobInfo]:
+    """Parse ``squeue --noheader --format=SQUEUE_FORMAT`` output into ``{job_id: JobInfo}``."""
+    jobs: dict[str, JobInfo] = {}
+    for line in text.splitlines():
+        parts = line.split("|", _SQUEUE_FIELDS - 1)
+        if len(parts) != _SQUEUE_FIELDS or not parts[0].strip():
+            continue
+        job_id, state, nodes, start, end, reason = (p.strip() for p in parts)
+        jobs[job_id] = JobInfo(
+            job_id=job_id,
+            state=base_state(state),
+            reason=parse_reason(reason),
+            nodes=parse_nodes(nodes),
+            start_time=parse_time(start),
+            end_time=parse_time(end),
+            source="squeue",
+        )
+    return jobs
+
+
+def _field(line: str, key: str) -> str | None:
+    """The first ``key=value`` of a ``scontrol -o`` line (value up to the next space)."""
+    m = re.search(rf"(?:^|\s){re.escape(key)}=(\S*)", line)
+    return m.group(1) if m else None
+
+
+def parse_scontrol(text: str, job_id: str) -> JobInfo | None:
+    """Parse ``scontrol show job -o ID``: one line per job (array jobs give several).
+
+    Fields are taken at their first occurrence: the only free text before them is the job name,
+    which hpkctl sets itself; ``Command=``/``WorkDir=`` come after every field read here.
+    """
+    for line in text.splitlines():
+        if _field(line, "JobId") != job_id:
+            continue
+        state = _field(line, "JobState")
+        if not state:
+            return None
+        rc, sig = parse_exit_code(_field(line, "ExitCode") or "")
+        return JobInfo(
+            job_id=job_id,
+            state=base_state(state),
+            reason=parse_reason(_field(line, "Reason") or ""),
+            exit_code=rc,
+            signal=sig,
+            nodes=parse_nodes(_field(line, "NodeList") or ""),
+            start_time=parse_time(_field(line, "StartTime") or ""),
+            end_time=parse_time(_field(line, "EndTime") or ""),
+            source="scontrol",
+        )
+    return None
+
+
+def parse_sacct(text: str, job_id: str) -> JobInfo | None:
+    """Parse ``sacct --noheader --parsable2 --allocations --format=SACCT_FORMAT``; the line of ``job_id``.
+
+    sacct spells a cancellation ``CANCELLED by 1001``; ``base_state`` drops the uid.
+    """
+    for line in text.splitlines():
+        parts = line.split("|", _SACCT_FIELDS - 1)
+        if len(parts) != _SACCT_FIELDS or parts[0].strip() != job_id:
+            continue
+        _, state, exit_code, start, end, nodes = parts
+        rc, sig = parse_exit_code(exit_code)
+        return JobInfo(
+            job_id=job_id,
+            state=base_state(state),
+            exit_code=rc,
+            signal=sig,
+            nodes=parse_nodes(nodes),
+            start_time=parse_time(start),
+            end_time=parse_time(end),
+            source="sacct",
+        )
+    return None
+
+
+def parse_jobcomp_line(line: str) -> JobInfo | None:
+    """Parse one jobcomp/filetxt line; ``None`` for a line that is not one (or is cut short)."""
+    m = _JOBCOMP.match(line)
+    e = _JOBCOMP_EXIT.search(line)
+    if not m or not e:
+        return None
+    rc, sig = parse_exit_code(e.group("exit"))
+    return JobInfo(
+        job_id=m.group("id"),
+        state=base_state(m.group("state")),
+        exit_code=rc,
+        signal=sig,
+        nodes=parse_nodes(m.group("nodes")),
+        start_time=parse_time(m.group("start")),
+        end_time=parse_time(m.group("end")),
+        source="jobcomp",
+    )
