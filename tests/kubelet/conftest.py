@@ -130,7 +130,7 @@ def run_script(script_path: Path, *, stub: dict[str, Any], record: Path, exit_co
 def records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    return [json.loads(line) for line in path.read_text().split("\n") if line]
 
 
 def pod_doc(spec: dict[str, Any], *, name: str = "p", annotations: dict[str, str] | None = None,
