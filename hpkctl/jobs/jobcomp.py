@@ -35,7 +35,7 @@ def find_in_jobcomp(path: Path | str, job_id: str, *, max_bytes: int = MAX_SCAN,
         scanned = 0
         carry = b""  # the (possibly incomplete) first line of the block read last
         while pos > 0 and scanned < max_bytes:
-            n = min(block, pos)
+            n = min(block, pos, max_bytes - scanned)
             pos -= n
             f.seek(pos)
             lines = (f.read(n) + carry).split(b"\n")
