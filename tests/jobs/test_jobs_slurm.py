@@ -1,0 +1,536 @@
+"""``Slurm`` with faked commands (pytest-subprocess) replaying captured real output.
+
+Commands are registered with ``fp.program(...)`` because plumbum runs them by absolute path
+(``/fake/slurm/bin/sbatch`` from the profile's bin_dir).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from plumbum import local
+
+from hpkctl.jobs import (
+    InvalidAccount,
+    InvalidPartition,
+    InvalidQos,
+    ResourcesUnavailable,
+    Slurm,
+    SlurmError,
+    SlurmTimeout,
+    SlurmUnavailable,
+    SubmitError,
+    TimeLimitTooLong,
+)
+from hpkctl.jobs import slurm as slurm_module
+from hpkctl.jobs.parse import SACCT_FORMAT, SQUEUE_FORMAT
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def errtext(name: str) -> str:
+    return (FIXTURES / "errors" / name).read_text()
+
+
+def cmd(fp, name: str):  # noqa: ANN001, ANN201 - pytest-subprocess matcher
+    return [fp.program(name), fp.any()]
+
+
+# ---------------------------------------------------------------------------- sbatch
+
+
+def test_submit_returns_the_job_id(fp, section, tmp_path: Path) -> None:
+    rec = fp.register(cmd(fp, "sbatch"), stdout="4242\n")
+    script = tmp_path / "job.sh"
+    job_id = Slurm(section()).submit(script, extra_args=["--partition=debug", "--time=5"], workdir=tmp_path)
+    assert job_id == "4242"
+    assert rec.calls[0].args == [
+        "/fake/slurm/bin/sbatch",
+        "--parsable",
+        "--partition=debug",
+        "--time=5",
+        f"--chdir={tmp_path}",
+        str(script),
+    ]
+
+
+def test_submit_drops_the_cluster_name(fp, section, tmp_path: Path) -> None:
+    fp.register(cmd(fp, "sbatch"), stdout="77;hpk\n")
+    assert Slurm(section()).submit(tmp_path / "job.sh") == "77"
+
+
+def test_submit_script_path_is_made_absolute(fp, section, tmp_path: Path, monkeypatch) -> None:
+    rec = fp.register(cmd(fp, "sbatch"), stdout="5\n")
+    monkeypatch.chdir(tmp_path)
+    Slurm(section()).submit(Path("job.sh"))
+    assert rec.calls[0].args[-1] == str(tmp_path / "job.sh")
+
+
+def test_submit_without_job_id_is_an_error(fp, section, tmp_path: Path) -> None:
+    fp.register(cmd(fp, "sbatch"), stdout="Submitted to the wrapper queue\n")
+    with pytest.raises(SlurmError, match="printed no job id"):
+        Slurm(section()).submit(tmp_path / "job.sh")
+
+
+@pytest.mark.parametrize(
+    ("fixture", "cls", "reason", "slurm_text", "hint_names"),
+    [
+        (
+            "sbatch_invalid_partition.txt",
+            InvalidPartition,
+            "InvalidPartition",
+            "Invalid partition name specified",
+            ["slurm.partition", "slurm-job.hpk.io/flags"],
+        ),
+        (
+            "sbatch_invalid_account.txt",
+            InvalidAccount,
+            "InvalidAccount",
+            "Invalid account or account/partition combination specified",
+            ["slurm.account"],
+        ),
+        (
+            "sbatch_no_association.txt",
+            InvalidAccount,
+            "InvalidAccount",
+            "Invalid account or account/partition combination specified",
+            ["slurm.account", "sacctmgr"],
+        ),
+        ("sbatch_invalid_qos.txt", InvalidQos, "InvalidQos", "Invalid qos specification", ["slurm.qos"]),
+        (
+            "sbatch_time_limit.txt",
+            TimeLimitTooLong,
+            "TimeLimitTooLong",
+            "Requested time limit is invalid (missing or exceeds some limit)",
+            ["activeDeadlineSeconds", "slurm.default_time", "slurm.max_time"],
+        ),
+        (
+            "sbatch_memory.txt",
+            ResourcesUnavailable,
+            "ResourcesUnavailable",
+            "Requested node configuration is not available",
+            ["resources", "slurm.partition"],
+        ),
+        (
+            "sbatch_too_many_cpus.txt",
+            ResourcesUnavailable,
+            "ResourcesUnavailable",
+            "More processors requested than permitted",
+            ["resources"],
+        ),
+        ("sbatch_no_script.txt", SubmitError, "SubmitFailed", "Unable to open file /nonexistent.sh", ["sbatch"]),
+    ],
+)
+def test_submit_errors_are_typed(fp, section, tmp_path, fixture, cls, reason, slurm_text, hint_names) -> None:
+    fp.register(cmd(fp, "sbatch"), stderr=errtext(fixture), returncode=1)
+    with pytest.raises(cls) as exc:
+        Slurm(section()).submit(tmp_path / "job.sh")
+    err = exc.value
+    assert type(err) is cls
+    assert err.reason == reason
+    assert slurm_text in err.message
+    assert err.message.startswith("sbatch refused the job: ")
+    assert "sbatch: error:" not in err.message
+    for name in hint_names:
+        assert name in err.hint
+    assert err.returncode == 1 and err.stderr == errtext(fixture)
+    assert "fix:" in str(err)
+
+
+def test_submit_controller_down_is_unavailable_not_a_submit_error(fp, section, tmp_path) -> None:
+    fp.register(cmd(fp, "sbatch"), stderr=errtext("sbatch_controller_down.txt"), returncode=1)
+    with pytest.raises(SlurmUnavailable) as exc:
+        Slurm(section()).submit(tmp_path / "job.sh")
+    assert not isinstance(exc.value, SubmitError)
+    assert "Unable to contact slurm controller (connect failure)" in exc.value.message
+    assert "scontrol ping" in exc.value.hint
+
+
+def test_submit_policy_violation_keeps_a_specific_reason(fp, section, tmp_path) -> None:
+    # Text from Slurm's slurm_errno.c (ESLURM_ACCOUNTING_POLICY).
+    text = (
+        "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy "
+        "(job submit limit, user's size and/or time limits)\n"
+    )
+    fp.register(cmd(fp, "sbatch"), stderr=text, returncode=1)
+    with pytest.raises(SubmitError) as exc:
+        Slurm(section()).submit(tmp_path / "job.sh")
+    assert exc.value.reason == "AccountingPolicy"
+
+
+# ---------------------------------------------------------------------------- environment
+
+
+def test_environment_is_scrubbed(fp, section, tmp_path) -> None:
+    rec = fp.register(cmd(fp, "sbatch"), stdout="1\n")
+    env = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "SLURM_JOB_ID": "99",
+        "SLURM_CONF": "/other/slurm.conf",
+        "SLURMD_NODENAME": "n1",
+        "SBATCH_PARTITION": "wrong",
+        "SALLOC_ACCOUNT": "x",
+        "SQUEUE_FORMAT": "%i",
+        "SACCT_FORMAT": "x",
+        "SCANCEL_USER": "x",
+        "SRUN_CPUS_PER_TASK": "4",
+        "MY_SLURM_NOTE": "kept: prefix only",
+    }
+    Slurm(section(conf_file="/etc/slurm-x/slurm.conf"), env=env).submit(tmp_path / "j.sh")
+    got = rec.calls[0].kwargs["env"]
+    assert got == {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "MY_SLURM_NOTE": "kept: prefix only",
+        "SLURM_CONF": "/etc/slurm-x/slurm.conf",
+    }
+
+
+def test_no_slurm_conf_without_conf_file(section) -> None:
+    env = Slurm(section(), env={"SLURM_CONF": "/x", "PATH": "/bin"}).command_env()
+    assert env == {"PATH": "/bin"}
+
+
+def test_environment_defaults_to_the_process_environment_at_call_time(section, monkeypatch) -> None:
+    slurm = Slurm(section())
+    monkeypatch.setenv("HPK_TEST_MARK", "1")
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    env = slurm.command_env()
+    assert env["HPK_TEST_MARK"] == "1" and "SLURM_JOB_ID" not in env
+
+
+def _fake_bin(tmp_path: Path, name: str, body: str) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    exe = bin_dir / name
+    exe.write_text("#!/bin/sh\n" + body)
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return bin_dir
+
+
+def test_real_process_gets_exactly_the_scrubbed_environment(section, tmp_path, monkeypatch) -> None:
+    # Not faked: proves the plumbum environment swap reaches a real exec, and is undone after.
+    bin_dir = _fake_bin(tmp_path, "squeue", "env > \"$ENV_DUMP\"\n")
+    monkeypatch.setenv("SLURM_JOB_ID", "99")
+    before = local.env.getdict()
+    env = {"PATH": "/usr/bin:/bin", "ENV_DUMP": str(tmp_path / "env.txt"), "SQUEUE_USERS": "x", "SLURM_JOBID": "9"}
+    Slurm(section(bin_dir=str(bin_dir), conf_file="/c/slurm.conf"), env=env).query(["1"])
+    dumped = dict(ln.split("=", 1) for ln in (tmp_path / "env.txt").read_text().splitlines() if "=" in ln)
+    assert {k: v for k, v in dumped.items() if k.startswith(("SLURM", "SQUEUE"))} == {"SLURM_CONF": "/c/slurm.conf"}
+    assert dumped["ENV_DUMP"] == env["ENV_DUMP"]
+    assert local.env.getdict() == before
+
+
+# ---------------------------------------------------------------------------- finding and running commands
+
+
+def test_missing_binary_in_bin_dir(section, tmp_path) -> None:
+    with pytest.raises(SlurmUnavailable) as exc:
+        Slurm(section(bin_dir=str(tmp_path))).query(["1"])
+    assert "slurm.bin_dir" in exc.value.hint and str(tmp_path / "squeue") in exc.value.message
+
+
+def test_missing_binary_on_path_is_found_lazily(section, tmp_path) -> None:
+    slurm = Slurm(section(bin_dir=""), env={"PATH": str(tmp_path)})  # constructing never looks
+    with pytest.raises(SlurmUnavailable, match="squeue not found on PATH") as exc:
+        slurm.query(["1"])
+    assert "slurm.bin_dir" in exc.value.hint
+    _fake_bin(tmp_path, "squeue", "exit 0\n")  # installed later: found at the next call
+    assert Slurm(section(bin_dir=""), env={"PATH": str(tmp_path / "bin")}).query(["1"]) == {}
+
+
+def test_timeout_kills_and_names_the_command(section, tmp_path) -> None:
+    bin_dir = _fake_bin(tmp_path, "scancel", "exec sleep 60\n")
+    with pytest.raises(SlurmTimeout) as exc:
+        Slurm(section(bin_dir=str(bin_dir), command_timeout=0.3)).cancel("12")
+    assert "scancel" in exc.value.message and "0.3 s" in exc.value.message
+    assert "slurm.command_timeout" in exc.value.hint
+    assert isinstance(exc.value, SlurmUnavailable)
+
+
+def test_every_command_gets_the_timeout(fp, section, monkeypatch) -> None:
+    seen: list[float | None] = []
+    real = slurm_module.run_proc
+
+    def spy(proc, retcode, timeout=None):  # noqa: ANN001, ANN202
+        seen.append(timeout)
+        return real(proc, retcode, timeout)
+
+    monkeypatch.setattr(slurm_module, "run_proc", spy)
+    fp.register(cmd(fp, "squeue"), stdout="")
+    fp.register(cmd(fp, "scancel"))
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1)
+    fp.register(cmd(fp, "sacct"), stderr=errtext("sacct_disabled.txt"), returncode=1)
+    fp.register(cmd(fp, "sbatch"), stdout="3\n")
+    slurm = Slurm(section(command_timeout=7.5))
+    slurm.query(["1"])
+    slurm.cancel("1")
+    slurm.final("1")
+    slurm.submit(Path("/x.sh"))
+    assert seen == [7.5] * 5
+
+
+# ---------------------------------------------------------------------------- squeue
+
+
+def test_query_one_call_for_many_jobs(fp, section, fixture_text) -> None:
+    rec = fp.register(cmd(fp, "squeue"), stdout=fixture_text("squeue_hpk.txt"))
+    jobs = Slurm(section()).query(["20", "21", "12", "16", "4711"])
+    assert sorted(jobs) == ["12", "16", "20", "21"]  # 4711 left squeue: absent, not an error
+    assert (jobs["20"].state, jobs["21"].state, jobs["16"].state) == ("RUNNING", "PENDING", "TIMEOUT")
+    assert rec.calls[0].args == [
+        "/fake/slurm/bin/squeue",
+        "--noheader",
+        "--all",
+        "--states=all",
+        "--jobs=20,21,12,16,4711",
+        f"--format={SQUEUE_FORMAT}",
+    ]
+    assert SQUEUE_FORMAT == "%i|%T|%N|%S|%e|%r"
+
+
+def test_query_chunks_long_lists(fp, section) -> None:
+    rec = fp.register(cmd(fp, "squeue"), stdout="", occurrences=3)
+    Slurm(section()).query([str(i) for i in range(1, 1201)] + ["5"])  # duplicates asked once
+    lengths = [len(c.args[4].removeprefix("--jobs=").split(",")) for c in rec.calls]
+    assert lengths == [500, 500, 200]
+
+
+def test_query_nothing_known(fp, section) -> None:
+    fp.register(cmd(fp, "squeue"), stderr=errtext("squeue_invalid_job_id.txt"), returncode=1)
+    assert Slurm(section()).query(["99999"]) == {}
+
+
+def test_query_empty_runs_nothing(fp, section) -> None:
+    assert Slurm(section()).query([]) == {}
+    assert len(fp.calls) == 0
+
+
+def test_query_controller_down(fp, section) -> None:
+    fp.register(cmd(fp, "squeue"), stderr=errtext("squeue_controller_down.txt"), returncode=1)
+    with pytest.raises(SlurmUnavailable, match="Unable to contact slurm controller"):
+        Slurm(section()).query(["1"])
+
+
+def test_query_ignores_jobs_it_did_not_ask_for(fp, section) -> None:
+    fp.register(cmd(fp, "squeue"), stdout="5|RUNNING|n1|N/A|N/A|None\n5_1|RUNNING|n1|N/A|N/A|None\n")
+    assert list(Slurm(section()).query(["5"])) == ["5"]
+
+
+@pytest.mark.parametrize("bad", ["1,2", "12x", "", "-1", "1 2"])
+def test_job_ids_are_validated(section, bad) -> None:
+    slurm = Slurm(section())
+    with pytest.raises(ValueError, match="not a Slurm job id"):
+        slurm.query([bad])
+    with pytest.raises(ValueError):
+        slurm.cancel(bad)
+    with pytest.raises(ValueError):
+        slurm.final(bad)
+
+
+# ---------------------------------------------------------------------------- final
+
+
+def test_final_from_scontrol_first(fp, section, fixture_text) -> None:
+    rec = fp.register(cmd(fp, "scontrol"), stdout=fixture_text("scontrol_failed_exit3.txt"))
+    info = Slurm(section(jobcomp_file=str(FIXTURES / "jobcomp.log"))).final("13")
+    assert info is not None and (info.source, info.state, info.exit_code) == ("scontrol", "FAILED", 3)
+    assert rec.calls[0].args == ["/fake/slurm/bin/scontrol", "--oneliner", "show", "job", "13"]
+    assert fp.call_count([fp.program("sacct"), fp.any()]) == 0
+
+
+def test_final_falls_back_to_jobcomp_and_remembers_no_accounting(fp, section) -> None:
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1, occurrences=2)
+    sacct = fp.register(cmd(fp, "sacct"), stderr=errtext("sacct_disabled.txt"), returncode=1)
+    slurm = Slurm(section(jobcomp_file=str(FIXTURES / "jobcomp.log")))
+    assert slurm.accounting is None
+    first = slurm.final("17")
+    assert first is not None and (first.source, first.state, first.signal) == ("jobcomp", "OUT_OF_MEMORY", 125)
+    assert slurm.accounting is False
+    second = slurm.final("13")
+    assert second is not None and second.exit_code == 3
+    assert len(sacct.calls) == 1  # probed once
+    assert sacct.calls[0].args[1:] == [
+        "--noheader",
+        "--parsable2",
+        "--allocations",
+        f"--format={SACCT_FORMAT}",
+        "--jobs=17",
+    ]
+
+
+def test_final_from_sacct(fp, section, fixture_text) -> None:
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1)
+    fp.register(cmd(fp, "sacct"), stdout=fixture_text("sacct_cancelled_by.txt"))
+    slurm = Slurm(section())
+    info = slurm.final("7")
+    assert info is not None and (info.source, info.state) == ("sacct", "CANCELLED")
+    assert slurm.accounting is True
+
+
+def test_final_sacct_lagging_then_jobcomp(fp, section, fixture_text) -> None:
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1, occurrences=2)
+    fp.register(cmd(fp, "sacct"), stdout=fixture_text("sacct_lagging.txt"), occurrences=2)
+    lagging = Slurm(section()).final("7")
+    assert lagging is not None and (lagging.source, lagging.state) == ("sacct", "RUNNING")
+    # The jobcomp fixture holds a record of a job 7 (CANCELLED): a final record beats sacct's stale RUNNING.
+    from_file = Slurm(section(jobcomp_file=str(FIXTURES / "jobcomp.log"))).final("7")
+    assert from_file is not None and (from_file.source, from_file.state) == ("jobcomp", "CANCELLED")
+
+
+def test_final_sacct_database_down_is_not_remembered(fp, section) -> None:
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1)
+    fp.register(cmd(fp, "sacct"), stderr=errtext("sacct_dbd_down.txt"), returncode=1)
+    slurm = Slurm(section(jobcomp_file=str(FIXTURES / "jobcomp.log")))
+    info = slurm.final("12")
+    assert info is not None and info.source == "jobcomp"
+    assert slurm.accounting is None  # try sacct again next time
+
+
+def test_final_use_sacct_no(fp, section) -> None:
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1)
+    slurm = Slurm(section(use_sacct="no"))
+    assert slurm.final("12") is None
+    assert slurm.accounting is False
+    assert fp.call_count([fp.program("sacct"), fp.any()]) == 0
+
+
+def test_final_use_sacct_yes_requires_accounting(fp, section) -> None:
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1)
+    fp.register(cmd(fp, "sacct"), stderr=errtext("sacct_disabled.txt"), returncode=1)
+    with pytest.raises(SlurmUnavailable, match="Slurm accounting storage is disabled") as exc:
+        Slurm(section(use_sacct="yes")).final("12")
+    assert "slurm.use_sacct" in exc.value.hint
+
+
+def test_final_nobody_knows(fp, section) -> None:
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1)
+    fp.register(cmd(fp, "sacct"), stdout="")
+    assert Slurm(section(jobcomp_file=str(FIXTURES / "jobcomp.log"))).final("4711") is None
+
+
+def test_final_controller_down(fp, section) -> None:
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("squeue_controller_down.txt"), returncode=1)
+    with pytest.raises(SlurmUnavailable):
+        Slurm(section()).final("12")
+
+
+def test_probe_accounting(fp, section, fixture_text) -> None:
+    fp.register(cmd(fp, "sacct"), stdout="")
+    slurm = Slurm(section())
+    assert slurm.probe_accounting() is True
+    assert slurm.probe_accounting() is True
+    assert fp.call_count([fp.program("sacct"), fp.any()]) == 1
+
+
+# ---------------------------------------------------------------------------- scancel
+
+
+def test_cancel(fp, section) -> None:
+    rec = fp.register(cmd(fp, "scancel"))
+    Slurm(section()).cancel("12")
+    assert rec.calls[0].args == ["/fake/slurm/bin/scancel", "12"]
+
+
+def test_cancel_with_signal_reaches_the_batch_script(fp, section) -> None:
+    rec = fp.register(cmd(fp, "scancel"))
+    Slurm(section()).cancel("12", signal="USR1")
+    assert rec.calls[0].args == ["/fake/slurm/bin/scancel", "--signal=USR1", "--full", "12"]
+
+
+@pytest.mark.parametrize("bad", ["USR1; rm -rf /", "-9", "", "term"])
+def test_cancel_rejects_odd_signals(section, bad) -> None:
+    with pytest.raises(ValueError, match="signal"):
+        Slurm(section()).cancel("12", signal=bad)
+
+
+def test_cancel_finished_job_is_fine(fp, section) -> None:
+    fp.register(cmd(fp, "scancel"), stderr=errtext("scancel_signal_finished.txt"), returncode=1)
+    Slurm(section()).cancel("21", signal="TERM")
+    fp.register(
+        cmd(fp, "scancel"),
+        stderr="scancel: error: Kill job error on job id 5: Job/step already completing or completed\n",
+        returncode=1,
+    )
+    Slurm(section()).cancel("5")
+
+
+def test_cancel_someone_elses_job(fp, section) -> None:
+    fp.register(cmd(fp, "scancel"), stderr=errtext("scancel_permission_denied.txt"), returncode=210)
+    with pytest.raises(SlurmError, match="Access/permission denied") as exc:
+        Slurm(section()).cancel("20")
+    assert not isinstance(exc.value, SlurmUnavailable)
+    assert "owner" in exc.value.hint
+
+
+def test_cancel_controller_down(fp, section) -> None:
+    fp.register(cmd(fp, "scancel"), stderr=errtext("scancel_controller_down.txt"), returncode=8)
+    with pytest.raises(SlurmUnavailable):
+        Slurm(section()).cancel("6")
+
+
+# ---------------------------------------------------------------------------- wait_for
+
+
+def squeue_line(job_id: str, state: str, reason: str = "None") -> str:
+    return f"{job_id}|{state}|n1|2026-11-22T07:33:40|NONE|{reason}\n"
+
+
+def test_wait_for_polls_with_backoff_and_resolves_exit_codes(fp, section, fixture_text) -> None:
+    fp.register(cmd(fp, "squeue"), stdout=squeue_line("13", "PENDING", "Resources") + squeue_line("21", "PENDING"))
+    fp.register(cmd(fp, "squeue"), stdout=squeue_line("13", "RUNNING") + squeue_line("21", "PENDING"))
+    fp.register(cmd(fp, "squeue"), stdout=squeue_line("13", "FAILED") + squeue_line("21", "RUNNING"))
+    fp.register(cmd(fp, "scontrol"), stdout=fixture_text("scontrol_failed_exit3.txt"))
+    fp.register(cmd(fp, "squeue"), stdout="")  # 21 left squeue
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1)
+    fp.register(cmd(fp, "sacct"), stderr=errtext("sacct_disabled.txt"), returncode=1)
+    slept: list[float] = []
+    result = Slurm(section()).wait_for(["13", "21"], backoff=(0.5, 1, 2), sleep=slept.append)
+    assert slept == [0.5, 1, 2]
+    assert result["13"] is not None and (result["13"].exit_code, result["13"].source) == (3, "scontrol")
+    assert result["21"] is None  # vanished without a record
+
+
+def test_wait_for_custom_condition(fp, section) -> None:
+    fp.register(cmd(fp, "squeue"), stdout=squeue_line("5", "PENDING"))
+    fp.register(cmd(fp, "squeue"), stdout=squeue_line("5", "RUNNING"))
+    slept: list[float] = []
+    snap = Slurm(section()).wait_for(
+        ["5"], until=lambda s: s["5"] is not None and s["5"].state == "RUNNING", sleep=slept.append
+    )
+    assert snap["5"] is not None and snap["5"].state == "RUNNING"
+    assert slept == [0.5]
+
+
+def test_wait_for_timeout(fp, section) -> None:
+    fp.register(cmd(fp, "squeue"), stdout=squeue_line("5", "PENDING"), occurrences=10)
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    with pytest.raises(TimeoutError, match="still running: 5"):
+        Slurm(section()).wait_for(["5"], timeout=10, sleep=sleep, clock=lambda: now[0])
+    assert now[0] >= 10
+
+
+def test_wait_for_keeps_polling_a_job_sacct_reports_stale(fp, section, fixture_text) -> None:
+    fp.register(cmd(fp, "squeue"), stdout="", occurrences=2)
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1, occurrences=2)
+    fp.register(cmd(fp, "sacct"), stdout=fixture_text("sacct_lagging.txt"))
+    fp.register(cmd(fp, "sacct"), stdout=fixture_text("sacct_cancelled_by.txt"))
+    slept: list[float] = []
+    result = Slurm(section()).wait_for(["7"], sleep=slept.append)
+    assert result["7"] is not None and result["7"].state == "CANCELLED"
+    assert slept == [0.5]
+
+
+def test_local_env_untouched_by_faked_runs(fp, section) -> None:
+    before = dict(os.environ)
+    fp.register(cmd(fp, "squeue"), stdout="")
+    Slurm(section(conf_file="/x")).query(["1"])
+    assert dict(os.environ) == before
