@@ -1,0 +1,366 @@
+"""``hpkctl run/status/logs/delete``: pods as Slurm jobs without any Kubernetes control plane.
+
+A run is recorded in ``<state_dir>/runs/<namespace>/<name>.json`` (uid, job id, pod directory),
+so ``status``, ``logs`` and ``delete`` find it by pod name, as ``kubectl`` would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from hpkctl.errors import HpkError, PodError
+from hpkctl.jobs import JobInfo, Slurm
+from hpkctl.kubelet import render_pod, write_pod_dir
+from hpkctl.kubelet.manifest import load_manifest, select_pod, validate_pod_shape, with_api_defaults
+from hpkctl.kubelet.podstatus import PodStatus, containers_of, read_pod_status
+from hpkctl.sites import load_site, require_submittable
+from hpkctl.sites.schema import SiteProfile
+
+# How often the status files are read (cheap, local) and Slurm is asked (one squeue for the run).
+FILE_POLL = 0.2
+SLURM_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+@dataclass
+class RunRecord:
+    name: str
+    namespace: str
+    uid: str
+    job_id: str
+    pod_dir: str
+    site: str
+    submitted: float
+
+    def pod(self) -> dict[str, Any]:
+        return json.loads((Path(self.pod_dir) / "job" / "pod.json").read_text())
+
+
+def _runs_dir(profile: SiteProfile) -> Path:
+    return Path(os.path.expanduser(profile.pods.state_dir)) / "runs"
+
+
+def _record_path(profile: SiteProfile, namespace: str, name: str) -> Path:
+    return _runs_dir(profile) / namespace / f"{name}.json"
+
+
+def load_record(profile: SiteProfile, name: str, namespace: str = "default") -> RunRecord:
+    path = _record_path(profile, namespace, name)
+    try:
+        return RunRecord(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        known = ", ".join(r.name for r in all_records(profile)) or "none"
+        raise HpkError(f"no run named {name!r} (site {profile.name}); runs: {known}",
+                       hint="start one with 'hpkctl run -f POD.yaml', or pass the --site it was started with") from None
+
+
+def all_records(profile: SiteProfile) -> list[RunRecord]:
+    out = []
+    for path in sorted(_runs_dir(profile).glob("*/*.json")):
+        try:
+            out.append(RunRecord(**json.loads(path.read_text())))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+def _save_record(profile: SiteProfile, rec: RunRecord) -> None:
+    path = _record_path(profile, rec.namespace, rec.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(rec), indent=2))
+    os.replace(tmp, path)
+
+
+def pod_status(slurm: Slurm, rec: RunRecord, *, ask_slurm: bool = True, job: JobInfo | None = None) -> PodStatus:
+    """Status of one run; asks Slurm (squeue, then final-state sources) unless told not to."""
+    containers = containers_of(rec.pod())
+    if not ask_slurm:
+        return read_pod_status(Path(rec.pod_dir), containers, None, job_known=False)
+    if job is None:
+        job = slurm.query([rec.job_id]).get(rec.job_id)
+        if job is None or job.state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY",
+                                         "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"):
+            job = slurm.final(rec.job_id) or job
+    return read_pod_status(Path(rec.pod_dir), containers, job)
+
+
+# ----------------------------------------------------------------------------- images
+
+
+def pull_images(profile: SiteProfile, rendered: Any, *, out: TextIO) -> None:
+    """Pull missing images before submission (sites whose compute nodes are offline).
+
+    Same protocol as the job's ``hpk_image``: one lock per image, a temp name, an atomic rename.
+    """
+    import fcntl
+
+    for image, sif, policy in rendered.plan.images:
+        if os.path.exists(sif) and policy != "Always":
+            continue
+        if policy == "Never":
+            raise PodError("ErrImageNeverPull", f"image {image.full} is not cached and imagePullPolicy is Never")
+        os.makedirs(os.path.dirname(sif), exist_ok=True)
+        with open(f"{sif}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if os.path.exists(sif) and policy != "Always":
+                continue
+            print(f"pulling {image.source} → {sif}", file=out)
+            tmp = f"{sif}.tmp.{os.getpid()}"
+            r = subprocess.run([profile.apptainer.binary, "pull", "--force", tmp, image.source],
+                               capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                Path(tmp).unlink(missing_ok=True)
+                raise PodError("ErrImagePull", f"pulling {image.source} failed: {r.stderr.strip()[-500:]}")
+            os.replace(tmp, sif)
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None = None,
+               out: TextIO = sys.stderr) -> tuple[RunRecord, Any]:
+    """Render, write the pod directory, submit. Returns the run record and the rendered pod."""
+    require_submittable(profile)
+    manifest = load_manifest(manifest_path)
+    pod = select_pod(manifest, pod_name)
+    validate_pod_shape(pod, source=manifest_path)
+    pod = with_api_defaults(pod)
+    name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
+    slurm = Slurm(profile.slurm)
+    try:
+        old = load_record(profile, name, namespace)
+    except HpkError:
+        old = None
+    if old is not None:
+        st = pod_status(slurm, old)
+        if not st.finished:
+            raise HpkError(f"pod {namespace}/{name} already exists (Slurm job {old.job_id}, {st.phase})",
+                           hint=f"wait for it, or 'hpkctl delete {name} --site {profile.name}'")
+        shutil.rmtree(old.pod_dir, ignore_errors=True)
+    rendered = render_pod(pod, profile, objects=manifest.objects, services=manifest.services)
+    for w in rendered.warnings:
+        print(f"hpkctl: warning: {w}", file=out)
+    if profile.apptainer.pull == "submit":
+        pull_images(profile, rendered, out=out)
+    root = write_pod_dir(rendered, pod_json=json.dumps(pod, indent=2).encode())
+    job_id = slurm.submit(root / "job" / "job.sh", workdir=root)
+    (root / "job" / "jobid").write_text(job_id + "\n")
+    rec = RunRecord(name=name, namespace=namespace, uid=pod["metadata"]["uid"], job_id=job_id,
+                    pod_dir=str(root), site=profile.name, submitted=time.time())
+    _save_record(profile, rec)
+    return rec, rendered
+
+
+class _LogTail:
+    """Follows the containers' log files (and their replacements after a restart)."""
+
+    def __init__(self, pod_dir: Path, names: list[str], out: TextIO) -> None:
+        self.files = {n: pod_dir / "logs" / f"{n}.log" for n in names}
+        self.pos = dict.fromkeys(names, 0)
+        self.prefix = len(names) > 1
+        self.out = out
+        self.partial = dict.fromkeys(names, b"")
+
+    def pump(self, *, final: bool = False) -> None:
+        for name, path in self.files.items():
+            try:
+                with open(path, "rb") as fh:
+                    size = os.fstat(fh.fileno()).st_size
+                    if size < self.pos[name]:  # rotated to .previous.log by a restart
+                        self.pos[name] = 0
+                    fh.seek(self.pos[name])
+                    data = fh.read()
+                    self.pos[name] += len(data)
+            except FileNotFoundError:
+                continue
+            data = self.partial[name] + data
+            lines = data.split(b"\n")
+            self.partial[name] = b"" if final else lines.pop()
+            for line in lines if not final else [x for x in lines if x]:
+                text = line.decode("utf-8", "replace")
+                self.out.write(f"[{name}] {text}\n" if self.prefix else f"{text}\n")
+            self.out.flush()
+
+
+def _describe(st: PodStatus) -> str:
+    base = st.phase + (f" ({st.reason})" if st.reason else "")
+    return f"{base}: {st.message}" if st.message and st.phase != "Running" else base
+
+
+def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, quiet: bool = False,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> PodStatus:
+    """Stream logs and progress until the pod finishes; return its final status."""
+    pod = rec.pod()
+    names = [n for n, init in containers_of(pod)]
+    tail = _LogTail(Path(rec.pod_dir), names, log_out)
+    last_line = ""
+    next_slurm = 0.0
+    attempt = 0
+    job: JobInfo | None = None
+    asked = False
+    while True:
+        now = clock()
+        if now >= next_slurm:
+            job = slurm.query([rec.job_id]).get(rec.job_id)
+            asked = True
+            next_slurm = now + SLURM_BACKOFF[min(attempt, len(SLURM_BACKOFF) - 1)]
+            attempt += 1
+        tail.pump()
+        files_done = (Path(rec.pod_dir) / "status" / "pod.done").exists()
+        gone = asked and (job is None or job.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING",
+                                                            "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING"))
+        if files_done and (job is None or job.state != "COMPLETING") or gone:
+            # Let Slurm finish its bookkeeping so TIMEOUT/OOM are reported as such.
+            final = _settle(slurm, rec, sleep=sleep)
+            tail.pump(final=True)
+            return final
+        st = read_pod_status(Path(rec.pod_dir), containers_of(pod), job, job_known=asked)
+        line = _describe(st)
+        if not quiet and line != last_line:
+            extra = f" on {st.node}" if st.phase == "Running" and st.node else ""
+            print(f"pod {rec.namespace}/{rec.name} (Slurm job {rec.job_id}): {line}{extra}", file=out)
+            last_line = line
+        sleep(FILE_POLL)
+
+
+def _settle(slurm: Slurm, rec: RunRecord, *, sleep: Callable[[float], None], tries: int = 20) -> PodStatus:
+    """The job's final status, waiting briefly for Slurm to record it (COMPLETING → final)."""
+    st = pod_status(slurm, rec)
+    for _ in range(tries):
+        if st.job is not None and st.job.state not in ("COMPLETING", "RUNNING", "PENDING", "CONFIGURING"):
+            break
+        sleep(0.25)
+        st = pod_status(slurm, rec)
+    return st
+
+
+def _result_line(rec: RunRecord, st: PodStatus) -> str:
+    text = f"pod {rec.namespace}/{rec.name} (Slurm job {rec.job_id}): {st.phase}"
+    if st.reason:
+        text += f" ({st.reason})"
+    if st.message:
+        text += f": {st.message}"
+    return text
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    profile = load_site(args.site)
+    out = sys.stderr
+    try:
+        rec, _ = submit_pod(profile, args.filename, pod_name=args.pod, out=out)
+    except PodError as exc:
+        print(f"hpkctl: pod cannot run: {exc.reason}: {exc}", file=out)
+        return 1
+    if not args.quiet:
+        print(f"pod {rec.namespace}/{rec.name}: submitted as Slurm job {rec.job_id} (pod directory {rec.pod_dir})",
+              file=out)
+    if args.detach:
+        print(rec.job_id)
+        return 0
+    slurm = Slurm(profile.slurm)
+    try:
+        st = follow_run(slurm, rec, out=out, log_out=sys.stdout, quiet=args.quiet)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: cancelling Slurm job {rec.job_id}", file=out)
+        slurm.cancel(rec.job_id)
+        st = _settle(slurm, rec, sleep=time.sleep)
+        print(_result_line(rec, st), file=out)
+        return 130
+    print(_result_line(rec, st), file=out)
+    if st.phase == "Succeeded":
+        return 0
+    return st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
+
+
+# ----------------------------------------------------------------------------- status / logs / delete
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    profile = load_site(args.site)
+    records = [load_record(profile, args.name)] if args.name else all_records(profile)
+    slurm = Slurm(profile.slurm)
+    jobs = slurm.query([r.job_id for r in records]) if records else {}
+    rows = []
+    for rec in records:
+        job = jobs.get(rec.job_id)
+        if job is None or job.state not in ("PENDING", "RUNNING", "CONFIGURING"):
+            job = slurm.final(rec.job_id) or job
+        st = read_pod_status(Path(rec.pod_dir), containers_of(rec.pod()), job)
+        rows.append((rec, st))
+    if args.json:
+        print(json.dumps([{"name": r.name, "namespace": r.namespace, "uid": r.uid, "jobId": r.job_id,
+                           "podDir": r.pod_dir, "status": st.as_k8s()} for r, st in rows], indent=2))
+        return 0
+    if not rows:
+        print("no runs")
+        return 0
+    print(f"{'NAME':24} {'JOB':>8} {'PHASE':10} {'REASON':18} {'NODE':10} MESSAGE")
+    for rec, st in rows:
+        msg = st.message if st.phase != "Running" else ""
+        print(f"{rec.name:24} {rec.job_id:>8} {st.phase:10} {st.reason or '-':18} {st.node or '-':10} {msg}")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    profile = load_site(args.site)
+    rec = load_record(profile, args.name)
+    pod = rec.pod()
+    names = containers_of(pod)
+    container = args.container or next(n for n, init in names if not init)
+    if container not in [n for n, _ in names]:
+        raise HpkError(f"pod {rec.name} has no container {container!r}",
+                       hint="choose one of " + ", ".join(n for n, _ in names))
+    logs = Path(rec.pod_dir) / "logs"
+    path = logs / (f"{container}.previous.log" if args.previous else f"{container}.log")
+    if args.previous and not path.exists():
+        raise HpkError(f"container {container} of pod {rec.name} has not been restarted: no previous log")
+    if not args.follow:
+        if path.exists():
+            sys.stdout.buffer.write(path.read_bytes())
+        return 0
+    status = Path(rec.pod_dir) / "status"
+    tail = _LogTail(Path(rec.pod_dir), [container], sys.stdout)
+    slurm = Slurm(profile.slurm)
+    next_slurm = 0.0
+    while True:
+        tail.pump()
+        if (status / "pod.done").exists() or (status / f"{container}.exitcode").exists() and not \
+                (status / f"{container}.restarts").exists():
+            tail.pump(final=True)
+            return 0
+        if time.monotonic() >= next_slurm:
+            job = slurm.query([rec.job_id]).get(rec.job_id)
+            if job is None or job.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+                tail.pump(final=True)
+                return 0
+            next_slurm = time.monotonic() + 2.0
+        time.sleep(FILE_POLL)
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    profile = load_site(args.site)
+    rec = load_record(profile, args.name)
+    slurm = Slurm(profile.slurm)
+    job = slurm.query([rec.job_id]).get(rec.job_id)
+    if job is not None and job.state in ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED"):
+        slurm.cancel(rec.job_id)
+        print(f"pod {rec.namespace}/{rec.name}: cancelled Slurm job {rec.job_id}", file=sys.stderr)
+        for _ in range(60):  # let the job end before its directory goes (KillWait is short)
+            j = slurm.query([rec.job_id]).get(rec.job_id)
+            if j is None or j.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
+                break
+            time.sleep(0.5)
+    _record_path(profile, rec.namespace, rec.name).unlink(missing_ok=True)
+    shutil.rmtree(rec.pod_dir, ignore_errors=True)
+    print(f"pod {rec.namespace}/{rec.name} deleted")
+    return 0
