@@ -26,6 +26,7 @@ from hpkctl.sites.schema import SlurmSection
 FIXTURES = Path(__file__).parent / "fixtures"
 DRIVER = Path(__file__).parent / "hpk_driver.py"
 HPK_USER = "hpk"
+TEST_JOB_NAME = "hpkctl-jobs-test"  # test_jobs_real.py submits under this name
 
 
 @pytest.fixture
@@ -56,17 +57,22 @@ def _as_hpk(argv: list[str]) -> list[str]:
     return ["runuser", "-u", HPK_USER, "--", *argv] if os.geteuid() == 0 else argv
 
 
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 @functools.cache
 def slurm_problem() -> str | None:
     """Why the real Slurm cannot be used for tests, or ``None`` when it can."""
-    for cmd in ("sbatch", "squeue", "scontrol", "scancel"):
+    for cmd in ("sbatch", "squeue", "scontrol", "scancel", "sinfo"):
         if not shutil.which(cmd):
             return f"{cmd} is not installed (run ci/setup)"
-    if os.geteuid() == 0:
-        try:
-            pwd.getpwnam(HPK_USER)
-        except KeyError:
-            return f"user {HPK_USER} does not exist (useradd -m -s /bin/bash {HPK_USER}, or run ci/setup)"
+    if os.geteuid() == 0 and not _user_exists(HPK_USER):
+        return f"user {HPK_USER} does not exist (useradd -m -s /bin/bash {HPK_USER}, or run ci/setup)"
     try:
         ping = _run(_as_hpk(["scontrol", "ping"]))
     except subprocess.TimeoutExpired:
@@ -79,22 +85,33 @@ def slurm_problem() -> str | None:
     return None
 
 
-@pytest.fixture(autouse=True)
-def _real_slurm_gate(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("slurm") is None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip slurm-marked tests when Slurm is unusable, before any fixture runs (not under CI)."""
+    if item.get_closest_marker("slurm") is None or os.environ.get("CI") == "true":
         return
     problem = slurm_problem()
-    if problem is None:
+    if problem is not None:
+        pytest.skip(problem)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """Under CI=true an unusable Slurm is a test failure (FAILED, not skipped or errored)."""
+    if item.get_closest_marker("slurm") is None:
         return
-    if os.environ.get("CI") == "true":
+    problem = slurm_problem()
+    if problem is not None:
         pytest.fail(f"CI=true and the real Slurm is not usable: {problem}", pytrace=False)
-    pytest.skip(problem)
 
 
 @functools.cache
 def slurm_config() -> dict[str, str]:
-    """``scontrol show config`` of the local cluster as a dict."""
-    out = _run(["scontrol", "show", "config"]).stdout
+    """``scontrol show config`` of the local cluster as a dict (empty when scontrol fails)."""
+    try:
+        out = _run(["scontrol", "show", "config"]).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
     conf: dict[str, str] = {}
     for line in out.splitlines():
         key, sep, value = line.partition("=")
@@ -104,13 +121,27 @@ def slurm_config() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+def cluster() -> dict[str, Any]:
+    """What the local cluster offers: memory enforcement, accounting, its jobcomp file."""
+    conf = slurm_config()
+    return {
+        "memory_enforced": "task/cgroup" in conf.get("TaskPlugin", "") and conf.get("ConstrainRAMSpace") == "yes",
+        "accounting": conf.get("AccountingStorageType", "accounting_storage/none") != "accounting_storage/none",
+        "jobcomp_file": conf.get("JobCompLoc", "") if conf.get("JobCompType") == "jobcomp/filetxt" else "",
+    }
+
+
+@pytest.fixture(scope="session")
 def hpk_dir() -> Iterator[Path]:
-    """A directory the user hpk owns, for job scripts and their output."""
+    """A directory the user hpk owns, for job scripts and their output; leftover test jobs are
+    cancelled at the end of the session."""
     path = Path(tempfile.mkdtemp(prefix="hpkctl-jobs-", dir="/tmp"))
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and _user_exists(HPK_USER):
         shutil.chown(path, HPK_USER, HPK_USER)
     path.chmod(0o755)
     yield path
+    if slurm_problem() is None:
+        _run(_as_hpk(["scancel", f"--name={TEST_JOB_NAME}"]))
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -122,7 +153,7 @@ def job_script(hpk_dir: Path) -> Callable[[str, str], Path]:
         path = hpk_dir / f"{name}.sh"
         path.write_text("#!/bin/bash\n" + body.strip() + "\n")
         path.chmod(0o755)
-        if os.geteuid() == 0:
+        if os.geteuid() == 0 and _user_exists(HPK_USER):
             shutil.chown(path, HPK_USER, HPK_USER)
         return path
 
