@@ -1,0 +1,210 @@
+"""``hpkctl run`` end to end on the real local Slurm, as user hpk, with the Apptainer stand-in.
+
+Each test is one pod manifest; the assertions are on what a user sees: exit code, logs, reasons.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+import subprocess
+import time
+
+import pytest
+
+from tests.ci.conftest import MULTI_CONF
+from tests.integration.conftest import Hpk, pod, unique
+
+pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+BUSYBOX = "busybox:1.36"
+
+
+def c(name: str, script: str, image: str = BUSYBOX, **kw) -> dict:  # type: ignore[no-untyped-def]
+    return {"name": name, "image": image, "command": ["sh", "-c", script], **kw}
+
+
+def test_hello_world(hpk: Hpk) -> None:
+    r = hpk.run(pod(unique("hello"), [c("hello", "echo hello world")]))
+    assert r.rc == 0, r.output
+    assert r.stdout == "hello world\n"
+    assert "Succeeded" in r.stderr
+
+
+def test_scripting_quotes_and_heredocs(hpk: Hpk) -> None:
+    script = (
+        "cat <<'EOF' > /tmp/script.sh\n"
+        "echo \"single 'quotes', \\\"double\\\", `backticks`, $(dollar) and \\\\backslash\"\n"
+        "EOF\n"
+        "cat /tmp/script.sh\n"
+        "echo 'it'\"'\"'s done' \"$0\" \"$1\"\n"
+    )
+    spec = {"name": "quotes", "image": BUSYBOX, "command": ["/bin/sh", "-c"],
+            "args": [script, "arg0 with spaces", "$(not expanded) `nor this` ${HOME}"]}
+    r = hpk.run(pod(unique("quotes"), [spec]))
+    assert r.rc == 0, r.output
+    assert r.stdout.splitlines() == [
+        "echo \"single 'quotes', \\\"double\\\", `backticks`, $(dollar) and \\\\backslash\"",
+        "it's done arg0 with spaces $(not expanded) `nor this` ${HOME}",
+    ]
+
+
+def test_env_from_values_configmaps_and_secrets(hpk: Hpk) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+          "data": {"LEVEL": "debug", "MULTI": "line one\nline 'two'"}}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+              "data": {"TOKEN": base64.b64encode(b"s3cr$t `x`").decode()}}
+    env = [{"name": "PLAIN", "value": "a \"b\" 'c'"},
+           {"name": "LVL", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "LEVEL"}}},
+           {"name": "TOK", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "TOKEN"}}},
+           {"name": "COMBINED", "value": "$(LVL)-$(PLAIN)"}]
+    main = c("env", 'printf "%s|" "$PLAIN" "$LVL" "$TOK" "$COMBINED" "$CFG_MULTI"; echo; '
+                    'env | grep -c -e SLURM_ -e HPK_ || true', env=env,
+             envFrom=[{"prefix": "CFG_", "configMapRef": {"name": "settings"}}])
+    r = hpk.run(cm, secret, pod(unique("env"), [main]))
+    assert r.rc == 0, r.output
+    first, second = r.stdout.splitlines()[0], r.stdout.splitlines()[-1]
+    assert r.stdout.startswith("a \"b\" 'c'|debug|s3cr$t `x`|debug-a \"b\" 'c'|line one\nline 'two'|")
+    assert second == "0", "host or Slurm variables leaked into the container"
+    assert first
+
+
+def test_init_containers_pass_data_through_an_empty_dir(hpk: Hpk) -> None:
+    mounts = [{"name": "work", "mountPath": "/work"}]
+    p = pod(unique("init"), [c("main", "cat /work/a /work/b", volumeMounts=mounts)],
+            initContainers=[c("first", "echo one > /work/a", volumeMounts=mounts),
+                            c("second", "test -s /work/a && echo two > /work/b", volumeMounts=mounts)],
+            volumes=[{"name": "work", "emptyDir": {}}])
+    r = hpk.run(p)
+    assert r.rc == 0, r.output
+    assert r.stdout == "one\ntwo\n"
+
+
+def test_failed_init_container_fails_the_pod(hpk: Hpk) -> None:
+    name = unique("initfail")
+    r = hpk.run(pod(name, [c("main", "echo must not run")], initContainers=[c("broken", "exit 4")]))
+    assert r.rc != 0
+    assert "must not run" not in r.stdout
+    assert "InitContainerFailed" in r.stderr and "code 4" in r.stderr
+
+
+def test_two_containers_talk_over_localhost_and_share_dev_shm(hpk: Hpk) -> None:
+    port = random.randint(20000, 40000)
+    tag = unique("shm")
+    server = c("server", f"echo shared-{tag} > /dev/shm/{tag}; echo pong | nc -l -p {port} 127.0.0.1")
+    client = c("client", f"for i in $(seq 100); do out=$(echo ping | nc 127.0.0.1 {port} 2>/dev/null) "
+                         f"&& [ -n \"$out\" ] && break; sleep 0.1; done; echo \"got $out\"; cat /dev/shm/{tag}; "
+                         f"rm -f /dev/shm/{tag}")
+    r = hpk.run(pod(unique("pair"), [server, client]))
+    assert r.rc == 0, r.output
+    assert "[client] got pong" in r.stdout
+    assert f"[client] shared-{tag}" in r.stdout
+
+
+def test_host_path_and_missing_host_path(hpk: Hpk) -> None:
+    data = hpk.workdir / "data"
+    data.mkdir()
+    (data / "input.txt").write_text("from the host\n")
+    data.chmod(0o755)
+    (data / "input.txt").chmod(0o644)
+    vol = [{"name": "d", "hostPath": {"path": str(data), "type": "Directory"}}]
+    r = hpk.run(pod(unique("hostpath"), [c("main", "cat /data/input.txt",
+                                           volumeMounts=[{"name": "d", "mountPath": "/data"}])], volumes=vol))
+    assert r.rc == 0, r.output
+    assert r.stdout == "from the host\n"
+
+    gone = [{"name": "d", "hostPath": {"path": str(hpk.workdir / "nope"), "type": "Directory"}}]
+    r = hpk.run(pod(unique("nohost"), [c("main", "echo must not run",
+                                         volumeMounts=[{"name": "d", "mountPath": "/data"}])], volumes=gone))
+    assert r.rc != 0
+    assert "HostPathCheckFailed" in r.stderr and "nope" in r.stderr
+    assert "must not run" not in r.stdout
+
+
+def test_failing_container_gives_its_exit_code_and_reason(hpk: Hpk) -> None:
+    name = unique("fail")
+    r = hpk.run(pod(name, [c("main", "echo about to fail; exit 3")]))
+    assert r.rc == 3, r.output
+    assert "about to fail" in r.stdout
+    assert "Failed (Error)" in r.stderr and "exited with code 3" in r.stderr
+    st = hpk.status(name)
+    [cs] = st["status"]["containerStatuses"]
+    assert cs["state"]["terminated"]["exitCode"] == 3
+
+
+def test_restart_policy_on_failure_restarts_until_success(hpk: Hpk) -> None:
+    name = unique("onfailure")
+    script = "if [ -e /state/once ]; then echo second run; else touch /state/once; echo first run; exit 1; fi"
+    p = pod(name, [c("main", script, volumeMounts=[{"name": "s", "mountPath": "/state"}])],
+            restartPolicy="OnFailure", volumes=[{"name": "s", "emptyDir": {}}])
+    r = hpk.run(p)
+    assert r.rc == 0, r.output
+    assert "second run" in r.stdout
+    st = hpk.status(name)
+    [cs] = st["status"]["containerStatuses"]
+    assert cs["restartCount"] == 1
+    assert cs["lastState"]["terminated"]["exitCode"] == 1
+    prev = hpk.hpkctl("logs", name, "--site", "ci", "--previous")
+    assert prev.stdout == "first run\n"
+
+
+def test_memory_over_the_limit_is_oom_killed(hpk: Hpk) -> None:
+    main = c("hog", "dd if=/dev/zero of=/dev/null bs=300M count=1; echo survived",
+             resources={"limits": {"memory": "64Mi"}})
+    r = hpk.run(pod(unique("oom"), [main]))
+    assert r.rc != 0, r.output
+    assert "OOMKilled" in r.stderr
+    assert "survived" not in r.stdout
+
+
+def test_time_limit_is_deadline_exceeded(hpk: Hpk) -> None:
+    r = hpk.run(pod(unique("deadline"), [c("sleeper", "echo started; sleep 600")], activeDeadlineSeconds=30),
+                timeout=300)
+    assert r.rc != 0, r.output
+    assert "DeadlineExceeded" in r.stderr
+    assert "started" in r.stdout
+
+
+def test_delete_while_running_cancels_the_job(hpk: Hpk) -> None:
+    name = unique("delete")
+    r = hpk.run(pod(name, [c("sleeper", "echo up; sleep 300")]), extra=("--detach",))
+    assert r.rc == 0, r.output
+    job_id = r.stdout.strip()
+    for _ in range(100):
+        st = hpk.status(name)["status"]
+        if st["phase"] == "Running" and st["containerStatuses"][0]["state"].get("running"):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"pod never ran: {st}")
+    d = hpk.hpkctl("delete", name, "--site", "ci")
+    assert d.rc == 0, d.output
+    q = subprocess.run(["squeue", "--noheader", "--jobs", job_id, "--states=all", "--format=%T"],
+                       capture_output=True, text=True, check=False)
+    assert q.stdout.strip() in ("", "CANCELLED"), q.stdout
+    with open("/var/log/slurm/jobcomp.log") as fh:
+        lines = [ln for ln in fh if f"JobId={job_id} " in ln]
+    assert lines and "JobState=CANCELLED" in lines[-1]
+    assert hpk.hpkctl("status", name, "--site", "ci").rc != 0  # forgotten
+
+
+def test_mpi_style_pod_runs_ranks_on_two_nodes(hpk_multi: Hpk) -> None:
+    p = pod(unique("mpi"), [c("ranks", 'echo "rank=$SLURM_PROCID node=$SLURMD_NODENAME"')],
+            annotations={"slurm-job.hpk.io/flags": "--nodes=2 --ntasks=4"})
+    r = hpk_multi.run(p, site="ci-multi")
+    assert r.rc == 0, r.output
+    lines = sorted(ln for ln in r.stdout.splitlines() if ln.startswith("rank="))
+    assert [ln.split()[0] for ln in lines] == ["rank=0", "rank=1", "rank=2", "rank=3"]
+    assert len({ln.split()[1] for ln in lines}) == 2, lines
+    assert MULTI_CONF
+
+
+def test_own_network_namespace_mode(hpk: Hpk) -> None:
+    port = random.randint(20000, 40000)
+    server = c("server", f"echo pong | nc -l -p {port} 127.0.0.1")
+    client = c("client", f"for i in $(seq 100); do out=$(nc 127.0.0.1 {port} </dev/null 2>/dev/null) "
+                         f"&& [ -n \"$out\" ] && break; sleep 0.1; done; echo \"got $out\"; "
+                         "echo links=$(ip -o link | wc -l)")
+    r = hpk.run(pod(unique("netns"), [server, client]), site="ci-cni")
+    assert r.rc == 0, r.output
+    assert "[client] got pong" in r.stdout
+    assert "[client] links=1" in r.stdout  # only loopback: the pod has its own network namespace
