@@ -228,7 +228,7 @@ class Slurm:
             ) from e
         return argv, int(rc if rc is not None else -1), str(out), str(err)
 
-    def _failure(self, argv: Sequence[str], rc: int, stderr: str) -> SlurmError:
+    def _failure(self, argv: Sequence[str], *, rc: int, stderr: str) -> SlurmError:
         """The error for a failed command that no caller-specific rule explained."""
         name = Path(argv[0]).name
         text = _slurm_text(stderr) or f"exit status {rc}"
@@ -253,7 +253,7 @@ class Slurm:
         args.append(str(Path(script).absolute()))
         argv, rc, out, err = self._run("sbatch", args)
         if rc != 0:
-            raise self._submit_error(argv, rc, err)
+            raise self._submit_error(argv, rc=rc, stderr=err)
         lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
         job_id = lines[-1].split(";", 1)[0].strip() if lines else ""
         if not is_job_id(job_id):
@@ -268,10 +268,10 @@ class Slurm:
             log.warning("sbatch accepted job %s with messages: %s", job_id, _slurm_text(err))
         return job_id
 
-    def _submit_error(self, argv: Sequence[str], rc: int, stderr: str) -> SlurmError:
+    def _submit_error(self, argv: Sequence[str], *, rc: int, stderr: str) -> SlurmError:
         low = stderr.lower()
         if any(n in low for n in _UNREACHABLE):
-            return self._failure(argv, rc, stderr)
+            return self._failure(argv, rc=rc, stderr=stderr)
         text = _slurm_text(stderr) or f"exit status {rc}"
         for needle, cls, hint, reason in _SUBMIT_ERRORS:
             if needle in low:
@@ -311,7 +311,7 @@ class Slurm:
             if rc != 0:
                 if "invalid job id specified" in err.lower():
                     continue
-                raise self._failure(argv, rc, err)
+                raise self._failure(argv, rc=rc, stderr=err)
             wanted = set(chunk)
             found.update({j: info for j, info in parse_squeue(out).items() if j in wanted})
         return found
@@ -353,7 +353,7 @@ class Slurm:
         if rc != 0:
             if "invalid job id specified" in err.lower():
                 return None
-            raise self._failure(argv, rc, err)
+            raise self._failure(argv, rc=rc, stderr=err)
         return parse_scontrol(out, job_id)
 
     @property
@@ -398,7 +398,7 @@ class Slurm:
             log.info("Slurm accounting is disabled; using scontrol and the jobcomp file for final states")
             self._accounting = False
             return None
-        failure = self._failure(argv, rc, err)
+        failure = self._failure(argv, rc=rc, stderr=err)
         if mode == "yes":
             raise failure
         log.warning("sacct failed, trying the jobcomp file: %s", failure.message)
@@ -431,7 +431,7 @@ class Slurm:
         if any(s in err.lower() for s in _ALREADY_DONE):
             log.debug("scancel %s: job already gone: %s", job_id, _slurm_text(err))
             return
-        failure = self._failure(argv, rc, err)
+        failure = self._failure(argv, rc=rc, stderr=err)
         if "permission denied" in err.lower():
             failure.hint = "only the job's owner (or a Slurm operator) can cancel it: run hpkctl as the user that submitted it"
         raise failure

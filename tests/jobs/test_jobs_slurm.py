@@ -534,3 +534,28 @@ def test_local_env_untouched_by_faked_runs(fp, section) -> None:
     fp.register(cmd(fp, "squeue"), stdout="")
     Slurm(section(conf_file="/x")).query(["1"])
     assert dict(os.environ) == before
+
+
+def test_concurrent_commands_each_get_their_own_environment(section, tmp_path) -> None:
+    # Real processes from several threads: the environment swap must not leak between them.
+    import threading
+
+    bin_dir = _fake_bin(tmp_path, "squeue", 'echo "$SLURM_CONF" > "$ENV_DUMP"\n')
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            for k in range(5):
+                dump = tmp_path / f"conf-{i}-{k}.txt"
+                env = {"PATH": "/usr/bin:/bin", "ENV_DUMP": str(dump)}
+                Slurm(section(bin_dir=str(bin_dir), conf_file=f"/conf/{i}"), env=env).query(["1"])
+                assert dump.read_text().strip() == f"/conf/{i}"
+        except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
