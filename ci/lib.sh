@@ -1,6 +1,11 @@
 # shellcheck shell=bash
 # Helpers shared by the ci/ scripts (sourced, not executed).
 
+# ts MESSAGE: print MESSAGE with the seconds since the sourcing script started ($TS_LABEL first)
+T0=$(date +%s.%N)
+ts() { awk -v l="${TS_LABEL:+$TS_LABEL }" -v t0="$T0" -v t="$(date +%s.%N)" -v m="$*" \
+           'BEGIN { printf "[%s%6.2fs] %s\n", l, t - t0, m }'; }
+
 # alive PIDFILE: the process named by the pid file is running
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
