@@ -164,10 +164,11 @@ def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None
 class _LogTail:
     """Follows the containers' log files (and their replacements after a restart)."""
 
-    def __init__(self, pod_dir: Path, names: list[str], out: TextIO) -> None:
+    def __init__(self, pod_dir: Path, names: list[str], out: TextIO, *, prefixed: set[str] | None = None) -> None:
         self.files = {n: pod_dir / "logs" / f"{n}.log" for n in names}
         self.pos = dict.fromkeys(names, 0)
-        self.prefix = len(names) > 1
+        self.inode: dict[str, int] = {}
+        self.prefixed = set(names) if prefixed is None else prefixed
         self.out = out
         self.partial = dict.fromkeys(names, b"")
 
@@ -175,9 +176,9 @@ class _LogTail:
         for name, path in self.files.items():
             try:
                 with open(path, "rb") as fh:
-                    size = os.fstat(fh.fileno()).st_size
-                    if size < self.pos[name]:  # rotated to .previous.log by a restart
-                        self.pos[name] = 0
+                    st = os.fstat(fh.fileno())
+                    if self.inode.get(name) != st.st_ino:  # new file: first time, or rotated by a restart
+                        self.inode[name], self.pos[name] = st.st_ino, 0
                     fh.seek(self.pos[name])
                     data = fh.read()
                     self.pos[name] += len(data)
@@ -188,7 +189,7 @@ class _LogTail:
             self.partial[name] = b"" if final else lines.pop()
             for line in lines if not final else [x for x in lines if x]:
                 text = line.decode("utf-8", "replace")
-                self.out.write(f"[{name}] {text}\n" if self.prefix else f"{text}\n")
+                self.out.write(f"[{name}] {text}\n" if name in self.prefixed else f"{text}\n")
             self.out.flush()
 
 
@@ -201,8 +202,12 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> PodStatus:
     """Stream logs and progress until the pod finishes; return its final status."""
     pod = rec.pod()
-    names = [n for n, init in containers_of(pod)]
-    tail = _LogTail(Path(rec.pod_dir), names, log_out)
+    containers = containers_of(pod)
+    names = [n for n, _ in containers]
+    mains = [n for n, init in containers if not init]
+    # One main container: its output unprefixed (like kubectl logs); otherwise "[name] line".
+    prefixed = {n for n, init in containers if init or len(mains) > 1}
+    tail = _LogTail(Path(rec.pod_dir), names, log_out, prefixed=prefixed)
     last_line = ""
     next_slurm = 0.0
     attempt = 0
@@ -329,7 +334,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             sys.stdout.buffer.write(path.read_bytes())
         return 0
     status = Path(rec.pod_dir) / "status"
-    tail = _LogTail(Path(rec.pod_dir), [container], sys.stdout)
+    tail = _LogTail(Path(rec.pod_dir), [container], sys.stdout, prefixed=set())
     slurm = Slurm(profile.slurm)
     next_slurm = 0.0
     while True:

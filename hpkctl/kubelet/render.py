@@ -22,7 +22,7 @@ from hpkctl.resources import data_dir
 
 ALWAYS_PULL_WINDOW = 300  # seconds a cached "Always" image is trusted before it is pulled again
 NO_MOUNT = "home,cwd,tmp"
-MPI_WRAPPER = ('for v in ${!SLURM_@} ${!PMI_@} ${!PMIX_@} ${!OMPI_@} ${!I_MPI_@}; do '
+MPI_WRAPPER = ('for v in ${!SLURM_@} ${!SLURMD_@} ${!PMI_@} ${!PMIX_@} ${!OMPI_@} ${!I_MPI_@}; do '
                'export "APPTAINERENV_$v=${!v}"; done; exec "$@"')
 
 
@@ -74,7 +74,9 @@ def container_command(plan: PodPlan, c: ContainerPlan) -> Shell:
         # srun sets each rank's SLURM_*/PMI* variables per task, after this line is written; a tiny
         # fixed wrapper hands them to the container as APPTAINERENV_* (honoured under --cleanenv).
         words += ["srun", *(quote(f) for f in plan.mpi_flags), "/bin/bash", "-c", quote(MPI_WRAPPER), "hpk-mpi"]
-    words += ['"$HPK_APPTAINER"', c.verb, "--cleanenv", "--no-mount", NO_MOUNT]
+    # --no-eval: without it Apptainer runs injected env values (and run's args) through a shell in
+    # the container once more, so `$(...)`, backticks and `$VAR` in a manifest would be executed.
+    words += ['"$HPK_APPTAINER"', c.verb, "--cleanenv", "--no-eval", "--no-mount", NO_MOUNT]
     words += [quote(f) for f in c.flags]
     words += ["--env-file", quote(_env_path(plan, c))]
     binds = [

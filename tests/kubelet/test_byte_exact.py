@@ -124,7 +124,8 @@ def test_annotation_flag_values_are_data(tmp_path_factory, comment, mpi_value) -
                                                               "command": ["true"]}]}, annotations=annotations)
     recs, root = _run(tmp, bindir, app, pod)
     script = (root / "job" / "job.sh").read_text()
-    directives = [parse_sbatch_directive(line) for line in script.splitlines() if line.startswith("#SBATCH ")]
+    # bash and sbatch split lines on "\n" only (not on U+0085 and friends, as str.splitlines does)
+    directives = [parse_sbatch_directive(line) for line in script.split("\n") if line.startswith("#SBATCH ")]
     assert [f"--comment={comment}"] in directives
     assert json.loads(recs[0]["srun"])[:2] == ["--label", f"--export-env={mpi_value}"]
     assert not list(tmp.rglob("CANARY"))

@@ -122,12 +122,12 @@ hpk_run() {
 
 # main container trainer, image nvcr.io/nvidia/pytorch:24.01-py3
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --nv --hostname train --env-file /hpk-state/pods/55555555-2222-3333-4444-555555555555/env/trainer.env --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/tmp/trainer:/tmp --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/nvcr.io_nvidia_pytorch_24.01-py3-640976d80276.sif python train.py
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --nv --hostname train --env-file /hpk-state/pods/55555555-2222-3333-4444-555555555555/env/trainer.env --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/tmp/trainer:/tmp --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/nvcr.io_nvidia_pytorch_24.01-py3-640976d80276.sif python train.py
 }
 
 # main container monitor, image docker.io/library/busybox:1.36
 hpk_main_1() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --hostname train --env-file /hpk-state/pods/55555555-2222-3333-4444-555555555555/env/monitor.env --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/tmp/monitor:/tmp --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif sh -c 'while true; do date; sleep 60; done'
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --hostname train --env-file /hpk-state/pods/55555555-2222-3333-4444-555555555555/env/monitor.env --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/tmp/monitor:/tmp --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif sh -c 'while true; do date; sleep 60; done'
 }
 
 # hpk_terminate: the job is being cancelled or timed out; stop the containers, record it.
@@ -203,7 +203,9 @@ hpk_host_part() {
   hpk_put job.id "${SLURM_JOB_ID:-none}"
   hpk_image /hpk-images/docker.io_library_hpk-parent_latest-dd12ff71dfdf.sif docker://docker.io/library/hpk-parent:latest IfNotPresent
   HPK_HOST_IP=$(hostname -I 2>/dev/null | cut -d' ' -f1)
-  export HPK_HOST_IP
+  # The parent container has its own PATH: hand it the absolute path of the binary we use here.
+  HPK_PARENT_APPTAINER=$(command -v -- "$HPK_APPTAINER" || printf '%s' "$HPK_APPTAINER")
+  export HPK_HOST_IP HPK_PARENT_APPTAINER
   # The parent container owns the pod's network namespace; the containers run nested inside it.
   "$HPK_APPTAINER" exec --net --network none --fakeroot --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555 --bind /hpk-images /hpk-images/docker.io_library_hpk-parent_latest-dd12ff71dfdf.sif /bin/bash "$HPK_POD_DIR/job/job.sh" pod-part &
   local parent=$!
@@ -215,6 +217,7 @@ hpk_host_part() {
 }
 
 if [ "${1:-}" = pod-part ]; then
+  HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
   hpk_pod_part
 else
   hpk_host_part

@@ -121,17 +121,17 @@ hpk_run() {
 
 # init container fetch, image docker.io/library/busybox:1.36
 hpk_init_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --hostname init-demo --env-file /hpk-state/pods/22222222-2222-3333-4444-555555555555/env/fetch.env --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/tmp/fetch:/tmp --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/volumes/work:/work /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif sh -c 'echo data > /work/in.txt'
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --hostname init-demo --env-file /hpk-state/pods/22222222-2222-3333-4444-555555555555/env/fetch.env --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/tmp/fetch:/tmp --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/volumes/work:/work /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif sh -c 'echo data > /work/in.txt'
 }
 
 # init container check, image docker.io/library/busybox:1.36
 hpk_init_1() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --hostname init-demo --env-file /hpk-state/pods/22222222-2222-3333-4444-555555555555/env/check.env --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/tmp/check:/tmp --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/volumes/work:/work /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif test -s /work/in.txt
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --hostname init-demo --env-file /hpk-state/pods/22222222-2222-3333-4444-555555555555/env/check.env --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/tmp/check:/tmp --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/volumes/work:/work /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif test -s /work/in.txt
 }
 
 # main container main, image docker.io/library/busybox:1.36
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --hostname init-demo --env-file /hpk-state/pods/22222222-2222-3333-4444-555555555555/env/main.env --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/tmp/main:/tmp --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/volumes/work:/work --pwd /work /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif cat /work/in.txt
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --hostname init-demo --env-file /hpk-state/pods/22222222-2222-3333-4444-555555555555/env/main.env --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/tmp/main:/tmp --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555/volumes/work:/work --pwd /work /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif cat /work/in.txt
 }
 
 # hpk_terminate: the job is being cancelled or timed out; stop the containers, record it.
@@ -209,7 +209,9 @@ hpk_host_part() {
   hpk_mkdir /hpk-state/pods/22222222-2222-3333-4444-555555555555/volumes/work work
   hpk_image /hpk-images/docker.io_library_hpk-parent_latest-dd12ff71dfdf.sif docker://docker.io/library/hpk-parent:latest IfNotPresent
   HPK_HOST_IP=$(hostname -I 2>/dev/null | cut -d' ' -f1)
-  export HPK_HOST_IP
+  # The parent container has its own PATH: hand it the absolute path of the binary we use here.
+  HPK_PARENT_APPTAINER=$(command -v -- "$HPK_APPTAINER" || printf '%s' "$HPK_APPTAINER")
+  export HPK_HOST_IP HPK_PARENT_APPTAINER
   # The parent container owns the pod's network namespace; the containers run nested inside it.
   "$HPK_APPTAINER" exec --net --network none --fakeroot --bind /hpk-state/pods/22222222-2222-3333-4444-555555555555 --bind /hpk-images /hpk-images/docker.io_library_hpk-parent_latest-dd12ff71dfdf.sif /bin/bash "$HPK_POD_DIR/job/job.sh" pod-part &
   local parent=$!
@@ -221,6 +223,7 @@ hpk_host_part() {
 }
 
 if [ "${1:-}" = pod-part ]; then
+  HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
   hpk_pod_part
 else
   hpk_host_part

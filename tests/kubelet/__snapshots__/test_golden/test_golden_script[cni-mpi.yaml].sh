@@ -122,7 +122,7 @@ hpk_run() {
 
 # main container ranks, image docker.io/library/debian:bookworm
 hpk_main_0() {
-  srun --mpi=pmix --label /bin/bash -c 'for v in ${!SLURM_@} ${!PMI_@} ${!PMIX_@} ${!OMPI_@} ${!I_MPI_@}; do export "APPTAINERENV_$v=${!v}"; done; exec "$@"' hpk-mpi "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --hostname mpi-hello --env-file /hpk-state/pods/66666666-2222-3333-4444-555555555555/env/ranks.env --bind /hpk-state/pods/66666666-2222-3333-4444-555555555555/tmp/ranks:/tmp --bind /hpk-state/pods/66666666-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/66666666-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif sh -c 'echo "rank $SLURM_PROCID on $(hostname)"'
+  srun --mpi=pmix --label /bin/bash -c 'for v in ${!SLURM_@} ${!SLURMD_@} ${!PMI_@} ${!PMIX_@} ${!OMPI_@} ${!I_MPI_@}; do export "APPTAINERENV_$v=${!v}"; done; exec "$@"' hpk-mpi "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --hostname mpi-hello --env-file /hpk-state/pods/66666666-2222-3333-4444-555555555555/env/ranks.env --bind /hpk-state/pods/66666666-2222-3333-4444-555555555555/tmp/ranks:/tmp --bind /hpk-state/pods/66666666-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/66666666-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif sh -c 'echo "rank $SLURM_PROCID on $(hostname)"'
 }
 
 # hpk_terminate: the job is being cancelled or timed out; stop the containers, record it.
@@ -197,6 +197,7 @@ hpk_host_part() {
 }
 
 if [ "${1:-}" = pod-part ]; then
+  HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
   hpk_pod_part
 else
   hpk_host_part

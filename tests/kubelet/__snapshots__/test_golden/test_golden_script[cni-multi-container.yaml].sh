@@ -121,12 +121,12 @@ hpk_run() {
 
 # main container server, image docker.io/library/nginx:1.25
 hpk_main_0() {
-  "$HPK_APPTAINER" run --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --hostname web --env-file /hpk-state/pods/11111111-2222-3333-4444-555555555555/env/server.env --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/tmp/server:/tmp --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif
+  "$HPK_APPTAINER" run --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --hostname web --env-file /hpk-state/pods/11111111-2222-3333-4444-555555555555/env/server.env --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/tmp/server:/tmp --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif
 }
 
 # main container sidecar, image ghcr.io/example/sidecar@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 hpk_main_1() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --hostname web --env-file /hpk-state/pods/11111111-2222-3333-4444-555555555555/env/sidecar.env --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/tmp/sidecar:/tmp --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/ghcr.io_example_sidecar_sha256_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef-4119baf25aec.sif /bin/sidecar --upstream=http://localhost:8080 --name=web '$(literal)'
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --hostname web --env-file /hpk-state/pods/11111111-2222-3333-4444-555555555555/env/sidecar.env --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/tmp/sidecar:/tmp --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/ghcr.io_example_sidecar_sha256_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef-4119baf25aec.sif /bin/sidecar --upstream=http://localhost:8080 --name=web '$(literal)'
 }
 
 # hpk_terminate: the job is being cancelled or timed out; stop the containers, record it.
@@ -202,7 +202,9 @@ hpk_host_part() {
   hpk_put job.id "${SLURM_JOB_ID:-none}"
   hpk_image /hpk-images/docker.io_library_hpk-parent_latest-dd12ff71dfdf.sif docker://docker.io/library/hpk-parent:latest IfNotPresent
   HPK_HOST_IP=$(hostname -I 2>/dev/null | cut -d' ' -f1)
-  export HPK_HOST_IP
+  # The parent container has its own PATH: hand it the absolute path of the binary we use here.
+  HPK_PARENT_APPTAINER=$(command -v -- "$HPK_APPTAINER" || printf '%s' "$HPK_APPTAINER")
+  export HPK_HOST_IP HPK_PARENT_APPTAINER
   # The parent container owns the pod's network namespace; the containers run nested inside it.
   "$HPK_APPTAINER" exec --net --network none --fakeroot --bind /hpk-state/pods/11111111-2222-3333-4444-555555555555 --bind /hpk-images /hpk-images/docker.io_library_hpk-parent_latest-dd12ff71dfdf.sif /bin/bash "$HPK_POD_DIR/job/job.sh" pod-part &
   local parent=$!
@@ -214,6 +216,7 @@ hpk_host_part() {
 }
 
 if [ "${1:-}" = pod-part ]; then
+  HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
   hpk_pod_part
 else
   hpk_host_part

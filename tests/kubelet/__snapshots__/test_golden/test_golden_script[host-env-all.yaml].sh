@@ -121,7 +121,7 @@ hpk_run() {
 
 # main container app, image docker.io/library/busybox:1.36
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --env-file /hpk-state/pods/44444444-2222-3333-4444-555555555555/run/app.env --bind /hpk-state/pods/44444444-2222-3333-4444-555555555555/tmp/app:/tmp --bind /hpk-state/pods/44444444-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/44444444-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif env
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --env-file /hpk-state/pods/44444444-2222-3333-4444-555555555555/run/app.env --bind /hpk-state/pods/44444444-2222-3333-4444-555555555555/tmp/app:/tmp --bind /hpk-state/pods/44444444-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/44444444-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif env
 }
 
 # hpk_terminate: the job is being cancelled or timed out; stop the containers, record it.
@@ -197,6 +197,7 @@ hpk_host_part() {
 }
 
 if [ "${1:-}" = pod-part ]; then
+  HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
   hpk_pod_part
 else
   hpk_host_part

@@ -122,12 +122,12 @@ hpk_run() {
 
 # main container trainer, image nvcr.io/nvidia/pytorch:24.01-py3
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --nv --env-file /hpk-state/pods/55555555-2222-3333-4444-555555555555/env/trainer.env --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/tmp/trainer:/tmp --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/nvcr.io_nvidia_pytorch_24.01-py3-640976d80276.sif python train.py
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --nv --env-file /hpk-state/pods/55555555-2222-3333-4444-555555555555/env/trainer.env --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/tmp/trainer:/tmp --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/nvcr.io_nvidia_pytorch_24.01-py3-640976d80276.sif python train.py
 }
 
 # main container monitor, image docker.io/library/busybox:1.36
 hpk_main_1() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --env-file /hpk-state/pods/55555555-2222-3333-4444-555555555555/env/monitor.env --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/tmp/monitor:/tmp --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif sh -c 'while true; do date; sleep 60; done'
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --env-file /hpk-state/pods/55555555-2222-3333-4444-555555555555/env/monitor.env --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/tmp/monitor:/tmp --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/55555555-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif sh -c 'while true; do date; sleep 60; done'
 }
 
 # hpk_terminate: the job is being cancelled or timed out; stop the containers, record it.
@@ -202,6 +202,7 @@ hpk_host_part() {
 }
 
 if [ "${1:-}" = pod-part ]; then
+  HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
   hpk_pod_part
 else
   hpk_host_part

@@ -120,12 +120,12 @@ hpk_run() {
 
 # main container app, image docker.io/library/busybox:1.36
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --security uid:1000,gid:3000 --userns --env-file /hpk-state/pods/77777777-2222-3333-4444-555555555555/env/app.env --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/tmp/app:/tmp --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif sleep infinity
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --security uid:1000,gid:3000 --userns --env-file /hpk-state/pods/77777777-2222-3333-4444-555555555555/env/app.env --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/tmp/app:/tmp --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif sleep infinity
 }
 
 # main container rooty, image docker.io/library/busybox:1.36
 hpk_main_1() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --fakeroot --env-file /hpk-state/pods/77777777-2222-3333-4444-555555555555/env/rooty.env --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/tmp/rooty:/tmp --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif id
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --fakeroot --env-file /hpk-state/pods/77777777-2222-3333-4444-555555555555/env/rooty.env --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/tmp/rooty:/tmp --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/77777777-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif id
 }
 
 # hpk_terminate: the job is being cancelled or timed out; stop the containers, record it.
@@ -203,6 +203,7 @@ hpk_host_part() {
 }
 
 if [ "${1:-}" = pod-part ]; then
+  HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
   hpk_pod_part
 else
   hpk_host_part

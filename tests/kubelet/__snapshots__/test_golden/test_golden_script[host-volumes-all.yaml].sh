@@ -122,7 +122,7 @@ hpk_run() {
 
 # main container app, image docker.io/library/debian:bookworm
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-mount home,cwd,tmp --writable-tmpfs --env-file /hpk-state/pods/33333333-2222-3333-4444-555555555555/env/app.env --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/tmp/app:/tmp --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/scratch:/scratch --bind /dev/shm/hpk-33333333-2222-3333-4444-555555555555/shm:/dev/shm --bind /srv/data:/data:ro --bind /srv/data/sub/dir:/data-sub --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/scratch/nested/x:/expr --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/config:/etc/app:ro --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/secret:/etc/secret:ro --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/info:/etc/podinfo:ro --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/all-in-one:/projected:ro --bind /hpk-state/pvc/default/results:/claim --bind /run/x.sock:/var/run/x.sock /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif sleep 1
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp --writable-tmpfs --env-file /hpk-state/pods/33333333-2222-3333-4444-555555555555/env/app.env --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/tmp/app:/tmp --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/etc/hosts:/etc/hosts --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/etc/resolv.conf:/etc/resolv.conf --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/scratch:/scratch --bind /dev/shm/hpk-33333333-2222-3333-4444-555555555555/shm:/dev/shm --bind /srv/data:/data:ro --bind /srv/data/sub/dir:/data-sub --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/scratch/nested/x:/expr --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/config:/etc/app:ro --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/secret:/etc/secret:ro --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/info:/etc/podinfo:ro --bind /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/all-in-one:/projected:ro --bind /hpk-state/pvc/default/results:/claim --bind /run/x.sock:/var/run/x.sock /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif sleep 1
 }
 
 # hpk_terminate: the job is being cancelled or timed out; stop the containers, record it.
@@ -221,6 +221,7 @@ hpk_host_part() {
 }
 
 if [ "${1:-}" = pod-part ]; then
+  HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
   hpk_pod_part
 else
   hpk_host_part
