@@ -20,7 +20,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def conf_text(name, kind, env, cmd, entrypoint):
+def conf_text(name, kind, env, cmd, entrypoint, writable_dirs=()):
     def esc(v):
         return v.replace("\\", "\\\\").replace("\n", "\\n")
     lines = ["# stand-in image metadata (ci/standin/build-images); read by ci/standin/apptainer",
@@ -28,6 +28,7 @@ def conf_text(name, kind, env, cmd, entrypoint):
     lines += ["env=" + esc(e) for e in env]
     lines += ["entrypoint=" + esc(a) for a in entrypoint]
     lines += ["cmd=" + esc(a) for a in cmd]
+    lines += ["writable_dir=" + esc(d) for d in writable_dirs]
     return "\n".join(lines) + "\n"
 
 
@@ -103,10 +104,24 @@ def write(path, text, mode=0o644):
     os.chmod(path, mode)
 
 
+def world_writable_dirs(rootfs):
+    """Directories anyone may create files in (mode o+w), e.g. /tmp: the stand-in gives them an
+    overlay upper copy under --writable-tmpfs (see prepare_overlay in standin_apptainer.py)."""
+    out = []
+    for top, dirs, _files in os.walk(rootfs):
+        for d in dirs:
+            p = os.path.join(top, d)
+            st = os.lstat(p)
+            if not os.path.islink(p) and st.st_mode & 0o002:
+                out.append("/" + os.path.relpath(p, rootfs))
+    return sorted(out)
+
+
 def cmd_meta(a):
-    text = conf_text(a.name, a.kind, a.env, a.cmd, a.entrypoint)
-    write(os.path.join(a.dir, "image.conf"), text)
     rootfs = os.path.join(a.dir, "rootfs")
+    wdirs = world_writable_dirs(rootfs) if a.kind == "rootfs" and os.path.isdir(rootfs) else []
+    text = conf_text(a.name, a.kind, a.env, a.cmd, a.entrypoint, wdirs)
+    write(os.path.join(a.dir, "image.conf"), text)
     if os.path.isdir(rootfs):
         sd = os.path.join(rootfs, ".singularity.d")
         os.makedirs(os.path.join(sd, "env"), exist_ok=True)

@@ -444,7 +444,8 @@ def read_image_conf(path):
 
 
 class Image:
-    def __init__(self, *, kind, rootfs, conf, path, name):
+    def __init__(self, *, kind, rootfs, conf, path, name, sif=None):
+        self.sif = sif              # SIF the rootfs was unpacked from (store images)
         self.kind = kind            # "rootfs" or "host-rootfs"
         self.rootfs = rootfs        # directory (None for host-rootfs)
         self.conf = conf or {}
@@ -486,7 +487,9 @@ def _safe_name(name):
 def image_from_store(entry, conf, *, path, name):
     kind = conf.get("kind", ["rootfs"])[0]
     rootfs = None if kind == "host-rootfs" else os.path.join(entry, "rootfs")
-    return Image(kind=kind, rootfs=rootfs, conf=conf, path=path, name=name)
+    sif = os.path.join(entry, "image.sif")
+    return Image(kind=kind, rootfs=rootfs, conf=conf, path=path, name=name,
+                 sif=sif if os.path.isfile(sif) else None)
 
 
 def sif_key(path):
@@ -645,7 +648,10 @@ class View:
                 return src + cpath[len(dst.rstrip("/")):], True
         return os.path.join(self.root, cpath.lstrip("/")), False
 
-    def resolve(self, cpath):
+    def resolve(self, cpath, *, container=False):
+        """Host path of `cpath` (container=True: the container path with the image's symbolic
+        links resolved, what bwrap must be given since it resolves absolute links against its
+        own root); None on a symlink loop."""
         parts = [p for p in cpath.split("/") if p]
         done = "/"
         hops = 0
@@ -659,7 +665,9 @@ class View:
             nxt = done.rstrip("/") + "/" + p
             host, mounted = self._host(nxt)
             if mounted:
-                # below a bind: the host resolves the rest
+                # below a bind mount: the host resolves the rest
+                if container:
+                    return "/".join([nxt.rstrip("/")] + parts)
                 return os.path.join(host, *parts) if parts else host
             try:
                 target = os.readlink(host)
@@ -672,7 +680,7 @@ class View:
             parts = [q for q in target.split("/") if q] + parts
             if target.startswith("/"):
                 done = "/"
-        return self._host(done)[0]
+        return done if container else self._host(done)[0]
 
     def isdir(self, cpath):
         h = self.resolve(cpath)
@@ -871,7 +879,7 @@ def _check(ctypes, rc, what):
         raise OSError(e, "%s: %s" % (what, os.strerror(e)))
 
 
-def prepare_overlay(rootfs, *, uid, gid, dests):
+def prepare_overlay(rootfs, *, uid, gid, dests, writable_dirs=(), owned_by_root=False):
     """In the forked child, before exec'ing bwrap: enter a new user+mount namespace (identity
     mapped) and mount overlay(rootfs, tmpfs) so bwrap can create bind mount points and
     --writable-tmpfs has somewhere to write (bubblewrap 0.8 has no overlay option)."""
@@ -907,19 +915,35 @@ def prepare_overlay(rootfs, *, uid, gid, dests):
     # point an upper-layer copy (same mode; owned by the caller inside the container).
     upper = os.path.join(base, "upper")
     lower_view = View(rootfs, [])
-    for dst in dests:
-        host = lower_view.resolve(dst)
-        if host is None or os.path.lexists(host) or not host.startswith(rootfs.rstrip("/") + "/"):
-            continue
-        rel = host[len(rootfs.rstrip("/")) + 1:].split("/")
-        for k in range(1, len(rel)):
+    prefix = rootfs.rstrip("/") + "/"
+
+    def lift(rel, mode=None):
+        """Create upper/<rel...> level by level, modes copied from the image."""
+        for k in range(1, len(rel) + 1):
             lower_dir = os.path.join(rootfs, *rel[:k])
-            if not os.path.isdir(lower_dir) or os.path.islink(lower_dir):
-                break
             up = os.path.join(upper, *rel[:k])
+            if os.path.islink(lower_dir) or (os.path.lexists(lower_dir) and
+                                             not os.path.isdir(lower_dir)):
+                return
             if not os.path.isdir(up):
                 os.mkdir(up)
-                os.chmod(up, os.stat(lower_dir).st_mode & 0o7777)
+                if os.path.isdir(lower_dir):
+                    os.chmod(up, os.stat(lower_dir).st_mode & 0o7777)
+                elif mode is not None and k == len(rel):
+                    os.chmod(up, mode)
+
+    for dst in dests:
+        host = lower_view.resolve(dst)
+        if host is None or os.path.lexists(host) or not host.startswith(prefix):
+            continue
+        lift(host[len(prefix):].split("/")[:-1])
+    if owned_by_root:
+        # overlayfs cannot copy up directories whose owner is not mapped in our namespace:
+        # give the image's world-writable directories (e.g. /tmp) an upper copy up front
+        for d in writable_dirs:
+            rel = [c for c in d.split("/") if c]
+            if rel and os.path.isdir(os.path.join(rootfs, *rel)):
+                lift(rel)
     mount("overlay", base + "/root", "overlay", 0,
           "lowerdir=%s,upperdir=%s/upper,workdir=%s/work" % (rootfs.replace(",", "\\,"),
                                                             base, base))
@@ -999,6 +1023,12 @@ def action(command, values, positional):
     if image is None:
         image = resolve_image(image_arg, command=command)
     host_mode = image.kind == "host-rootfs"
+    if fakeroot and not host_mode and image.sif and os.stat(image.rootfs).st_uid != real_uid:
+        # Apptainer's root-mapped namespace shows the image's (root-owned) files as owned by
+        # the fake root, who may change them under --writable-tmpfs. Only the caller's own uid
+        # can be mapped here, so use a copy of the image owned by the caller (per-user cache).
+        key, offset = sif_key(image.sif)
+        image.rootfs = unpack_cached(image.sif, key, offset)
 
     binds = parse_binds(values.get("bind", []) + [
         os.environ[k] for k in ("APPTAINER_BIND", "APPTAINER_BINDPATH", "SINGULARITY_BIND",
@@ -1115,6 +1145,18 @@ def action(command, values, positional):
     mounts.extend(user_mounts)
 
     root = "/" if host_mode else image.rootfs
+    if not host_mode:
+        # bwrap resolves an absolute symlink in a destination against its own root, not the
+        # image's (debian's /etc/localtime -> /usr/share/zoneinfo/...): resolve them here
+        canon = []
+        for k, (opt, src, dst) in enumerate(mounts):
+            before = View(root, [(d, s) for _, s, d in mounts[:k] if s])
+            real = before.resolve(dst, container=True)
+            if real is None:
+                raise Fatal("container creation failed: %s: too many levels of symbolic links"
+                            % dst)
+            canon.append((opt, src, real))
+        mounts = canon
     if host_mode:
         # the host's / is bound read-only: bwrap cannot create missing mount points
         for k, (_, src, dst) in enumerate(mounts):
@@ -1198,14 +1240,15 @@ def action(command, values, positional):
     bw += ["--chdir", workdir, "--die-with-parent", "--info-fd", "@INFO@", "--"] + argv
     debug("bwrap command line: %r" % (bw,))
     return run_bwrap(bw, final_env, rootfs=None if host_mode else image.rootfs, files=files,
-                     real_ids=(real_uid, real_gid), dests=[dst for _, _, dst in mounts])
+                     real_ids=(real_uid, real_gid), dests=[dst for _, _, dst in mounts],
+                     writable_dirs=image.values("writable_dir") if writable else ())
 
 
 FORWARDED = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2, signal.SIGALRM, signal.SIGWINCH, signal.SIGCONT]
 
 
-def run_bwrap(bw, env, *, rootfs, files, real_ids, dests):
+def run_bwrap(bw, env, *, rootfs, files, real_ids, dests, writable_dirs=()):
     """Fork; the child prepares the overlay and execs bwrap; the parent forwards signals to the
     container process (like Apptainer's starter) and returns its exit status."""
     info_r, info_w = os.pipe()
@@ -1236,7 +1279,10 @@ def run_bwrap(bw, env, *, rootfs, files, real_ids, dests):
             set_pdeathsig()
             merged = None
             if rootfs:
-                merged = prepare_overlay(rootfs, uid=real_ids[0], gid=real_ids[1], dests=dests)
+                st = os.stat(rootfs)
+                merged = prepare_overlay(rootfs, uid=real_ids[0], gid=real_ids[1], dests=dests,
+                                         writable_dirs=writable_dirs,
+                                         owned_by_root=st.st_uid != real_ids[0])
             fds = {}
             for dst, text in files.items():
                 fd = os.memfd_create("standin" + dst.replace("/", "-"), 0)
