@@ -1,4 +1,6 @@
-"""apptainer stand-in (module; ci/standin/apptainer is the executable): the subset of Apptainer 1.3's CLI that hpkctl emits, on bubblewrap.
+"""apptainer stand-in: the subset of Apptainer 1.3's CLI that hpkctl emits, on bubblewrap.
+
+This is the module; ci/standin/apptainer is the executable.
 
 Test and demo use only (Apptainer cannot be installed on the CI machines). Semantics follow
 Apptainer 1.3 in its unprivileged (non-setuid) installation; every deviation is listed in
@@ -311,8 +313,8 @@ def evaluate_env_file(text, env):
         return "$", k + 1
 
     def read_word(k):
-        """Read one shell word from k; return (value, quoted_or_none, next index)."""
-        val, raw_quoted = "", False
+        """Read one shell word from k; return (value, next index)."""
+        val = ""
         while k < n:
             ch = text[k]
             if ch in " \t\n" or ch in meta:
@@ -322,10 +324,9 @@ def evaluate_env_file(text, env):
                 if end < 0:
                     raise EnvFileError("reached EOF without closing quote '")
                 val += text[k + 1:end]
-                k, raw_quoted = end + 1, True
+                k = end + 1
             elif ch == '"':
                 k += 1
-                raw_quoted = True
                 while True:
                     if k >= n:
                         raise EnvFileError('reached EOF without closing quote "')
@@ -456,11 +457,17 @@ class Image:
         return list(self.conf.get(key, []))
 
 
+def split_ref(ref):
+    """docker://[registry[:port]/][path/]NAME[:tag][@digest] -> (repository, tag)."""
+    repo = ref.split("@", 1)[0]
+    head, sep, last = repo.rpartition("/")
+    name, _, tag = last.partition(":")
+    return head + sep + name, tag or "latest"
+
+
 def ref_name(ref):
-    """docker://[registry/][namespace/]NAME[:tag][@digest] -> NAME (the store entry name)."""
-    ref = ref.split("@", 1)[0]
-    last = ref.rstrip("/").rsplit("/", 1)[-1]
-    return last.split(":", 1)[0]
+    """The store entry of a reference: the last path component without tag or digest."""
+    return split_ref(ref)[0].rsplit("/", 1)[-1]
 
 
 def store_entry(ref, *, for_pull):
@@ -468,11 +475,12 @@ def store_entry(ref, *, for_pull):
     entry = os.path.join(STORE, name)
     conf = read_image_conf(os.path.join(entry, "image.conf")) if _safe_name(name) else None
     if conf is None:
-        tag = ref.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2] or "latest"
+        repo, tag = split_ref(ref)
+        if "/" not in repo:
+            repo = "docker.io/library/" + repo
         msg = ("failed to get checksum for docker://%s: reading manifest %s in %s: manifest "
                "unknown (stand-in: no image %r in store %s; run ci/standin/build-images)"
-               % (ref, tag, ref.split(":", 1)[0] if "/" in ref else "docker.io/library/" + name,
-                  name, STORE))
+               % (ref, tag, repo, name, STORE))
         if for_pull:
             raise Fatal("While making image from oci registry: error fetching image to cache: "
                         + msg)
@@ -581,7 +589,7 @@ def store_index():
     return keys
 
 
-def resolve_image(arg, *, command):
+def resolve_image(arg):
     if "://" in arg:
         transport, _, ref = arg.partition("://")
         if transport == "docker":
@@ -601,7 +609,7 @@ def resolve_image(arg, *, command):
     except OSError as e:
         raise Fatal("While checking container encryption: could not open image %s: failed to "
                     "retrieve path for %s: lstat %s: %s" % (path, path, path,
-                                                             os.strerror(e.errno).lower()))
+                                                             os.strerror(e.errno).lower())) from None
     name = os.path.basename(path)
     import stat as stmod
     if stmod.S_ISDIR(st.st_mode):
@@ -613,7 +621,7 @@ def resolve_image(arg, *, command):
         found = sif_key(path)
     except OSError as e:
         raise Fatal("While checking container encryption: could not open image %s: %s"
-                    % (path, os.strerror(e.errno)))
+                    % (path, os.strerror(e.errno))) from None
     if found is None:
         raise Fatal("While checking container encryption: could not open image %s: image "
                     "format not recognized" % path)
@@ -998,7 +1006,7 @@ def action(command, values, positional):
     no_eval = values.get("no-eval", False)
 
     # actionPreRun: docker:// URIs are resolved (pulled) before anything else
-    image = resolve_image(image_arg, command=command) if "://" in image_arg else None
+    image = resolve_image(image_arg) if "://" in image_arg else None
 
     real_uid, real_gid = os.getuid(), os.getgid()
     uid, gid = (0, 0) if fakeroot else (real_uid, real_gid)
@@ -1021,7 +1029,7 @@ def action(command, values, positional):
         gid = int(sec["gid"].split(":")[0])
 
     if image is None:
-        image = resolve_image(image_arg, command=command)
+        image = resolve_image(image_arg)
     host_mode = image.kind == "host-rootfs"
     if fakeroot and not host_mode and image.sif and os.stat(image.rootfs).st_uid != real_uid:
         # Apptainer's root-mapped namespace shows the image's (root-owned) files as owned by
@@ -1075,7 +1083,7 @@ def action(command, values, positional):
                 content = f.read().decode("utf-8", errors="surrogateescape")
         except OSError as e:
             raise Fatal('while setting environment: could not read "%s" environment file: open '
-                        '%s: %s' % (env_file, env_file, os.strerror(e.errno).lower()))
+                        '%s: %s' % (env_file, env_file, os.strerror(e.errno).lower())) from None
         scope = dict(os.environ)
         scope["APPTAINER_IMAGE"] = image.path
         try:
@@ -1083,7 +1091,7 @@ def action(command, values, positional):
                          if k not in READONLY_VARS}
         except EnvFileError as e:
             raise Fatal("while setting environment: while processing %s: while evaluating "
-                        "environment script: %s" % (env_file, e))
+                        "environment script: %s" % (env_file, e)) from None
 
     # container creation: network, then mounts
     if net and network != "none":
@@ -1159,7 +1167,7 @@ def action(command, values, positional):
         mounts = canon
     if host_mode:
         # the host's / is bound read-only: bwrap cannot create missing mount points
-        for k, (_, src, dst) in enumerate(mounts):
+        for k, (_, _src, dst) in enumerate(mounts):
             before = View(root, [(d, s) for _, s, d in mounts[:k] if s])
             target = before.resolve(dst)
             if target is None or not os.path.lexists(target):
@@ -1353,9 +1361,7 @@ def pull(values, positional):
     if len(positional) == 2:
         dest = positional[0]
     else:
-        tag = ref_name(ref)
-        t = ref.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2] or "latest"
-        dest = "%s_%s.sif" % (tag, t)
+        dest = "%s_%s.sif" % (ref_name(ref), split_ref(ref)[1])
     if os.path.exists(dest) and not values.get("force"):
         raise Fatal('Image file already exists: "%s" - will not overwrite' % dest)
     if transport != "docker":
@@ -1384,7 +1390,7 @@ def pull(values, positional):
         except OSError:
             pass
         raise Fatal("While making image from oci registry: while building SIF from layers: "
-                    "%s" % e)
+                    "%s" % e) from None
     return 0
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.standin.conftest import APPTAINER, STANDIN_DIR, STORE, Standin
+from tests.standin.conftest import APPTAINER, STORE, Standin
 
 pytestmark = pytest.mark.standin
 
@@ -395,7 +395,8 @@ echo "parent uid=$(id -u) links=$(ip -o link 2>/dev/null | wc -l || grep -c : /p
   sh -c 'echo hello-over-loopback | nc -l -p {port} 127.0.0.1' &
 server=$!
 for i in $(seq 50); do
-  out=$("$A" -s exec --cleanenv --no-eval docker://busybox sh -c 'nc 127.0.0.1 {port} </dev/null' 2>/dev/null) && [ -n "$out" ] && break
+  out=$("$A" -s exec --cleanenv --no-eval docker://busybox \\
+        sh -c 'nc 127.0.0.1 {port} </dev/null' 2>/dev/null) && [ -n "$out" ] && break
   sleep 0.1
 done
 echo "client got: $out"
