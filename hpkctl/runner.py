@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -68,7 +69,7 @@ def all_records(profile: SiteProfile) -> list[RunRecord]:
     for path in sorted(_runs_dir(profile).glob("*/*.json")):
         try:
             out.append(RunRecord(**json.loads(path.read_text())))
-        except (ValueError, TypeError):
+        except (OSError, ValueError, TypeError):  # deleted meanwhile, or half-written by an old version
             continue
     return out
 
@@ -137,10 +138,8 @@ def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None
     pod = with_api_defaults(pod)
     name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
     slurm = Slurm(profile.slurm)
-    try:
-        old = load_record(profile, name, namespace)
-    except HpkError:
-        old = None
+    path = _record_path(profile, namespace, name)
+    old = RunRecord(**json.loads(path.read_text())) if path.exists() else None
     if old is not None:
         st = pod_status(slurm, old)
         if not st.finished:
@@ -258,6 +257,10 @@ def _result_line(rec: RunRecord, st: PodStatus) -> str:
     return text
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     profile = load_site(args.site)
     out = sys.stderr
@@ -273,6 +276,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(rec.job_id)
         return 0
     slurm = Slurm(profile.slurm)
+    # SIGTERM (a closing terminal, a kill from a batch system) cancels the job like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         st = follow_run(slurm, rec, out=out, log_out=sys.stdout, quiet=args.quiet)
     except KeyboardInterrupt:
@@ -300,8 +305,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         job = jobs.get(rec.job_id)
         if job is None or job.state not in ("PENDING", "RUNNING", "CONFIGURING"):
             job = slurm.final(rec.job_id) or job
-        st = read_pod_status(Path(rec.pod_dir), containers_of(rec.pod()), job)
-        rows.append((rec, st))
+        try:
+            pod = rec.pod()
+        except OSError:  # deleted by a concurrent 'hpkctl delete'
+            if args.name:
+                raise HpkError(f"run {rec.name} is being deleted") from None
+            continue
+        rows.append((rec, read_pod_status(Path(rec.pod_dir), containers_of(pod), job)))
     if args.json:
         print(json.dumps([{"name": r.name, "namespace": r.namespace, "uid": r.uid, "jobId": r.job_id,
                            "podDir": r.pod_dir, "status": st.as_k8s()} for r, st in rows], indent=2))

@@ -10,6 +10,7 @@ rebuilt; the newest line is the one that belongs to our job).
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 from hpkctl.jobs.info import JobInfo
@@ -50,3 +51,42 @@ def find_in_jobcomp(path: Path | str, job_id: str, *, max_bytes: int = MAX_SCAN,
                     if info is not None:
                         return info
     return None
+
+
+def find_many_in_jobcomp(path: Path | str, job_ids: Collection[str], *, max_bytes: int = MAX_SCAN,
+                         block: int = BLOCK) -> dict[str, JobInfo]:
+    """The newest record of each of ``job_ids`` in one backward scan of the jobcomp file.
+
+    Stops as soon as every id is found, so a burst of recent jobs costs one short read.
+    """
+    wanted = {str(j) for j in job_ids}
+    found: dict[str, JobInfo] = {}
+    if not wanted:
+        return found
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError:
+        return found
+    with f:
+        pos = f.seek(0, os.SEEK_END)
+        scanned = 0
+        carry = b""
+        while pos > 0 and scanned < max_bytes and len(found) < len(wanted):
+            n = min(block, pos, max_bytes - scanned)
+            pos -= n
+            f.seek(pos)
+            lines = (f.read(n) + carry).split(b"\n")
+            scanned += n
+            if pos > 0:
+                carry, lines = lines[0], lines[1:]
+            else:
+                carry = b""
+            for raw in reversed(lines):
+                if not raw.startswith(b"JobId="):
+                    continue
+                job_id = raw[6:raw.find(b" ")].decode("ascii", "replace") if b" " in raw else ""
+                if job_id in wanted and job_id not in found:
+                    info = parse_jobcomp_line(raw.decode("utf-8", "replace"))
+                    if info is not None:
+                        found[job_id] = info
+    return found

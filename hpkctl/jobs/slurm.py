@@ -45,7 +45,7 @@ from hpkctl.jobs.errors import (
     TimeLimitTooLong,
 )
 from hpkctl.jobs.info import JobInfo, is_job_id
-from hpkctl.jobs.jobcomp import find_in_jobcomp
+from hpkctl.jobs.jobcomp import find_in_jobcomp, find_many_in_jobcomp
 from hpkctl.jobs.parse import SACCT_FORMAT, SQUEUE_FORMAT, parse_sacct, parse_scontrol, parse_squeue
 from hpkctl.jobs.states import TERMINAL_STATES
 from hpkctl.sites.schema import SlurmSection
@@ -347,6 +347,47 @@ class Slurm:
             return from_file
         return fallback
 
+    def finals(self, job_ids: Collection[str]) -> dict[str, JobInfo | None]:
+        """``final`` for many jobs with as few Slurm calls as possible (a burst of pods ending).
+
+        One backward scan of the jobcomp file (no Slurm call; slurmctld writes it when a job
+        ends), then one ``sacct --jobs=a,b,...`` for the rest when accounting works, then
+        ``scontrol show job`` per job only for what neither knew (typically none).
+        """
+        ids = list(dict.fromkeys(_check_id(j) for j in job_ids))
+        if len(ids) <= 2:
+            return {j: self.final(j) for j in ids}
+        out: dict[str, JobInfo | None] = {}
+        if self.config.jobcomp_file:
+            out.update(find_many_in_jobcomp(os.path.expanduser(self.config.jobcomp_file), ids))
+        rest = [j for j in ids if j not in out]
+        if rest and self.config.use_sacct != "no" and self._accounting is not False:
+            for chunk_start in range(0, len(rest), QUERY_CHUNK):
+                chunk = rest[chunk_start : chunk_start + QUERY_CHUNK]
+                found = self._sacct_many(chunk)
+                out.update({j: i for j, i in found.items() if i.state in TERMINAL_STATES})
+        for j in ids:  # neither the file nor sacct knew it: slurmctld may still hold it (MinJobAge)
+            if j not in out:
+                out[j] = self._from_scontrol(j)
+        return out
+
+    def _sacct_many(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        """One sacct call for several jobs; {} when accounting is off (remembered, as in ``final``)."""
+        first = self._from_sacct(job_ids[0])  # probes accounting, with final()'s error handling
+        if not self._accounting:
+            return {}
+        found = {job_ids[0]: first} if first is not None else {}
+        if len(job_ids) > 1:
+            args = ["--noheader", "--parsable2", "--allocations", f"--format={SACCT_FORMAT}",
+                    f"--jobs={','.join(job_ids[1:])}"]
+            argv, rc, out, err = self._run("sacct", args)
+            if rc == 0:
+                for j in job_ids[1:]:
+                    info = parse_sacct(out, j)
+                    if info is not None:
+                        found[j] = info
+        return found
+
     def _from_scontrol(self, job_id: str) -> JobInfo | None:
         args = ["--oneliner", "show", "job", job_id]
         argv, rc, out, err = self._run("scontrol", args)
@@ -465,11 +506,10 @@ class Slurm:
         for attempt in itertools.count():
             live = [j for j in ids if j not in done]
             current: dict[str, JobInfo | None] = dict(self.query(live)) if live else {}
-            for j in live:
-                seen = current.get(j)
-                if seen is not None and seen.state not in TERMINAL_STATES:
-                    continue
-                final = self.final(j) or seen
+            ended = [j for j in live if current.get(j) is None or current[j].state in TERMINAL_STATES]  # type: ignore[union-attr]
+            finals = self.finals(ended) if ended else {}
+            for j in ended:
+                final = finals.get(j) or current.get(j)
                 if final is None or final.state in TERMINAL_STATES:
                     done[j] = final
                 else:

@@ -20,6 +20,9 @@ import yaml
 from hpkctl.errors import ManifestError
 from hpkctl.kubelet.objects import StaticObjects
 
+# libyaml's C parser when present: several times faster for a burst of manifests.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 _TEMPLATE_KINDS = {
     "Job": ("spec", "template"),
     "Deployment": ("spec", "template"),
@@ -45,7 +48,7 @@ def load_manifest(path: str | Path) -> Manifest:
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror}", hint="check the path given to -f") from exc
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

@@ -207,3 +207,59 @@ def test_own_network_namespace_mode(hpk: Hpk) -> None:
     assert r.rc == 0, r.output
     assert "[client] got pong" in r.stdout
     assert "[client] links=1" in r.stdout  # only loopback: the pod has its own network namespace
+
+
+def test_interrupting_hpkctl_run_cancels_the_job(hpk: Hpk) -> None:
+    import signal
+
+    from tests.integration.conftest import STANDIN, VENV_BIN
+
+    name = unique("interrupt")
+    manifest = hpk.manifest(pod(name, [c("sleeper", "echo up; sleep 300")]))
+    env = {"PATH": f"{STANDIN}:{VENV_BIN}:/usr/bin:/bin", "HOME": str(hpk.home)}
+    proc = subprocess.Popen(["runuser", "-u", "hpk", "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+                             str(VENV_BIN / "python"), "-m", "hpkctl", "run", "-f", str(manifest), "--site", "ci"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "up\n"  # the container is running
+    child = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    python = subprocess.run(["pgrep", "-P", child[0]], capture_output=True, text=True).stdout.split() or child
+    subprocess.run(["kill", "-INT", python[0]], check=True)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "cancelling Slurm job" in err and "Cancelled" in err
+    job_id = err.split("cancelling Slurm job ")[1].split()[0]
+    q = subprocess.run(["squeue", "--noheader", "--jobs", job_id, "--format=%T"], capture_output=True, text=True)
+    assert q.stdout.strip() in ("", "CANCELLED", "COMPLETING")
+    assert signal.SIGINT
+
+
+def test_detached_run_status_and_logs_follow(hpk: Hpk) -> None:
+    name = unique("follow")
+    r = hpk.run(pod(name, [c("counter", "for i in 1 2 3; do echo line $i; sleep 0.3; done")]), extra=("--detach",))
+    assert r.rc == 0, r.output
+    logs = hpk.hpkctl("logs", name, "--site", "ci", "-f")
+    assert logs.rc == 0 and logs.stdout == "line 1\nline 2\nline 3\n", logs.output
+    table = hpk.hpkctl("status", "--site", "ci")
+    assert table.rc == 0 and name in table.stdout
+    st = hpk.status(name)
+    assert st["status"]["phase"] == "Succeeded" and st["jobId"] == r.stdout.strip()
+
+
+def test_pull_before_submit_with_a_user_profile(hpk: Hpk) -> None:
+    """A user profile (key-by-key over the built-in) for offline compute nodes: hpkctl pulls first."""
+    import pwd
+
+    cfg = hpk.home / ".config" / "hpk" / "sites"
+    cache = hpk.workdir / "cache"
+    script = (f"mkdir -p {cfg} && printf '%s\\n' 'extends = \"ci\"' '[apptainer]' 'pull = \"submit\"' "
+              f"'image_cache = \"{cache}\"' > {cfg}/ci-offline.toml")
+    subprocess.run(["runuser", "-u", "hpk", "--", "sh", "-c", script], check=True)
+    try:
+        r = hpk.run(pod(unique("offline"), [c("main", "echo pulled at submit")]), site="ci-offline")
+        assert r.rc == 0, r.output
+        assert "pulling docker://docker.io/library/busybox:1.36" in r.stderr
+        assert r.stdout == "pulled at submit\n"
+        assert list(cache.glob("*.sif")) and cache.stat().st_uid == pwd.getpwnam("hpk").pw_uid
+    finally:
+        (cfg / "ci-offline.toml").unlink(missing_ok=True)

@@ -240,3 +240,14 @@ def test_small_value_helpers() -> None:
     assert parse_nodes("None assigned") == "" and parse_nodes("(null)") == "" and parse_nodes("n[1-3]") == "n[1-3]"
     assert is_job_id("12") and is_job_id("12_3")
     assert not any(is_job_id(x) for x in ("", "12,13", "1234x", "-1", "12 "))
+
+
+@pytest.mark.parametrize("block", [37, 4096])
+def test_find_many_in_jobcomp_agrees_with_single_lookups(block: int) -> None:
+    from hpkctl.jobs.jobcomp import find_many_in_jobcomp
+
+    path = FIXTURES / "jobcomp.log"
+    ids = [ln.split()[0][6:] for ln in path.read_text().splitlines() if ln.startswith("JobId=")]
+    many = find_many_in_jobcomp(path, ids + ["4242"], block=block)
+    assert "4242" not in many
+    assert many == {j: find_in_jobcomp(path, j) for j in set(ids)}

@@ -559,3 +559,23 @@ def test_concurrent_commands_each_get_their_own_environment(section, tmp_path) -
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_finals_for_a_burst_reads_the_jobcomp_file_once_and_calls_no_slurm(fp, section) -> None:
+    import re as _re
+
+    ids = sorted({m for m in _re.findall(r"^JobId=(\d+) ", (FIXTURES / "jobcomp.log").read_text(), _re.M)})
+    slurm = Slurm(section(jobcomp_file=str(FIXTURES / "jobcomp.log"), use_sacct="no"))
+    got = slurm.finals(ids)
+    assert set(got) == set(ids) and all(i is not None and i.source == "jobcomp" for i in got.values())
+    assert len(fp.calls) == 0  # no Slurm command at all
+
+
+def test_finals_asks_sacct_once_for_the_rest(fp, section, fixture_text) -> None:
+    fp.register(cmd(fp, "sacct"), stdout=fixture_text("sacct_cancelled_by.txt"), occurrences=2)
+    fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1, occurrences=10)
+    slurm = Slurm(section())
+    got = slurm.finals(["7", "8", "9"])
+    assert got["7"] is not None and got["7"].state == "CANCELLED"
+    assert fp.call_count([fp.program("sacct"), fp.any()]) == 2  # a probe for the first, one call for the rest
+    assert got["8"] is None and fp.call_count([fp.program("scontrol"), fp.any()]) == 2  # unknown: scontrol only
