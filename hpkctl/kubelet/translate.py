@@ -7,6 +7,7 @@ This module decides; :mod:`hpkctl.kubelet.render` only writes. Problems with the
 from __future__ import annotations
 
 import posixpath
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,7 @@ from hpkctl.kubelet.flags import (
 from hpkctl.kubelet.images import ImageRef, parse_image
 from hpkctl.kubelet.objects import ObjectSource, StaticObjects
 from hpkctl.kubelet.resources import PodResources, pod_resources
-from hpkctl.kubelet.shell import Value, is_identifier, is_static, literal, static_text
+from hpkctl.kubelet.shell import Value, is_static, literal, static_text
 from hpkctl.kubelet.volumes import Bind, PvcResolver, VolumePlan, container_binds, default_pvc_resolver, plan_volumes
 from hpkctl.sites.schema import SiteProfile, seconds_to_slurm_time, slurm_time_to_seconds
 
@@ -233,14 +234,9 @@ def _plan_container(ctx: Ctx, c: Mapping[str, Any], *, index: int, init: bool, w
     workdir = expand(c["workingDir"], env) if c.get("workingDir") else ()
     env_static = [(k, static_text(v)) for k, v in env.items() if is_static(v)]
     env_runtime = [(k, v) for k, v in env.items() if not is_static(v)]
-    for k, _ in env_static + env_runtime:
-        if not is_identifier(k):  # pragma: no cover - rejected earlier
-            raise PodError("CreateContainerConfigError", f"{where}: bad variable name {k!r}")
     policy = restart
     if init and restart == "Always":
         policy = "OnFailure"  # Kubernetes retries failed init containers of Always pods
-    for i, b in enumerate(binds):
-        _ = i
     return ContainerPlan(name=name, init=init, index=index, image=image, sif=sif, pull_policy=pull, verb=verb,
                          argv=argv, env_static=env_static, env_runtime=env_runtime, binds=binds, subdirs=subdirs,
                          flags=flags, workdir=workdir, restart_policy=policy)
@@ -303,8 +299,6 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
     mpi_found = annotation(annotations, MPI_FLAGS_ANNOTATIONS)
     mpi_flags: list[str] = []
     if mpi_found:
-        import shlex
-
         try:
             mpi_flags = shlex.split(mpi_found[1])
         except ValueError as exc:
