@@ -29,6 +29,9 @@ STUB = textwrap.dedent('''\
     argv = sys.argv[1:]
     rec = os.environ["HPK_STUB_RECORD"]
     if argv[0] == "pull":
+        if os.environ.get("HPK_STUB_PULL_FAIL"):
+            print("FATAL:   stub: pull refused", file=sys.stderr)
+            sys.exit(255)
         open(argv[-2], "w").write("sif")
         sys.exit(0)
     verb = argv[0]
@@ -68,6 +71,14 @@ STUB = textwrap.dedent('''\
         fh.write(json.dumps({"verb": verb, "flags": flags, "image": image, "args": args, "env": env,
                              "files": files, "srun": os.environ.get("HPK_STUB_SRUN_ARGS")},
                             ensure_ascii=False) + "\\n")
+    import time
+    time.sleep(float(os.environ.get("HPK_STUB_SLEEP", "0")))
+    seq = os.environ.get("HPK_STUB_EXIT_FILE")
+    if seq and os.path.exists(seq):
+        codes = open(seq).read().split()
+        if codes:
+            open(seq, "w").write(" ".join(codes[1:]))
+            sys.exit(int(codes[0]))
     sys.exit(int(os.environ.get("HPK_STUB_EXIT", "0")))
 ''')
 
@@ -113,6 +124,17 @@ def stub_env(tmp_path: Path) -> dict[str, Any]:
     srun.chmod(0o755)
     profile = make_profile(tmp_path, apptainer={"binary": str(app)})
     return {"bin": bindir, "apptainer": app, "profile": profile, "tmp": tmp_path}
+
+
+def stub_environment(stub: dict[str, Any], record: Path, exit_code: int = 0, **extra: str) -> dict[str, str]:
+    return {
+        "PATH": f"{stub['bin']}:/usr/bin:/bin",
+        "HPK_STUB_RECORD": str(record),
+        "HPK_STUB_APPTAINER": str(stub["apptainer"]),
+        "HPK_STUB_EXIT": str(exit_code),
+        "HOME": str(stub["tmp"]),
+        **extra,
+    }
 
 
 def run_script(script_path: Path, *, stub: dict[str, Any], record: Path, exit_code: int = 0,

@@ -151,16 +151,17 @@ hpk_pod_part() {
   hpk_put pod.ip "$HPK_POD_IP"
   hpk_put host.ip "$HPK_HOST_IP"
 
-  mkdir -p "$HPK_POD_DIR/etc" "$HPK_POD_DIR/run" "$HPK_POD_DIR/tmp/app"
+  mkdir -p "$HPK_POD_DIR/etc" "$HPK_POD_DIR/run" "$HPK_POD_DIR/tmp/app" \
+    || hpk_fail PodSetupFailed "cannot create the pod's etc, run and tmp directories in $HPK_POD_DIR"
   {
     printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
     printf '%s\t%s\n' "$HPK_POD_IP" envs
-  } >"$HPK_POD_DIR/etc/hosts"
+  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
   printf '%s' 'nameserver 10.96.0.10
 search default.svc.cluster.local svc.cluster.local cluster.local
 options ndots:5
-' >"$HPK_POD_DIR/etc/resolv.conf"
-  cp -- "$HPK_POD_DIR/env/app.env" "$HPK_POD_DIR/run/app.env"
+' >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
+  cp -- "$HPK_POD_DIR/env/app.env" "$HPK_POD_DIR/run/app.env" || hpk_fail PodSetupFailed "cannot prepare the environment of app"
   hpk_env_add "$HPK_POD_DIR/run/app.env" MY_POD_IP "${HPK_POD_IP}"
   hpk_env_add "$HPK_POD_DIR/run/app.env" MY_HOST_IP "${HPK_HOST_IP}"
   hpk_env_add "$HPK_POD_DIR/run/app.env" ENDPOINT http://"${HPK_POD_IP}":9000

@@ -161,15 +161,16 @@ hpk_pod_part() {
   hpk_put pod.ip "$HPK_POD_IP"
   hpk_put host.ip "$HPK_HOST_IP"
 
-  mkdir -p "$HPK_POD_DIR/etc" "$HPK_POD_DIR/run" "$HPK_POD_DIR/tmp/fetch" "$HPK_POD_DIR/tmp/check" "$HPK_POD_DIR/tmp/main"
+  mkdir -p "$HPK_POD_DIR/etc" "$HPK_POD_DIR/run" "$HPK_POD_DIR/tmp/fetch" "$HPK_POD_DIR/tmp/check" "$HPK_POD_DIR/tmp/main" \
+    || hpk_fail PodSetupFailed "cannot create the pod's etc, run and tmp directories in $HPK_POD_DIR"
   {
     printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
     printf '%s\t%s\n' "$HPK_POD_IP" init-demo
-  } >"$HPK_POD_DIR/etc/hosts"
+  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
   printf '%s' 'nameserver 10.96.0.10
 search default.svc.cluster.local svc.cluster.local cluster.local
 options ndots:5
-' >"$HPK_POD_DIR/etc/resolv.conf"
+' >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
 
   hpk_image /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif docker://docker.io/library/busybox:1.36 IfNotPresent
 

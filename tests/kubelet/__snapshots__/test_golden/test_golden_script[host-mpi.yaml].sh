@@ -152,12 +152,13 @@ hpk_pod_part() {
   hpk_put pod.ip "$HPK_POD_IP"
   hpk_put host.ip "$HPK_HOST_IP"
 
-  mkdir -p "$HPK_POD_DIR/etc" "$HPK_POD_DIR/run" "$HPK_POD_DIR/tmp/ranks"
+  mkdir -p "$HPK_POD_DIR/etc" "$HPK_POD_DIR/run" "$HPK_POD_DIR/tmp/ranks" \
+    || hpk_fail PodSetupFailed "cannot create the pod's etc, run and tmp directories in $HPK_POD_DIR"
   {
     printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
     printf '%s\t%s\n' "$HPK_POD_IP" mpi-hello
-  } >"$HPK_POD_DIR/etc/hosts"
-  cat /etc/resolv.conf >"$HPK_POD_DIR/etc/resolv.conf"
+  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
+  cat /etc/resolv.conf >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
 
   hpk_image /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif docker://docker.io/library/debian:bookworm IfNotPresent
 

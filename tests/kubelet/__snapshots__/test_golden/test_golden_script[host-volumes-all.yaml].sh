@@ -171,12 +171,13 @@ hpk_pod_part() {
   hpk_put pod.ip "$HPK_POD_IP"
   hpk_put host.ip "$HPK_HOST_IP"
 
-  mkdir -p "$HPK_POD_DIR/etc" "$HPK_POD_DIR/run" "$HPK_POD_DIR/tmp/app"
+  mkdir -p "$HPK_POD_DIR/etc" "$HPK_POD_DIR/run" "$HPK_POD_DIR/tmp/app" \
+    || hpk_fail PodSetupFailed "cannot create the pod's etc, run and tmp directories in $HPK_POD_DIR"
   {
     printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
     printf '%s\t%s\n' "$HPK_POD_IP" volumes
-  } >"$HPK_POD_DIR/etc/hosts"
-  cat /etc/resolv.conf >"$HPK_POD_DIR/etc/resolv.conf"
+  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
+  cat /etc/resolv.conf >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
   hpk_mkdir /srv/data/sub/dir subPath
   hpk_mkdir /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/scratch/nested/x subPath
 
