@@ -10,7 +10,7 @@ rebuilt; the newest line is the one that belongs to our job).
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from hpkctl.jobs.info import JobInfo
@@ -20,17 +20,15 @@ BLOCK = 64 * 1024
 MAX_SCAN = 64 * 1024 * 1024  # ~130,000 jobs of ~500 bytes each: far older than any job we watch
 
 
-def find_in_jobcomp(path: Path | str, job_id: str, *, max_bytes: int = MAX_SCAN, block: int = BLOCK) -> JobInfo | None:
-    """The newest record of ``job_id`` in the jobcomp file at ``path``, or ``None``.
+def _lines_backwards(path: Path | str, *, max_bytes: int, block: int) -> Iterator[bytes]:
+    """Complete lines of ``path`` from the last to the first, reading at most ``max_bytes``.
 
-    Reads at most ``max_bytes`` from the end. A missing or unreadable file gives ``None`` (the
-    file only appears after the first job completes); a half-written last line is skipped.
+    A missing or unreadable file yields nothing (the file only appears after the first job ends).
     """
-    prefix = f"JobId={job_id} ".encode()
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below; a with-block would hide the OSError path
     except OSError:
-        return None
+        return
     with f:
         pos = f.seek(0, os.SEEK_END)
         scanned = 0
@@ -45,12 +43,15 @@ def find_in_jobcomp(path: Path | str, job_id: str, *, max_bytes: int = MAX_SCAN,
                 carry, lines = lines[0], lines[1:]
             else:
                 carry = b""
-            for raw in reversed(lines):
-                if raw.startswith(prefix):
-                    info = parse_jobcomp_line(raw.decode("utf-8", "replace"))
-                    if info is not None:
-                        return info
-    return None
+            yield from reversed(lines)
+
+
+def find_in_jobcomp(path: Path | str, job_id: str, *, max_bytes: int = MAX_SCAN, block: int = BLOCK) -> JobInfo | None:
+    """The newest record of ``job_id`` in the jobcomp file at ``path``, or ``None``.
+
+    Reads at most ``max_bytes`` from the end; a half-written last line is skipped.
+    """
+    return find_many_in_jobcomp(path, [job_id], max_bytes=max_bytes, block=block).get(job_id)
 
 
 def find_many_in_jobcomp(path: Path | str, job_ids: Collection[str], *, max_bytes: int = MAX_SCAN,
@@ -61,32 +62,14 @@ def find_many_in_jobcomp(path: Path | str, job_ids: Collection[str], *, max_byte
     """
     wanted = {str(j) for j in job_ids}
     found: dict[str, JobInfo] = {}
-    if not wanted:
-        return found
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError:
-        return found
-    with f:
-        pos = f.seek(0, os.SEEK_END)
-        scanned = 0
-        carry = b""
-        while pos > 0 and scanned < max_bytes and len(found) < len(wanted):
-            n = min(block, pos, max_bytes - scanned)
-            pos -= n
-            f.seek(pos)
-            lines = (f.read(n) + carry).split(b"\n")
-            scanned += n
-            if pos > 0:
-                carry, lines = lines[0], lines[1:]
-            else:
-                carry = b""
-            for raw in reversed(lines):
-                if not raw.startswith(b"JobId="):
-                    continue
-                job_id = raw[6:raw.find(b" ")].decode("ascii", "replace") if b" " in raw else ""
-                if job_id in wanted and job_id not in found:
-                    info = parse_jobcomp_line(raw.decode("utf-8", "replace"))
-                    if info is not None:
-                        found[job_id] = info
+    for raw in _lines_backwards(path, max_bytes=max_bytes, block=block) if wanted else ():
+        if not raw.startswith(b"JobId=") or b" " not in raw:
+            continue
+        job_id = raw[6 : raw.find(b" ")].decode("ascii", "replace")
+        if job_id in wanted and job_id not in found:
+            info = parse_jobcomp_line(raw.decode("utf-8", "replace"))
+            if info is not None:
+                found[job_id] = info
+                if len(found) == len(wanted):
+                    break
     return found

@@ -111,19 +111,21 @@ def load_pod(name: str) -> tuple[dict[str, Any], Any]:
     return with_api_defaults(select_pod(m)), m
 
 
-@pytest.fixture
-def stub_env(tmp_path: Path) -> dict[str, Any]:
+def make_stub(tmp_path: Path) -> dict[str, Any]:
     """A bin dir with the recording ``apptainer`` and ``srun`` stubs, and a profile that uses them."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
+    for name, text in (("apptainer", STUB), ("srun", SRUN_STUB)):
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
     app = bindir / "apptainer"
-    app.write_text(STUB)
-    app.chmod(0o755)
-    srun = bindir / "srun"
-    srun.write_text(SRUN_STUB)
-    srun.chmod(0o755)
     profile = make_profile(tmp_path, apptainer={"binary": str(app)})
     return {"bin": bindir, "apptainer": app, "profile": profile, "tmp": tmp_path}
+
+
+@pytest.fixture
+def stub_env(tmp_path: Path) -> dict[str, Any]:
+    return make_stub(tmp_path)
 
 
 def stub_environment(stub: dict[str, Any], record: Path, exit_code: int = 0, **extra: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from hpkctl.kubelet import render_pod, write_pod_dir
 from hpkctl.kubelet.objects import StaticObjects
-from tests.kubelet.conftest import make_profile, pod_doc, records, run_script
+from tests.kubelet.conftest import make_stub, pod_doc, records, run_script
 
 # Text a manifest can hold: YAML/JSON strings are unicode without NUL; surrogates cannot be encoded.
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
@@ -29,37 +29,25 @@ ARB = st.lists(st.one_of(TEXT, NASTY), max_size=4).map("".join)
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def _run(tmp: Path, stub_bin: Path, app: Path, pod: dict[str, Any], objects: StaticObjects | None = None,
-         **profile: Any) -> tuple[list[dict[str, Any]], Path]:
-    prof = make_profile(tmp, apptainer={"binary": str(app)}, **profile)
-    rendered = render_pod(pod, prof, objects=objects)
+def _run(stub: dict[str, Any], pod: dict[str, Any], objects: StaticObjects | None = None
+         ) -> tuple[list[dict[str, Any]], Path]:
+    rendered = render_pod(pod, stub["profile"], objects=objects)
     root = write_pod_dir(rendered)
-    record = tmp / "record.jsonl"
-    record.unlink(missing_ok=True)
-    r = run_script(root / "job" / "job.sh", stub={"bin": stub_bin, "apptainer": app, "tmp": tmp}, record=record)
+    record = stub["tmp"] / "record.jsonl"
+    r = run_script(root / "job" / "job.sh", stub=stub, record=record)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
     return records(record), root
 
 
-def _fresh(tmp_path_factory) -> tuple[Path, Path, Path]:  # type: ignore[no-untyped-def]
-    from tests.kubelet.conftest import SRUN_STUB, STUB
-
-    tmp = tmp_path_factory.mktemp("byte")
-    bindir = tmp / "bin"
-    bindir.mkdir()
-    app = bindir / "apptainer"
-    app.write_text(STUB)
-    app.chmod(0o755)
-    srun = bindir / "srun"
-    srun.write_text(SRUN_STUB)
-    srun.chmod(0o755)
-    return tmp, bindir, app
+def _fresh(tmp_path_factory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    return make_stub(tmp_path_factory.mktemp("byte"))
 
 
 @SETTINGS
 @given(command=st.lists(ARB, min_size=1, max_size=4), args=st.lists(ARB, max_size=4))
 def test_command_and_args_reach_the_container_exactly(tmp_path_factory, command, args) -> None:  # type: ignore[no-untyped-def]
-    tmp, bindir, app = _fresh(tmp_path_factory)
+    stub = _fresh(tmp_path_factory)
+    tmp = stub["tmp"]
     pod = pod_doc({"restartPolicy": "Never",
                    "containers": [{"name": "c", "image": "busybox:1.36", "command": command, "args": args}]})
     # Kubernetes expands $(VAR) and $$ in command/args; compare with that expansion applied.
@@ -67,7 +55,7 @@ def test_command_and_args_reach_the_container_exactly(tmp_path_factory, command,
     from hpkctl.kubelet.shell import static_text
 
     expected = [static_text(expand(a, {})) for a in command + args]
-    recs, _ = _run(tmp, bindir, app, pod)
+    recs, _ = _run(stub, pod)
     assert [r["args"] for r in recs] == [expected]
     assert not list(tmp.rglob("CANARY"))
 
@@ -80,7 +68,8 @@ NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True).filter(lambda n: 
 @given(values=st.dictionaries(NAMES, ARB, min_size=1, max_size=4),
        data=ARB)
 def test_env_values_and_configmap_data_reach_the_container_exactly(tmp_path_factory, values, data) -> None:  # type: ignore[no-untyped-def]
-    tmp, bindir, app = _fresh(tmp_path_factory)
+    stub = _fresh(tmp_path_factory)
+    tmp = stub["tmp"]
     env = [{"name": k, "value": v.replace("$", "$$")} for k, v in values.items()]  # $$ = literal $
     env.append({"name": "FROM_CM", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}})
     env.append({"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
@@ -94,7 +83,7 @@ def test_env_values_and_configmap_data_reach_the_container_exactly(tmp_path_fact
         "name": "c", "image": "busybox:1.36", "command": ["true"], "env": env,
         "volumeMounts": [{"name": "v", "mountPath": "/cfg"}]}],
         "volumes": [{"name": "v", "configMap": {"name": "cm"}}]})
-    recs, root = _run(tmp, bindir, app, pod, objects)
+    recs, root = _run(stub, pod, objects)
     [rec] = recs
     for k, v in values.items():
         if k not in ("POD_IP_X", "FROM_CM", "FROM_SECRET", "WITH_IP"):
@@ -115,14 +104,15 @@ def test_annotation_flag_values_are_data(tmp_path_factory, comment, mpi_value) -
 
     from hpkctl.kubelet.flags import parse_sbatch_directive
 
-    tmp, bindir, app = _fresh(tmp_path_factory)
+    stub = _fresh(tmp_path_factory)
+    tmp = stub["tmp"]
     annotations = {
         "slurm-job.hpk.io/flags": f"--ntasks=2 --comment={shlex.quote(comment)}",
         "slurm-job.hpk.io/mpi-flags": f"--label --export-env={shlex.quote(mpi_value)}",
     }
     pod = pod_doc({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36",
                                                               "command": ["true"]}]}, annotations=annotations)
-    recs, root = _run(tmp, bindir, app, pod)
+    recs, root = _run(stub, pod)
     script = (root / "job" / "job.sh").read_text()
     # bash and sbatch split lines on "\n" only (not on U+0085 and friends, as str.splitlines does)
     directives = [parse_sbatch_directive(line) for line in script.split("\n") if line.startswith("#SBATCH ")]
@@ -134,7 +124,8 @@ def test_annotation_flag_values_are_data(tmp_path_factory, comment, mpi_value) -
 @SETTINGS
 @given(name=st.from_regex(r"[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?", fullmatch=True), label=ARB, annotation=ARB)
 def test_metadata_cannot_inject_shell(tmp_path_factory, name, label, annotation) -> None:  # type: ignore[no-untyped-def]
-    tmp, bindir, app = _fresh(tmp_path_factory)
+    stub = _fresh(tmp_path_factory)
+    tmp = stub["tmp"]
     pod = pod_doc({"restartPolicy": "Never", "hostname": name, "containers": [{
         "name": "c", "image": "busybox:1.36", "command": ["true"],
         "env": [{"name": "L", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['a']"}}}],
@@ -143,6 +134,6 @@ def test_metadata_cannot_inject_shell(tmp_path_factory, name, label, annotation)
             {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}, name=name,
         annotations={"a": annotation})
     pod["metadata"]["labels"] = {"l": label}
-    recs, root = _run(tmp, bindir, app, pod)
+    recs, root = _run(stub, pod)
     assert recs[0]["env"]["L"] == annotation
     assert not list(tmp.rglob("CANARY"))
