@@ -1,6 +1,7 @@
 """Shared test setup: counts the tests that ran against the real Slurm / stand-in.
 
-CI's log ends with that count, so a green run visibly means the real-Slurm tests ran.
+CI's log ends with that count, so a green run visibly means the real-Slurm tests ran. Only tests
+that carry the ``slurm``/``standin`` marker count (not every test that lives in a folder so named).
 """
 
 from __future__ import annotations
@@ -8,12 +9,20 @@ from __future__ import annotations
 import pytest
 
 _REAL: dict[str, int] = {"slurm": 0, "standin": 0}
+_MARKED: dict[str, set[str]] = {"slurm": set(), "standin": set()}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in _MARKED:
+            if item.get_closest_marker(marker) is not None:
+                _MARKED[marker].add(item.nodeid)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and report.passed:
-        for marker in _REAL:
-            if marker in report.keywords:
+        for marker, ids in _MARKED.items():
+            if report.nodeid in ids:
                 _REAL[marker] += 1
 
 
