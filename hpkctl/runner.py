@@ -135,7 +135,7 @@ def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None
     manifest = load_manifest(manifest_path)
     pod = select_pod(manifest, pod_name)
     validate_pod_shape(pod, source=manifest_path)
-    pod = with_api_defaults(pod)
+    pod = with_api_defaults(pod, create=True)
     name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
     slurm = Slurm(profile.slurm)
     path = _record_path(profile, namespace, name)

@@ -125,10 +125,20 @@ def _container_defaults(c: dict[str, Any]) -> None:
         port.setdefault("protocol", "TCP")
 
 
-def with_api_defaults(pod: Mapping[str, Any], *, namespace: str | None = None) -> dict[str, Any]:
-    """Fill in what the API server adds when a pod is created (uid, namespace, spec defaults)."""
+def with_api_defaults(pod: Mapping[str, Any], *, namespace: str | None = None, create: bool = False) -> dict[str, Any]:
+    """Fill in what the API server adds when a pod is created (uid, namespace, spec defaults).
+
+    ``create=True`` is a real creation: like the API server, it ignores the system fields a file
+    may carry from ``kubectl get -o yaml`` (uid, resourceVersion, status...) and assigns a new uid,
+    so two runs of one file never share a pod directory. A dry run keeps a given uid (stable output).
+    """
     out = copy.deepcopy(dict(pod))
     meta = out.setdefault("metadata", {})
+    if create:
+        for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation",
+                    "deletionTimestamp", "selfLink"):
+            meta.pop(key, None)
+        out.pop("status", None)
     if meta.get("namespace") is None:
         meta["namespace"] = namespace or "default"
     meta.setdefault("uid", str(uuid.uuid4()))

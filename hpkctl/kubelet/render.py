@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,8 +202,14 @@ def _pod_files(plan: PodPlan, rendered: RenderedPod) -> None:
 
 
 def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Path:
-    """Create the pod directory with every file the job expects (before submission)."""
+    """Create the pod directory with every file the job expects (before submission).
+
+    Status and logs of an earlier job in the same directory (a resubmission) are removed first:
+    a new job must not inherit another's verdict.
+    """
     root = Path(rendered.plan.pod_dir)
+    for sub in ("status", "logs", "run"):
+        shutil.rmtree(root / sub, ignore_errors=True)
     for sub in ("job", "env", "logs", "status", "volumes"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o700)

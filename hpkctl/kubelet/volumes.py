@@ -25,6 +25,7 @@ from hpkctl.kubelet.resources import PodResources, resource_field
 from hpkctl.kubelet.shell import Value, concat, is_static, literal, static_text
 
 HOSTPATH_TYPES = ("", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice", "BlockDevice")
+CLUSTER_CA_CONFIGMAP = "kube-root-ca.crt"
 _READ_ONLY_KINDS = ("configMap", "secret", "downwardAPI", "projected")
 _UNSUPPORTED_HINT = ("supported volume types: emptyDir, hostPath, configMap, secret, projected, downwardAPI, "
                      "persistentVolumeClaim")
@@ -185,7 +186,11 @@ def _object_payload(ctx: Ctx, kind: str, src: Mapping[str, Any], *, vdir: str, w
     if data is None:
         if src.get("optional"):
             return []
-        ctx.missing(f'{kind.lower()} "{obj_name}" not found', where=where)
+        if kind == "configMap" and obj_name == CLUSTER_CA_CONFIGMAP:
+            # Published by the control plane in every namespace; without one there is no cluster CA.
+            ctx.warn(f"{where}: no control plane: {CLUSTER_CA_CONFIGMAP} (the cluster CA) is left empty")
+        else:
+            ctx.missing(f'{kind.lower()} "{obj_name}" not found', where=where)
         keys = [(it.get("key", ""), it.get("path", it.get("key", "")), it.get("mode")) for it in items or []]
         return [PayloadFile(posixpath.join(vdir, _relative(p, where=where)), b"", 0o644, f"{origin} key {k!r}",
                             missing=True) for k, p, _ in keys] or [

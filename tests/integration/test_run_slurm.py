@@ -263,3 +263,25 @@ def test_pull_before_submit_with_a_user_profile(hpk: Hpk) -> None:
         assert list(cache.glob("*.sif")) and cache.stat().st_uid == pwd.getpwnam("hpk").pw_uid
     finally:
         (cfg / "ci-offline.toml").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("site", ["ci", "ci-multi"])
+def test_pod_from_kubectl_get_yaml_runs_on_one_and_several_nodes(hpk: Hpk, site: str) -> None:
+    """A pod as the API server returns it (uid, defaults, kube-api-access volume, status) runs as is."""
+    import yaml as _yaml
+
+    from tests.kubelet.conftest import PODS
+
+    doc = _yaml.safe_load((PODS / "api-server-shape.yaml").read_text())
+    doc["metadata"]["name"] = unique("apishape")
+    doc["spec"]["restartPolicy"] = "Never"
+    doc["spec"]["containers"][0].update(image=BUSYBOX, command=["sh", "-c", "cat $SA/namespace; echo; ls $SA"],
+                                        env=[{"name": "SA", "value": "/var/run/secrets/kubernetes.io/serviceaccount"}])
+    if site == "ci-multi":
+        from tests.ci.conftest import MULTI_CONF, _require_cluster
+
+        _require_cluster(MULTI_CONF, 2)
+    r = hpk.run(doc, site=site)
+    assert r.rc == 0, r.output
+    assert r.stdout.split() == ["default", "ca.crt", "namespace", "token"]
+    assert "no control plane" in r.stderr

@@ -95,3 +95,25 @@ def test_pod_level_problem_is_reported_with_reason(manifest, capsys) -> None:  #
     assert main(["render", "-f", manifest(text), "--site", "ci"]) == 1
     err = capsys.readouterr().err
     assert "UnsupportedVolume" in err and "spec.volumes[0]" in err and "fix:" in err
+
+
+def test_creating_a_pod_ignores_system_fields_from_a_file() -> None:
+    from hpkctl.kubelet.manifest import with_api_defaults
+
+    got = {"metadata": {"name": "p", "uid": "fixed", "resourceVersion": "9"}, "spec": {}, "status": {"phase": "Failed"}}
+    created = with_api_defaults(got, create=True)
+    assert created["metadata"]["uid"] != "fixed" and "resourceVersion" not in created["metadata"]
+    assert "status" not in created
+    assert with_api_defaults(got)["metadata"]["uid"] == "fixed"  # a dry run keeps it: stable output
+
+
+def test_writing_a_pod_directory_again_clears_the_old_verdict(tmp_path: Path) -> None:
+    from hpkctl.kubelet import render_pod, write_pod_dir
+    from tests.kubelet.conftest import make_profile, pod_doc
+
+    rendered = render_pod(pod_doc({"containers": [{"name": "c", "image": "b:1"}]}), make_profile(tmp_path))
+    root = write_pod_dir(rendered)
+    (root / "status" / "pod.done").write_text("1\n")
+    (root / "logs" / "c.log").write_text("old\n")
+    write_pod_dir(rendered)
+    assert not (root / "status" / "pod.done").exists() and not (root / "logs" / "c.log").exists()

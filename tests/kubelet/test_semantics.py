@@ -282,3 +282,15 @@ def test_mpi_pods_fall_back_to_host_network() -> None:
     plan = plan_pod(pod, prof, objects=m.objects)
     assert plan.network == "host" and plan.containers[0].mpi
     assert any("MPI" in w for w in plan.warnings)
+
+
+def test_pod_shaped_by_a_real_api_server_renders_without_a_control_plane() -> None:
+    pod, m = load_pod("api-server-shape.yaml")
+    r = render_pod(pod, PROFILE, objects=m.objects)  # strict: a real run
+    sa = "volumes/kube-api-access-7xk2p"
+    assert r.files[f"{sa}/namespace"] == (b"default", 0o644)
+    assert r.files[f"{sa}/token"][0] == b"" and r.files[f"{sa}/ca.crt"][0] == b""
+    assert any("kube-root-ca.crt" in w for w in r.warnings) and any("token" in w for w in r.warnings)
+    [c] = r.plan.containers
+    assert [b.read_only for b in c.binds if b.dest == "/var/run/secrets/kubernetes.io/serviceaccount"] == [True]
+    assert c.verb == "run" and c.pull_policy == "IfNotPresent"
