@@ -117,8 +117,12 @@ def pull_images(profile: SiteProfile, rendered: Any, *, out: TextIO) -> None:
                 continue
             print(f"pulling {image.source} → {sif}", file=out)
             tmp = f"{sif}.tmp.{os.getpid()}"
+            env = dict(os.environ)
+            creds = rendered.plan.pull_credentials.get(image.registry)
+            if creds:
+                env["APPTAINER_DOCKER_USERNAME"], env["APPTAINER_DOCKER_PASSWORD"] = creds
             r = subprocess.run([profile.apptainer.binary, "pull", "--force", tmp, image.source],
-                               capture_output=True, text=True, check=False)
+                               capture_output=True, text=True, check=False, env=env)
             if r.returncode != 0:
                 Path(tmp).unlink(missing_ok=True)
                 raise PodError("ErrImagePull", f"pulling {image.source} failed: {r.stderr.strip()[-500:]}")

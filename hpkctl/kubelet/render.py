@@ -170,7 +170,9 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "dns_mode": plan.dns_mode,
         "resolv_conf": quote(plan.resolv_conf),
         "subdirs": subdirs,
-        "images": [{"sif": quote(sif), "source": quote(img.source), "policy": Shell(pol)}
+        "images": [{"sif": quote(sif), "source": quote(img.source), "policy": Shell(pol),
+                    "creds": quote(posixpath.join(plan.pod_dir, credentials_file(plan, img.registry)))
+                    if img.registry in plan.pull_credentials else Shell("''")}
                    for img, sif, pol in plan.images],
         "hostpath_checks": [{"path": quote(h.path), "type": quote(h.type), "volume": quote(h.volume)}
                             for h in plan.volumes.hostpath_checks],
@@ -181,6 +183,11 @@ def render_plan(plan: PodPlan) -> RenderedPod:
     rendered = RenderedPod(plan=plan, script=script)
     _pod_files(plan, rendered)
     return rendered
+
+
+def credentials_file(plan: PodPlan, registry: str) -> str:
+    """Relative path of the pull credentials for ``registry`` (0600, read only by the pull)."""
+    return f"env/pull-{sorted(plan.pull_credentials).index(registry)}.cred"
 
 
 def _comment(text: str) -> str:
@@ -194,6 +201,9 @@ def _pod_files(plan: PodPlan, rendered: RenderedPod) -> None:
         lines = [f"# environment of container {c.name} (Apptainer --env-file; shell syntax)\n"]
         lines += [env_file_line(k, v) for k, v in c.env_static]
         rendered.files[c.env_file] = ("".join(lines).encode("utf-8", "surrogateescape"), 0o600)
+    for registry, (user, password) in plan.pull_credentials.items():
+        text = env_file_line("APPTAINER_DOCKER_USERNAME", user) + env_file_line("APPTAINER_DOCKER_PASSWORD", password)
+        rendered.files[credentials_file(plan, registry)] = (text.encode(), 0o600)
     for p in plan.volumes.payloads:
         rel = posixpath.relpath(p.path, plan.pod_dir)
         if p.missing:

@@ -27,6 +27,7 @@ from hpkctl.kubelet.flags import (
 )
 from hpkctl.kubelet.images import ImageRef, parse_image
 from hpkctl.kubelet.objects import ObjectSource, StaticObjects
+from hpkctl.kubelet.pullsecrets import pull_credentials
 from hpkctl.kubelet.resources import PodResources, pod_resources
 from hpkctl.kubelet.shell import Value, is_static, literal, static_text
 from hpkctl.kubelet.volumes import Bind, PvcResolver, VolumePlan, container_binds, default_pvc_resolver, plan_volumes
@@ -84,6 +85,7 @@ class PodPlan:
     resolv_conf: str  # used when dns_mode == "custom"
     host_aliases: list[tuple[str, list[str]]]
     memory_dir: str
+    pull_credentials: dict[str, tuple[str, str]] = field(default_factory=dict)  # registry → (user, password)
     warnings: list[str] = field(default_factory=list)
     version: str = __version__
 
@@ -169,11 +171,12 @@ def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSou
     fqdn = f"{hostname}.{subdomain}.{ctx.namespace}.svc.{domain}" if subdomain else hostname
     dns_mode, resolv = _dns(ctx)
     aliases = [(a.get("ip", ""), list(a.get("hostnames") or [])) for a in spec.get("hostAliases") or []]
+    credentials = pull_credentials(ctx, {c.image.registry for c in containers})
     return PodPlan(
         profile=profile, namespace=ctx.namespace, name=meta["name"], uid=meta["uid"], pod_dir=pdir,
         hostname=hostname, fqdn=fqdn, network=network, containers=containers, options=options,
         mpi_flags=mpi_flags, resources=resources, volumes=volumes, dns_mode=dns_mode, resolv_conf=resolv,
-        host_aliases=aliases, memory_dir=posixpath.join(profile.pods.memory_dir, f"hpk-{meta['uid']}"),
+        host_aliases=aliases, pull_credentials=credentials, memory_dir=posixpath.join(profile.pods.memory_dir, f"hpk-{meta['uid']}"),
         warnings=ctx.warnings,
     )
 

@@ -33,6 +33,10 @@ STUB = textwrap.dedent('''\
             print("FATAL:   stub: pull refused", file=sys.stderr)
             sys.exit(255)
         open(argv[-2], "w").write("sif")
+        with open(rec, "a") as fh:
+            fh.write(json.dumps({"verb": "pull", "source": argv[-1],
+                                 "user": os.environ.get("APPTAINER_DOCKER_USERNAME"),
+                                 "password": os.environ.get("APPTAINER_DOCKER_PASSWORD")}) + "\\n")
         sys.exit(0)
     verb = argv[0]
     i, flags, binds, env_file = 1, [], [], None
@@ -151,10 +155,12 @@ def run_script(script_path: Path, *, stub: dict[str, Any], record: Path, exit_co
     return subprocess.run(["bash", str(script_path)], env=env, capture_output=True, timeout=timeout, check=False)
 
 
-def records(path: Path) -> list[dict[str, Any]]:
+def records(path: Path, *, pulls: bool = False) -> list[dict[str, Any]]:
+    """What the stub recorded: container runs (exec/run), or with ``pulls=True`` the pulls."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().split("\n") if line]
+    recs = [json.loads(line) for line in path.read_text().split("\n") if line]
+    return [r for r in recs if (r["verb"] == "pull") == pulls]
 
 
 def pod_doc(spec: dict[str, Any], *, name: str = "p", annotations: dict[str, str] | None = None,

@@ -127,3 +127,32 @@ def test_job_dying_before_containers_start_is_recorded(stub_env) -> None:  # typ
     assert _read(root, "pod.failed").splitlines()[0] == "PodSetupFailed"
     assert _read(root, "pod.done") == "1"
     assert not (stub_env["tmp"] / "r").exists()  # no container ran
+
+
+def test_image_pull_secrets_reach_the_pull_only(stub_env) -> None:  # type: ignore[no-untyped-def]
+    import base64
+    import json
+
+    from hpkctl.kubelet.objects import StaticObjects
+
+    cfg = {"auths": {"ghcr.io": {"auth": base64.b64encode(b"robot:p@ss 'w0rd'").decode()},
+                     "https://index.docker.io/v1/": {"username": "hub", "password": "x"}}}
+    secret = {"kind": "Secret", "metadata": {"name": "regcred"}, "type": "kubernetes.io/dockerconfigjson",
+              "data": {".dockerconfigjson": base64.b64encode(json.dumps(cfg).encode()).decode()}}
+    spec = {"restartPolicy": "Never", "imagePullSecrets": [{"name": "regcred"}, {"name": "absent"}],
+            "containers": [{"name": "app", "image": "ghcr.io/org/private:1", "command": ["x"]},
+                           {"name": "pub", "image": "quay.io/org/public:1", "command": ["y"]}]}
+    rendered = render_pod(pod_doc(spec), stub_env["profile"], objects=StaticObjects.of([secret]))
+    assert "p@ss" not in rendered.script
+    assert any("absent" in w for w in rendered.warnings)
+    root = write_pod_dir(rendered)
+    [cred] = list((root / "env").glob("pull-*.cred"))
+    assert oct(cred.stat().st_mode & 0o777) == "0o600"
+    record = stub_env["tmp"] / "record.jsonl"
+    r = subprocess.run(["bash", str(root / "job" / "job.sh")], env=stub_environment(stub_env, record),
+                       capture_output=True, timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+    pulls = {p["source"]: (p["user"], p["password"]) for p in records(record, pulls=True)}
+    assert pulls == {"docker://ghcr.io/org/private:1": ("robot", "p@ss 'w0rd'"),
+                     "docker://quay.io/org/public:1": (None, None)}
+    assert all("APPTAINER_DOCKER_PASSWORD" not in rec["env"] for rec in records(record))

@@ -60,11 +60,12 @@ hpk_mkdir() {
   mkdir -p -- "$1" || hpk_fail CreateContainerError "cannot create the directory of volume $2 at $1"
 }
 
-# hpk_image SIF SOURCE POLICY: make sure a container image is in the cache.
+# hpk_image SIF SOURCE POLICY [CREDENTIALS]: make sure a container image is in the cache.
+# CREDENTIALS is a 0600 file from imagePullSecrets, read by the pull only.
 # Pulls are serialised per image with flock and land under a temp name, so parallel jobs never
 # run a half-written SIF. "Always" re-pulls when the cached copy is older than 300 s.
 hpk_image() {
-  local sif=$1 source=$2 policy=$3
+  local sif=$1 source=$2 policy=$3 creds=${4:-}
   if [ -e "$sif" ]; then
     case $policy in
       Never|IfNotPresent) return 0 ;;
@@ -77,6 +78,12 @@ hpk_image() {
   (
     flock 9 || exit 1
     if [ -e "$sif" ] && [ "$policy" != Always ]; then exit 0; fi
+    if [ -n "$creds" ]; then
+      set -a
+      # shellcheck source=/dev/null
+      . "$creds" || exit 1
+      set +a
+    fi
     tmp="$sif.tmp.$$"
     "$HPK_APPTAINER" pull --force "$tmp" "$source" && mv -f "$tmp" "$sif"
     rc=$?
@@ -161,7 +168,7 @@ search default.svc.cluster.local svc.cluster.local cluster.local
 options ndots:5
 ' >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
 
-  hpk_image /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif docker://docker.io/library/nginx:1.25 IfNotPresent
+  hpk_image /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif docker://docker.io/library/nginx:1.25 IfNotPresent ''
 
   local -a pids=()
   hpk_run web Always hpk_main_0 &

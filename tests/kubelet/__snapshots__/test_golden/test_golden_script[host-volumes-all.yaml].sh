@@ -62,11 +62,12 @@ hpk_mkdir() {
   mkdir -p -- "$1" || hpk_fail CreateContainerError "cannot create the directory of volume $2 at $1"
 }
 
-# hpk_image SIF SOURCE POLICY: make sure a container image is in the cache.
+# hpk_image SIF SOURCE POLICY [CREDENTIALS]: make sure a container image is in the cache.
+# CREDENTIALS is a 0600 file from imagePullSecrets, read by the pull only.
 # Pulls are serialised per image with flock and land under a temp name, so parallel jobs never
 # run a half-written SIF. "Always" re-pulls when the cached copy is older than 300 s.
 hpk_image() {
-  local sif=$1 source=$2 policy=$3
+  local sif=$1 source=$2 policy=$3 creds=${4:-}
   if [ -e "$sif" ]; then
     case $policy in
       Never|IfNotPresent) return 0 ;;
@@ -79,6 +80,12 @@ hpk_image() {
   (
     flock 9 || exit 1
     if [ -e "$sif" ] && [ "$policy" != Always ]; then exit 0; fi
+    if [ -n "$creds" ]; then
+      set -a
+      # shellcheck source=/dev/null
+      . "$creds" || exit 1
+      set +a
+    fi
     tmp="$sif.tmp.$$"
     "$HPK_APPTAINER" pull --force "$tmp" "$source" && mv -f "$tmp" "$sif"
     rc=$?
@@ -181,7 +188,7 @@ hpk_pod_part() {
   hpk_mkdir /srv/data/sub/dir subPath
   hpk_mkdir /hpk-state/pods/33333333-2222-3333-4444-555555555555/volumes/scratch/nested/x subPath
 
-  hpk_image /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif docker://docker.io/library/debian:bookworm IfNotPresent
+  hpk_image /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif docker://docker.io/library/debian:bookworm IfNotPresent ''
   hpk_watch_sizes "$$" &
 
   local -a pids=()
