@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hpkctl.errors import HpkError, PodError
-from hpkctl.jobs import JobInfo, Slurm
+from hpkctl.jobs import JobInfo, Slurm, SlurmError
 from hpkctl.kubelet import render_pod, write_pod_dir
 from hpkctl.kubelet.manifest import load_manifest, select_pod, validate_pod_shape, with_api_defaults
 from hpkctl.kubelet.podstatus import PodStatus, containers_of, read_pod_status
@@ -156,7 +156,11 @@ def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None
     if profile.apptainer.pull == "submit":
         pull_images(profile, rendered, out=out)
     root = write_pod_dir(rendered, pod_json=json.dumps(pod, indent=2).encode())
-    job_id = slurm.submit(root / "job" / "job.sh", workdir=root)
+    try:
+        job_id = slurm.submit(root / "job" / "job.sh", workdir=root)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)  # nothing was submitted: leave nothing behind
+        raise
     (root / "job" / "jobid").write_text(job_id + "\n")
     rec = RunRecord(name=name, namespace=namespace, uid=pod["metadata"]["uid"], job_id=job_id,
                     pod_dir=str(root), site=profile.name, submitted=time.time())
@@ -219,10 +223,14 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
     while True:
         now = clock()
         if now >= next_slurm:
-            job = slurm.query([rec.job_id]).get(rec.job_id)
-            asked = True
             next_slurm = now + SLURM_BACKOFF[min(attempt, len(SLURM_BACKOFF) - 1)]
             attempt += 1
+            try:
+                job = slurm.query([rec.job_id]).get(rec.job_id)
+                asked = True
+            except SlurmError as exc:  # a busy or restarting slurmctld: keep following the files
+                print(f"hpkctl: warning: cannot ask Slurm about job {rec.job_id} ({exc.message}); retrying",
+                      file=out)
         tail.pump()
         files_done = (Path(rec.pod_dir) / "status" / "pod.done").exists()
         gone = asked and (job is None or job.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING",
