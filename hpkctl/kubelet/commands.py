@@ -6,14 +6,26 @@ import argparse
 import json
 import sys
 
-from hpkctl.errors import PodError
+from hpkctl.errors import PodError, ProfileError
 from hpkctl.kubelet import render_pod, write_pod_dir
 from hpkctl.kubelet.manifest import load_manifest, select_pod, validate_pod_shape, with_api_defaults
-from hpkctl.sites import load_site
+from hpkctl.sites import SiteProfile, load_site
+
+
+def _dry_run_profile(site: str) -> SiteProfile:
+    """The profile, expanded where this machine can; a dry run must work away from the site too
+    (e.g. ``--site jsc`` on a laptop without ``$PROJECT``): then values stay unexpanded, with a warning."""
+    try:
+        return load_site(site)
+    except ProfileError as exc:
+        if "is not set" not in exc.message:
+            raise
+        print(f"hpkctl: warning: {exc.message}; the script shows such values unexpanded", file=sys.stderr)
+        return load_site(site, expand=False)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    profile = load_site(args.site)
+    profile = _dry_run_profile(args.site)
     manifest = load_manifest(args.filename)
     pod = select_pod(manifest, args.pod)
     validate_pod_shape(pod, source=args.filename)

@@ -117,3 +117,13 @@ def test_writing_a_pod_directory_again_clears_the_old_verdict(tmp_path: Path) ->
     (root / "logs" / "c.log").write_text("old\n")
     write_pod_dir(rendered)
     assert not (root / "status" / "pod.done").exists() and not (root / "logs" / "c.log").exists()
+
+
+def test_render_for_another_site_works_without_its_environment(manifest, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for var in ("PROJECT", "SCRATCH"):
+        monkeypatch.delenv(var, raising=False)
+    pod = "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: busybox}]}\n"
+    assert main(["render", "-f", manifest(pod), "--site", "jsc"]) == 0
+    out, err = capsys.readouterr()
+    assert "$PROJECT is not set" in err and "requires a Slurm account" in err
+    assert "#SBATCH --partition=batch" in out and "#SBATCH --exclusive" in out
