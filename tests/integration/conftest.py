@@ -87,13 +87,21 @@ def _require_standin() -> None:
 
 
 @pytest.fixture
-def hpk():  # type: ignore[no-untyped-def]
+def hpk_slurm_only():  # type: ignore[no-untyped-def]
+    """Hpk for tests that need the real Slurm but no containers (also run in ci/docker-cluster)."""
     _require_cluster(SINGLE_CONF, 1)
-    _require_standin()
-    d = Path(tempfile.mkdtemp(prefix="hpk-int-", dir=os.environ.get("HPK_TEST_TMPDIR", "/tmp")))
+    base = os.environ.get("HPK_TEST_TMPDIR", "/tmp")
+    os.makedirs(base, exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix="hpk-int-", dir=base))
     d.chmod(0o777)
     yield Hpk(d)
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def hpk(hpk_slurm_only: Hpk) -> Hpk:
+    _require_standin()
+    return hpk_slurm_only
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slurm
 
 
 @pytest.mark.parametrize("value", ['a "quoted" #value', "it's \\ back\\slash", "plain-value", "ünïcode & spaces"])
-def test_real_sbatch_reads_directive_values_back(hpk: Hpk, value: str) -> None:
+def test_real_sbatch_reads_directive_values_back(hpk_slurm_only: Hpk, value: str) -> None:
+    hpk = hpk_slurm_only
     script = hpk.workdir / "job.sh"
     script.write_text(f"#!/bin/bash\n#SBATCH --comment={sbatch_directive_word(value)}\n#SBATCH --hold\ntrue\n")
     script.chmod(0o644)
