@@ -311,12 +311,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     profile = load_site(args.site)
     records = [load_record(profile, args.name)] if args.name else all_records(profile)
     slurm = Slurm(profile.slurm)
-    jobs = slurm.query([r.job_id for r in records]) if records else {}
+    jobs: dict[str, JobInfo | None] = dict(slurm.query([r.job_id for r in records])) if records else {}
+    ended = [r.job_id for r in records if jobs.get(r.job_id) is None
+             or jobs[r.job_id].state not in ("PENDING", "RUNNING", "CONFIGURING")]  # type: ignore[union-attr]
+    finals = slurm.finals(ended) if ended else {}  # one jobcomp scan / sacct call for all of them
     rows = []
     for rec in records:
-        job = jobs.get(rec.job_id)
-        if job is None or job.state not in ("PENDING", "RUNNING", "CONFIGURING"):
-            job = slurm.final(rec.job_id) or job
+        job = finals.get(rec.job_id) or jobs.get(rec.job_id)
         try:
             pod = rec.pod()
         except OSError:  # deleted by a concurrent 'hpkctl delete'
