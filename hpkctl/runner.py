@@ -201,7 +201,7 @@ class _LogTail:
 
 
 def _describe(st: PodStatus) -> str:
-    base = st.phase + (f" ({st.reason})" if st.reason else "")
+    base = st.phase + (f" ({st.reason})" if st.reason and st.reason != st.phase else "")
     return f"{base}: {st.message}" if st.message and st.phase != "Running" else base
 
 
@@ -262,7 +262,7 @@ def _settle(slurm: Slurm, rec: RunRecord, *, sleep: Callable[[float], None], tri
 
 def _result_line(rec: RunRecord, st: PodStatus) -> str:
     text = f"pod {rec.namespace}/{rec.name} (Slurm job {rec.job_id}): {st.phase}"
-    if st.reason:
+    if st.reason and st.reason != st.phase:
         text += f" ({st.reason})"
     if st.message:
         text += f": {st.message}"
