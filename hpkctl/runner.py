@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hpkctl.errors import HpkError, PodError
-from hpkctl.jobs import JobInfo, Slurm, SlurmError
+from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError
 from hpkctl.kubelet import render_pod, write_pod_dir
 from hpkctl.kubelet.manifest import load_manifest, select_pod, validate_pod_shape, with_api_defaults
 from hpkctl.kubelet.podstatus import PodStatus, containers_of, read_pod_status
@@ -82,17 +82,23 @@ def _save_record(profile: SiteProfile, rec: RunRecord) -> None:
     os.replace(tmp, path)
 
 
-def pod_status(slurm: Slurm, rec: RunRecord, *, ask_slurm: bool = True, job: JobInfo | None = None) -> PodStatus:
-    """Status of one run; asks Slurm (squeue, then final-state sources) unless told not to."""
-    containers = containers_of(rec.pod())
-    if not ask_slurm:
-        return read_pod_status(Path(rec.pod_dir), containers, None, job_known=False)
-    if job is None:
-        job = slurm.query([rec.job_id]).get(rec.job_id)
-        if job is None or job.state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY",
-                                         "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"):
-            job = slurm.final(rec.job_id) or job
-    return read_pod_status(Path(rec.pod_dir), containers, job)
+def _ended(job: JobInfo | None) -> bool:
+    """Whether Slurm is done with the job (or has forgotten it)."""
+    return job is None or job.state in TERMINAL_STATES
+
+
+def job_states(slurm: Slurm, job_ids: list[str]) -> dict[str, JobInfo | None]:
+    """Slurm's view of jobs: one squeue call, then one batched final-state lookup for those that ended."""
+    jobs: dict[str, JobInfo | None] = dict(slurm.query(job_ids)) if job_ids else {}
+    ended = [j for j in job_ids if _ended(jobs.get(j))]
+    finals = slurm.finals(ended) if ended else {}
+    return {j: finals.get(j) or jobs.get(j) for j in job_ids}
+
+
+def pod_status(slurm: Slurm, rec: RunRecord) -> PodStatus:
+    """Status of one run: its status files combined with Slurm's view of its job."""
+    job = job_states(slurm, [rec.job_id])[rec.job_id]
+    return read_pod_status(Path(rec.pod_dir), containers_of(rec.pod()), job)
 
 
 # ----------------------------------------------------------------------------- images
@@ -200,16 +206,18 @@ class _LogTail:
             self.out.flush()
 
 
-def _describe(st: PodStatus) -> str:
+def _describe(st: PodStatus, *, with_message: bool | None = None) -> str:
+    """``Phase (Reason): message``; by default without the message while running (it only says "running")."""
     base = st.phase + (f" ({st.reason})" if st.reason and st.reason != st.phase else "")
-    return f"{base}: {st.message}" if st.message and st.phase != "Running" else base
+    if with_message is None:
+        with_message = st.phase != "Running"
+    return f"{base}: {st.message}" if st.message and with_message else base
 
 
 def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, quiet: bool = False,
                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> PodStatus:
     """Stream logs and progress until the pod finishes; return its final status."""
-    pod = rec.pod()
-    containers = containers_of(pod)
+    containers = containers_of(rec.pod())
     names = [n for n, _ in containers]
     mains = [n for n, init in containers if not init]
     # One main container: its output unprefixed (like kubectl logs); otherwise "[name] line".
@@ -233,14 +241,12 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
                       file=out)
         tail.pump()
         files_done = (Path(rec.pod_dir) / "status" / "pod.done").exists()
-        gone = asked and (job is None or job.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING",
-                                                            "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING"))
-        if files_done and (job is None or job.state != "COMPLETING") or gone:
+        if files_done and (job is None or job.state != "COMPLETING") or asked and _ended(job):
             # Let Slurm finish its bookkeeping so TIMEOUT/OOM are reported as such.
             final = _settle(slurm, rec, sleep=sleep)
             tail.pump(final=True)
             return final
-        st = read_pod_status(Path(rec.pod_dir), containers_of(pod), job, job_known=asked)
+        st = read_pod_status(Path(rec.pod_dir), containers, job, job_known=asked)
         line = _describe(st)
         if not quiet and line != last_line:
             extra = f" on {st.node}" if st.phase == "Running" and st.node else ""
@@ -253,7 +259,7 @@ def _settle(slurm: Slurm, rec: RunRecord, *, sleep: Callable[[float], None], tri
     """The job's final status, waiting briefly for Slurm to record it (COMPLETING → final)."""
     st = pod_status(slurm, rec)
     for _ in range(tries):
-        if st.job is not None and st.job.state not in ("COMPLETING", "RUNNING", "PENDING", "CONFIGURING"):
+        if st.job is not None and _ended(st.job):
             break
         sleep(0.25)
         st = pod_status(slurm, rec)
@@ -261,12 +267,7 @@ def _settle(slurm: Slurm, rec: RunRecord, *, sleep: Callable[[float], None], tri
 
 
 def _result_line(rec: RunRecord, st: PodStatus) -> str:
-    text = f"pod {rec.namespace}/{rec.name} (Slurm job {rec.job_id}): {st.phase}"
-    if st.reason and st.reason != st.phase:
-        text += f" ({st.reason})"
-    if st.message:
-        text += f": {st.message}"
-    return text
+    return f"pod {rec.namespace}/{rec.name} (Slurm job {rec.job_id}): {_describe(st, with_message=True)}"
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -310,14 +311,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     profile = load_site(args.site)
     records = [load_record(profile, args.name)] if args.name else all_records(profile)
-    slurm = Slurm(profile.slurm)
-    jobs: dict[str, JobInfo | None] = dict(slurm.query([r.job_id for r in records])) if records else {}
-    ended = [r.job_id for r in records if jobs.get(r.job_id) is None
-             or jobs[r.job_id].state not in ("PENDING", "RUNNING", "CONFIGURING")]  # type: ignore[union-attr]
-    finals = slurm.finals(ended) if ended else {}  # one jobcomp scan / sacct call for all of them
+    jobs = job_states(Slurm(profile.slurm), [r.job_id for r in records])
     rows = []
     for rec in records:
-        job = finals.get(rec.job_id) or jobs.get(rec.job_id)
+        job = jobs[rec.job_id]
         try:
             pod = rec.pod()
         except OSError:  # deleted by a concurrent 'hpkctl delete'
@@ -367,8 +364,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             tail.pump(final=True)
             return 0
         if time.monotonic() >= next_slurm:
-            job = slurm.query([rec.job_id]).get(rec.job_id)
-            if job is None or job.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            if _ended(slurm.query([rec.job_id]).get(rec.job_id)):
                 tail.pump(final=True)
                 return 0
             next_slurm = time.monotonic() + 2.0
@@ -379,13 +375,11 @@ def cmd_delete(args: argparse.Namespace) -> int:
     profile = load_site(args.site)
     rec = load_record(profile, args.name)
     slurm = Slurm(profile.slurm)
-    job = slurm.query([rec.job_id]).get(rec.job_id)
-    if job is not None and job.state in ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED"):
+    if not _ended(slurm.query([rec.job_id]).get(rec.job_id)):
         slurm.cancel(rec.job_id)
         print(f"pod {rec.namespace}/{rec.name}: cancelled Slurm job {rec.job_id}", file=sys.stderr)
         for _ in range(60):  # let the job end before its directory goes (KillWait is short)
-            j = slurm.query([rec.job_id]).get(rec.job_id)
-            if j is None or j.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
+            if _ended(slurm.query([rec.job_id]).get(rec.job_id)):
                 break
             time.sleep(0.5)
     _record_path(profile, rec.namespace, rec.name).unlink(missing_ok=True)
