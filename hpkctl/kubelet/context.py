@@ -44,6 +44,11 @@ class Ctx:
         return self.meta.get("uid") or ""
 
     @property
+    def hostname(self) -> str:
+        """The pod's hostname: ``spec.hostname`` or its name, cut to a DNS label's 63 characters."""
+        return (self.spec.get("hostname") or self.name)[:63]
+
+    @property
     def node_name(self) -> str:
         return self.spec.get("nodeName") or self.profile.pods.node_name
 

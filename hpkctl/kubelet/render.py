@@ -64,8 +64,7 @@ def _environment() -> jinja2.Environment:
 
 
 def _env_path(plan: PodPlan, c: ContainerPlan) -> str:
-    sub = f"run/{c.name}.env" if c.env_runtime else c.env_file
-    return posixpath.join(plan.pod_dir, sub)
+    return posixpath.join(plan.pod_dir, c.run_env_file if c.env_runtime else c.env_file)
 
 
 def container_command(plan: PodPlan, c: ContainerPlan) -> Shell:
@@ -97,11 +96,9 @@ def container_command(plan: PodPlan, c: ContainerPlan) -> Shell:
 
 
 def _parent(plan: PodPlan) -> dict[str, Shell]:
-    from hpkctl.kubelet.images import parse_image
-
+    assert plan.parent is not None
     app = plan.profile.apptainer
-    image = parse_image(app.parent_image)
-    sif = posixpath.join(posixpath.expanduser(app.image_cache), image.cache_name)
+    image, sif = plan.parent
     # The parent must see every host path a container binds, or the nested binds fail.
     paths = [plan.pod_dir, posixpath.dirname(sif)]
     if any(d.path.startswith(plan.memory_dir) for d in plan.volumes.job_dirs):
@@ -127,7 +124,6 @@ def render_plan(plan: PodPlan) -> RenderedPod:
     for c in plan.containers:
         containers.append({
             "name": Shell(c.name),  # validated DNS label
-            "label": Shell(c.name),
             "kind": Shell("init" if c.init else "main"),
             "init": c.init,
             "image": Shell(c.image.full),  # validated: no whitespace
@@ -135,6 +131,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
             "policy": Shell(c.restart_policy),
             "command": container_command(plan, c),
             "env_file": Shell(c.env_file),
+            "run_env_file": Shell(c.run_env_file),
             "runtime_env": [(Shell(k), shell_word(v)) for k, v in c.env_runtime],
         })
     subdirs = [shell_word(s) for c in plan.containers for s in c.subdirs]
@@ -177,7 +174,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "hostpath_checks": [{"path": quote(h.path), "type": quote(h.type), "volume": quote(h.volume)}
                             for h in plan.volumes.hostpath_checks],
         "job_dirs": [{"path": quote(d.path), "volume": quote(d.volume)} for d in plan.volumes.job_dirs],
-        "parent": _parent(plan) if plan.network == "cni" else {},
+        "parent": _parent(plan) if plan.parent else {},
     }
     script = _environment().get_template("pod.sh.j2").render(**context)
     rendered = RenderedPod(plan=plan, script=script)

@@ -30,7 +30,15 @@ from hpkctl.kubelet.objects import ObjectSource, StaticObjects
 from hpkctl.kubelet.pullsecrets import pull_credentials
 from hpkctl.kubelet.resources import PodResources, pod_resources
 from hpkctl.kubelet.shell import Value, is_static, literal, static_text
-from hpkctl.kubelet.volumes import Bind, PvcResolver, VolumePlan, container_binds, default_pvc_resolver, plan_volumes
+from hpkctl.kubelet.volumes import (
+    Bind,
+    PvcResolver,
+    VolumePlan,
+    bindable,
+    container_binds,
+    default_pvc_resolver,
+    plan_volumes,
+)
 from hpkctl.sites.schema import SiteProfile, seconds_to_slurm_time, slurm_time_to_seconds
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
@@ -65,6 +73,11 @@ class ContainerPlan:
     def env_file(self) -> str:
         return f"env/{self.name}.env"
 
+    @property
+    def run_env_file(self) -> str:
+        """The env file plus values only the job knows, written by the job (when there are such values)."""
+        return f"run/{self.name}.env"
+
 
 @dataclass
 class PodPlan:
@@ -85,6 +98,7 @@ class PodPlan:
     resolv_conf: str  # used when dns_mode == "custom"
     host_aliases: list[tuple[str, list[str]]]
     memory_dir: str
+    parent: tuple[ImageRef, str] | None  # cni mode: the parent container's image and SIF path
     pull_credentials: dict[str, tuple[str, str]] = field(default_factory=dict)  # registry → (user, password)
     warnings: list[str] = field(default_factory=list)
     version: str = __version__
@@ -113,6 +127,15 @@ def pod_dir_for(profile: SiteProfile, uid: str) -> str:
     return posixpath.join(posixpath.expanduser(profile.pods.state_dir), "pods", uid)
 
 
+def image_sif(profile: SiteProfile, image: ImageRef) -> str:
+    """Where the image is cached as a SIF file; its directory is bound into a cni parent, so bindable."""
+    sif = posixpath.join(posixpath.expanduser(profile.apptainer.image_cache), image.cache_name)
+    if not bindable(sif):
+        raise PodError("InvalidPodDirectory", f"image cache path {sif!r} contains ':', ',' or a line break",
+                       hint="choose an [apptainer].image_cache without them")
+    return sif
+
+
 def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSource | None = None,
              pod_dir: str | None = None, strict: bool = True, services: Sequence[Mapping[str, Any]] = (),
              pvc_resolver: PvcResolver | None = None) -> PodPlan:
@@ -127,8 +150,8 @@ def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSou
     if not spec.get("containers"):
         raise PodError("InvalidPod", "spec.containers: a pod needs at least one container")
     pdir = pod_dir or pod_dir_for(profile, meta["uid"])
-    if ":" in pdir or "," in pdir or "\n" in pdir:
-        raise PodError("InvalidPodDirectory", f"pod directory {pdir!r} contains ':' ',' or a newline",
+    if not bindable(pdir):
+        raise PodError("InvalidPodDirectory", f"pod directory {pdir!r} contains ':', ',' or a line break",
                        hint="choose a [pods].state_dir without those characters in the site profile")
     ctx = Ctx(pod=pod, profile=profile, objects=objects or StaticObjects(), pod_dir=pdir, strict=strict)
 
@@ -165,19 +188,27 @@ def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSou
         if len(mains) > 1:
             ctx.warn(f"MPI launch applies to the first container ({mains[0].name!r}) only")
 
-    hostname = (spec.get("hostname") or meta["name"])[:63]
+    hostname = ctx.hostname
     subdomain = spec.get("subdomain") or ""
     domain = profile.pods.cluster_domain
     fqdn = f"{hostname}.{subdomain}.{ctx.namespace}.svc.{domain}" if subdomain else hostname
     dns_mode, resolv = _dns(ctx)
     aliases = [(a.get("ip", ""), list(a.get("hostnames") or [])) for a in spec.get("hostAliases") or []]
     credentials = pull_credentials(ctx, {c.image.registry for c in containers})
+    parent = None
+    if network == "cni":
+        try:
+            parent_image = parse_image(profile.apptainer.parent_image)
+        except ValueError as exc:
+            raise PodError("InvalidImageName", f"site profile [apptainer].parent_image: {exc}",
+                           hint=f"fix parent_image in the {profile.name} site profile") from exc
+        parent = (parent_image, image_sif(profile, parent_image))
     return PodPlan(
         profile=profile, namespace=ctx.namespace, name=meta["name"], uid=meta["uid"], pod_dir=pdir,
         hostname=hostname, fqdn=fqdn, network=network, containers=containers, options=options,
         mpi_flags=mpi_flags, resources=resources, volumes=volumes, dns_mode=dns_mode, resolv_conf=resolv,
-        host_aliases=aliases, pull_credentials=credentials, memory_dir=posixpath.join(profile.pods.memory_dir, f"hpk-{meta['uid']}"),
-        warnings=ctx.warnings,
+        host_aliases=aliases, pull_credentials=credentials,
+        memory_dir=posixpath.join(profile.pods.memory_dir, f"hpk-{meta['uid']}"), parent=parent, warnings=ctx.warnings,
     )
 
 
@@ -196,10 +227,7 @@ def _plan_container(ctx: Ctx, c: Mapping[str, Any], *, index: int, init: bool, w
     if pull not in PULL_POLICIES:
         raise PodError("InvalidPod", f"{where}.imagePullPolicy: {pull!r} is not one of {', '.join(PULL_POLICIES)}")
     profile = ctx.profile
-    sif = posixpath.join(posixpath.expanduser(profile.apptainer.image_cache), image.cache_name)
-    if ":" in sif or "," in sif:
-        raise PodError("InvalidPodDirectory", f"image cache path {sif!r} contains ':' or ','",
-                       hint="choose an [apptainer].image_cache without them")
+    sif = image_sif(profile, image)
 
     env = container_env(ctx, c, where=where, resources=resources, services=services)
     command = [expand(str(a), env) for a in c.get("command") or []]
@@ -231,7 +259,7 @@ def _plan_container(ctx: Ctx, c: Mapping[str, Any], *, index: int, init: bool, w
     if resources.per_container.get(name) and resources.per_container[name].gres:
         flags.append(profile.apptainer.gpu_flag)
     if profile.apptainer.set_hostname and profile.apptainer.network == "cni":
-        flags += ["--hostname", (ctx.spec.get("hostname") or ctx.name)[:63]]
+        flags += ["--hostname", ctx.hostname]
     flags += list(profile.apptainer.exec_flags)
 
     workdir = expand(c["workingDir"], env) if c.get("workingDir") else ()

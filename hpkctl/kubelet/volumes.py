@@ -79,12 +79,15 @@ def default_pvc_resolver(state_dir: str) -> PvcResolver:
     return lambda namespace, claim: posixpath.join(state_dir, "pvc", namespace, claim)
 
 
+def bindable(path: str) -> bool:
+    """Whether Apptainer's ``--bind src:dst`` syntax can carry ``path`` (no ``:`` ``,`` or line break)."""
+    return not any(c in path for c in ":,\n\0")
+
+
 def _check_path(path: str, *, where: str) -> None:
-    if ":" in path or "," in path:
-        raise PodError("InvalidMountPath", f"{where}: {path!r} contains ':' or ',', which Apptainer's --bind cannot express",
-                       hint="rename the path")
-    if "\n" in path or "\0" in path:
-        raise PodError("InvalidMountPath", f"{where}: {path!r} contains a line break")
+    if not bindable(path):
+        raise PodError("InvalidMountPath", f"{where}: {path!r} contains ':', ',' or a line break, which "
+                       "Apptainer's --bind cannot express", hint="rename the path")
 
 
 def _relative(path: str, *, where: str) -> str:
