@@ -364,29 +364,12 @@ class Slurm:
         if rest and self.config.use_sacct != "no" and self._accounting is not False:
             for chunk_start in range(0, len(rest), QUERY_CHUNK):
                 chunk = rest[chunk_start : chunk_start + QUERY_CHUNK]
-                found = self._sacct_many(chunk)
+                found = self._sacct(chunk)
                 out.update({j: i for j, i in found.items() if i.state in TERMINAL_STATES})
         for j in ids:  # neither the file nor sacct knew it: slurmctld may still hold it (MinJobAge)
             if j not in out:
                 out[j] = self._from_scontrol(j)
         return out
-
-    def _sacct_many(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
-        """One sacct call for several jobs; {} when accounting is off (remembered, as in ``final``)."""
-        first = self._from_sacct(job_ids[0])  # probes accounting, with final()'s error handling
-        if not self._accounting:
-            return {}
-        found = {job_ids[0]: first} if first is not None else {}
-        if len(job_ids) > 1:
-            args = ["--noheader", "--parsable2", "--allocations", f"--format={SACCT_FORMAT}",
-                    f"--jobs={','.join(job_ids[1:])}"]
-            argv, rc, out, err = self._run("sacct", args)
-            if rc == 0:
-                for j in job_ids[1:]:
-                    info = parse_sacct(out, j)
-                    if info is not None:
-                        found[j] = info
-        return found
 
     def _from_scontrol(self, job_id: str) -> JobInfo | None:
         args = ["--oneliner", "show", "job", job_id]
@@ -411,10 +394,14 @@ class Slurm:
         return bool(self.accounting)
 
     def _from_sacct(self, job_id: str) -> JobInfo | None:
+        return self._sacct([job_id]).get(job_id)
+
+    def _sacct(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        """One ``sacct`` call for ``job_ids``; ``{}`` when accounting is off (learned once, remembered)."""
         mode = self.config.use_sacct
         if mode == "no" or self._accounting is False:
-            return None
-        args = ["--noheader", "--parsable2", "--allocations", f"--format={SACCT_FORMAT}", f"--jobs={job_id}"]
+            return {}
+        args = ["--noheader", "--parsable2", "--allocations", f"--format={SACCT_FORMAT}", f"--jobs={','.join(job_ids)}"]
         try:
             argv, rc, out, err = self._run("sacct", args)
         except SlurmUnavailable as e:
@@ -422,10 +409,11 @@ class Slurm:
                 raise
             log.info("sacct is not installed; using scontrol and the jobcomp file only: %s", e.message)
             self._accounting = False
-            return None
+            return {}
         if rc == 0:
             self._accounting = True
-            return parse_sacct(out, job_id)
+            found = {j: parse_sacct(out, j) for j in job_ids}
+            return {j: info for j, info in found.items() if info is not None}
         if "accounting storage is disabled" in err.lower():
             if mode == "yes":
                 raise SlurmUnavailable(
@@ -438,12 +426,12 @@ class Slurm:
                 )
             log.info("Slurm accounting is disabled; using scontrol and the jobcomp file for final states")
             self._accounting = False
-            return None
+            return {}
         failure = self._failure(argv, rc=rc, stderr=err)
         if mode == "yes":
             raise failure
         log.warning("sacct failed, trying the jobcomp file: %s", failure.message)
-        return None
+        return {}
 
     def _from_jobcomp(self, job_id: str) -> JobInfo | None:
         if not self.config.jobcomp_file:

@@ -572,10 +572,11 @@ def test_finals_for_a_burst_reads_the_jobcomp_file_once_and_calls_no_slurm(fp, s
 
 
 def test_finals_asks_sacct_once_for_the_rest(fp, section, fixture_text) -> None:
-    fp.register(cmd(fp, "sacct"), stdout=fixture_text("sacct_cancelled_by.txt"), occurrences=2)
+    rec = fp.register(cmd(fp, "sacct"), stdout=fixture_text("sacct_cancelled_by.txt"), occurrences=2)
     fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1, occurrences=10)
     slurm = Slurm(section())
     got = slurm.finals(["7", "8", "9"])
     assert got["7"] is not None and got["7"].state == "CANCELLED"
-    assert fp.call_count([fp.program("sacct"), fp.any()]) == 2  # a probe for the first, one call for the rest
+    assert fp.call_count([fp.program("sacct"), fp.any()]) == 1  # one call for all three, probing included
+    assert rec.calls[0].args[-1] == "--jobs=7,8,9"
     assert got["8"] is None and fp.call_count([fp.program("scontrol"), fp.any()]) == 2  # unknown: scontrol only
