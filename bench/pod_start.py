@@ -126,7 +126,7 @@ def bare_burst(work: Path, count: int, partition: str) -> tuple[float, float]:
 
 def hpkctl_burst(work: Path, count: int, site: str) -> tuple[float, float, int]:
     from hpkctl.jobs import Slurm
-    from hpkctl.runner import submit_pod
+    from hpkctl.runner import forget_run, submit_pod
     from hpkctl.sites import load_site
 
     profile = load_site(site)
@@ -145,8 +145,7 @@ def hpkctl_burst(work: Path, count: int, site: str) -> tuple[float, float, int]:
     last = max(wait_for_file(work / n, timeout=60) for n in names)
     ok = sum((Path(r.pod_dir) / "status" / "pod.done").read_text().strip() == "0" for r in records)
     for r in records:
-        shutil.rmtree(r.pod_dir, ignore_errors=True)
-        Path(os.path.expanduser(profile.pods.state_dir), "runs", r.namespace, f"{r.name}.json").unlink(missing_ok=True)
+        forget_run(profile, r)
     return submitted, last - t0, ok
 
 

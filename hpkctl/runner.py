@@ -95,6 +95,12 @@ def job_states(slurm: Slurm, job_ids: list[str]) -> dict[str, JobInfo | None]:
     return {j: finals.get(j) or jobs.get(j) for j in job_ids}
 
 
+def forget_run(profile: SiteProfile, rec: RunRecord) -> None:
+    """Remove a run's record and its pod directory (the job must have ended)."""
+    _record_path(profile, rec.namespace, rec.name).unlink(missing_ok=True)
+    shutil.rmtree(rec.pod_dir, ignore_errors=True)
+
+
 def pod_status(slurm: Slurm, rec: RunRecord) -> PodStatus:
     """Status of one run: its status files combined with Slurm's view of its job."""
     job = job_states(slurm, [rec.job_id])[rec.job_id]
@@ -382,7 +388,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
             if _ended(slurm.query([rec.job_id]).get(rec.job_id)):
                 break
             time.sleep(0.5)
-    _record_path(profile, rec.namespace, rec.name).unlink(missing_ok=True)
-    shutil.rmtree(rec.pod_dir, ignore_errors=True)
+    forget_run(profile, rec)
     print(f"pod {rec.namespace}/{rec.name} deleted")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import sys
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ class Manifest:
 def load_manifest(path: str | Path) -> Manifest:
     p = Path(path)
     try:
-        text = p.read_text() if str(path) != "-" else __import__("sys").stdin.read()
+        text = p.read_text() if str(path) != "-" else sys.stdin.read()
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror}", hint="check the path given to -f") from exc
     try:
