@@ -18,7 +18,7 @@ from typing import Any
 
 from hpkctl.errors import PodError
 from hpkctl.kubelet.context import Ctx
-from hpkctl.kubelet.env import decode, field_value
+from hpkctl.kubelet.env import field_value
 from hpkctl.kubelet.expansion import expand
 from hpkctl.kubelet.quantity import parse_quantity
 from hpkctl.kubelet.resources import PodResources, resource_field
