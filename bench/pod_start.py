@@ -126,7 +126,8 @@ def bare_burst(work: Path, count: int, partition: str) -> tuple[float, float]:
 
 def hpkctl_burst(work: Path, count: int, site: str) -> tuple[float, float, int]:
     from hpkctl.jobs import Slurm
-    from hpkctl.runner import forget_run, submit_pod
+    from hpkctl.local.records import forget_run
+    from hpkctl.local.submit import submit_pod
     from hpkctl.sites import load_site
 
     profile = load_site(site)

@@ -1,7 +1,7 @@
-"""Slurm, and only Slurm: submit, query, cancel and final states of jobs, and what they mean for pods.
+"""Slurm, and only Slurm: submit, query, cancel and final states of jobs. No pod words here.
 
 This is the one package that runs Slurm commands (see ``slurm.py`` for why). Everything above it
-gets typed values (``JobInfo``, ``PodOutcome``) and typed errors, never Slurm's text formats.
+gets typed values (``JobInfo``) and typed errors, never Slurm's text formats.
 """
 
 from hpkctl.jobs.errors import (
@@ -17,14 +17,13 @@ from hpkctl.jobs.errors import (
 )
 from hpkctl.jobs.info import JobInfo
 from hpkctl.jobs.slurm import Slurm
-from hpkctl.jobs.states import TERMINAL_STATES, PodOutcome, pod_outcome
+from hpkctl.jobs.states import TERMINAL_STATES
 
 __all__ = [
     "InvalidAccount",
     "InvalidPartition",
     "InvalidQos",
     "JobInfo",
-    "PodOutcome",
     "ResourcesUnavailable",
     "Slurm",
     "SlurmError",
@@ -33,5 +32,4 @@ __all__ = [
     "SubmitError",
     "TERMINAL_STATES",
     "TimeLimitTooLong",
-    "pod_outcome",
 ]

@@ -1,23 +1,10 @@
-"""Slurm job states → Kubernetes pod phases.
+"""Slurm's job states, grouped by what they mean for a job's life: waiting, active, ended.
 
-Covers all 24 job states of Slurm 22.05 (``JOB STATE CODES`` in squeue(1)). A state this table
-does not know (a newer Slurm) gives phase ``Unknown`` instead of an exception, so one surprising
-job never stops status reporting for the others.
-
-The pod's own status files are the ground truth for container exit codes (DEVELOPERS.md); Slurm's
-view wins for what only Slurm knows: the time limit (``DeadlineExceeded``), the memory limit
-(``OOMKilled``), node failures, preemption, cancellation.
+Covers all 24 job states of Slurm 22.05 (``JOB STATE CODES`` in squeue(1)). What a state means for
+a pod lives in :mod:`hpkctl.pod.outcome`; this module only knows jobs.
 """
 
 from __future__ import annotations
-
-import re
-from dataclasses import dataclass
-from typing import Literal
-
-from hpkctl.jobs.info import JobInfo
-
-Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
 
 PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
 ACTIVE_STATES = frozenset(
@@ -39,121 +26,3 @@ TERMINAL_STATES = frozenset(
 )
 ALL_STATES = PENDING_STATES | ACTIVE_STATES | TERMINAL_STATES
 
-# Exit code reported for OUT_OF_MEMORY: the kernel's OOM killer sends SIGKILL (128 + 9), which is
-# what Kubernetes shows for OOMKilled. Slurm itself records its private marker 0:125 (SIG_OOM).
-OOM_EXIT_CODE = 137
-
-
-@dataclass(frozen=True)
-class PodOutcome:
-    """A pod phase with a CamelCase ``reason`` and a sentence for humans (``kubectl describe``).
-
-    ``exit_code`` is the job's exit code as a shell reports it (128 + signal when killed by a
-    signal), ``None`` when Slurm did not say.
-    """
-
-    phase: Phase
-    reason: str
-    message: str
-    exit_code: int | None = None
-
-
-# Pending reasons that will not go away by waiting: say what to change.
-_PENDING_HINTS = {
-    "PartitionTimeLimit": "the requested time is above the partition's MaxTime: lower the pod's "
-    "activeDeadlineSeconds or slurm.default_time, or set slurm.max_time in the profile",
-    "PartitionConfig": "the request (CPUs, memory, nodes) exceeds what the partition's nodes offer: "
-    "lower the pod's resources or choose another partition (slurm.partition)",
-    "PartitionNodeLimit": "the node count is outside the partition's limits",
-    "BadConstraints": "no node can satisfy the constraints (features, memory, GPUs) of the request",
-    "DependencyNeverSatisfied": "a job this one depends on failed; it will never start",
-    "InvalidAccount": "the account is not valid here: check slurm.account in the profile",
-    "InvalidQOS": "the QOS is not valid here: check slurm.qos in the profile",
-    "JobHeldUser": "the job is held (scontrol release <id> lets it run)",
-    "JobHeldAdmin": "an administrator holds the job",
-    "ReqNodeNotAvail": "a required node is down, drained or reserved",
-}
-_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-
-_ACTIVE = {
-    "RUNNING": ("", "the job is running"),
-    "CONFIGURING": ("Configuring", "Slurm is preparing the allocated nodes (e.g. booting them)"),
-    "COMPLETING": ("Completing", "the job's processes ended; Slurm is cleaning up (epilog)"),
-    "SUSPENDED": ("Suspended", "Slurm suspended the job; its processes are stopped until it is resumed"),
-    "STOPPED": ("Stopped", "the job was stopped (SIGSTOP) and keeps its resources"),
-    "SIGNALING": ("Signaling", "Slurm is delivering a signal to the job"),
-    "RESIZING": ("Resizing", "the job's allocation is being resized"),
-    "STAGE_OUT": ("StagingOut", "the job ended; Slurm is staging out its burst buffer"),
-}
-_REQUEUED = {
-    "REQUEUED": ("Requeued", "Slurm requeued the job; it will start again"),
-    "REQUEUE_HOLD": ("RequeueHold", "the job was requeued and is held"),
-    "REQUEUE_FED": ("Requeued", "the job is being requeued by the federation"),
-    "RESV_DEL_HOLD": ("ReservationDeleted", "the job's reservation was deleted; the job is held"),
-    "SPECIAL_EXIT": ("SpecialExit", "the job exited with a special exit code and was requeued on hold"),
-}
-_FAILED = {
-    "CANCELLED": ("Cancelled", "the Slurm job was cancelled (scancel or an administrator)"),
-    "TIMEOUT": ("DeadlineExceeded", "the job reached its Slurm time limit (activeDeadlineSeconds or slurm.default_time)"),
-    "DEADLINE": ("DeadlineExceeded", "the job reached its Slurm deadline (--deadline)"),
-    "OUT_OF_MEMORY": ("OOMKilled", "the job exceeded its memory limit and was killed"),
-    "NODE_FAIL": ("NodeLost", "a node of the job failed"),
-    "PREEMPTED": ("Preempted", "the job was preempted by a higher-priority job"),
-    "BOOT_FAIL": ("BootFailure", "the job's nodes failed to boot"),
-    "REVOKED": ("Revoked", "Slurm revoked the job (federation: it runs on another cluster)"),
-}
-
-
-def _shell_exit_code(info: JobInfo) -> int | None:
-    if info.exit_code is None:
-        return None
-    if info.signal and 0 < info.signal < 65:
-        return 128 + info.signal
-    return info.exit_code
-
-
-def _ended(info: JobInfo) -> str:
-    """Text such as ' (exit code 3)' or ' (killed by signal 9)' for a message; '' when unknown."""
-    if info.exit_code is None:
-        return ""
-    if info.signal:
-        return f" (killed by signal {info.signal})"
-    return f" (exit code {info.exit_code})"
-
-
-def pod_outcome(info: JobInfo | None) -> PodOutcome:
-    """The pod phase for a job as Slurm last reported it; ``None`` means Slurm has no record."""
-    if info is None:
-        return PodOutcome(
-            "Failed",
-            "JobVanished",
-            "Slurm has no record of the job: it left the queue (MinJobAge) and neither sacct "
-            "nor the jobcomp file (slurm.jobcomp_file in the profile) knows it",
-        )
-    state = info.state
-    slurm_reason = f"; Slurm reason: {info.reason}" if info.reason else ""
-    if state == "PENDING":
-        reason = info.reason if info.reason and _IDENT.match(info.reason) else "Pending"
-        message = f"waiting in Slurm's queue: {info.reason or 'no reason given'}"
-        if info.reason in _PENDING_HINTS:
-            message += f" ({_PENDING_HINTS[info.reason]})"
-        return PodOutcome("Pending", reason, message)
-    if state in _REQUEUED:
-        reason, message = _REQUEUED[state]
-        return PodOutcome("Pending", reason, message + slurm_reason)
-    if state in _ACTIVE:
-        reason, message = _ACTIVE[state]
-        return PodOutcome("Running", reason, message, _shell_exit_code(info) if state == "COMPLETING" else None)
-    if state == "COMPLETED":
-        return PodOutcome("Succeeded", "Completed", "the job completed successfully", _shell_exit_code(info))
-    if state == "FAILED":
-        return PodOutcome("Failed", "Error", f"the job failed{_ended(info)}{slurm_reason}", _shell_exit_code(info))
-    if state in _FAILED:
-        reason, message = _FAILED[state]
-        code = OOM_EXIT_CODE if state == "OUT_OF_MEMORY" else _shell_exit_code(info)
-        return PodOutcome("Failed", reason, message + slurm_reason, code)
-    return PodOutcome(
-        "Unknown",
-        "UnknownSlurmState",
-        f"Slurm reports job state {info.state or '(empty)'!r}, which hpkctl does not know{slurm_reason}",
-    )

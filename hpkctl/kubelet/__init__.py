@@ -1,32 +1,5 @@
-"""The virtual kubelet's translator: a pod → its pod directory and sbatch script.
+"""The hpk kubelet daemon: one virtual node whose pods run as Slurm jobs (the kubelet issue).
 
-Public surface: :func:`render_pod` (dask-jobqueue's "show me the job script"), :func:`write_pod_dir`,
-:class:`RenderedPod`, plus :mod:`hpkctl.kubelet.manifest` for pods taken from files.
+Reserved: the translator it uses is :mod:`hpkctl.pod`, Slurm is reached through :mod:`hpkctl.jobs`,
+the API server through :mod:`hpkctl.kube`. It never imports :mod:`hpkctl.cli`.
 """
-
-from __future__ import annotations
-
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-from hpkctl.kubelet.objects import ObjectSource, StaticObjects
-from hpkctl.kubelet.render import RenderedPod, render_plan, write_pod_dir
-from hpkctl.kubelet.translate import PodPlan, plan_pod, pod_dir_for
-from hpkctl.kubelet.volumes import PvcResolver
-from hpkctl.sites.schema import SiteProfile
-
-
-def render_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSource | None = None,
-               pod_dir: str | None = None, strict: bool = True, services: Sequence[Mapping[str, Any]] = (),
-               pvc_resolver: PvcResolver | None = None) -> RenderedPod:
-    """Translate a pod (shaped as the API server returns it) into its sbatch script and files.
-
-    Raises :class:`hpkctl.errors.PodError` (with a Kubernetes-style ``reason``) when the pod cannot
-    run as asked. ``strict=False`` is a dry run: missing ConfigMaps/Secrets become warnings.
-    """
-    plan = plan_pod(pod, profile, objects=objects, pod_dir=pod_dir, strict=strict, services=services,
-                    pvc_resolver=pvc_resolver)
-    return render_plan(plan)
-
-
-__all__ = ["ObjectSource", "PodPlan", "RenderedPod", "StaticObjects", "pod_dir_for", "render_pod", "write_pod_dir"]

@@ -124,6 +124,10 @@ class ApptainerSection(_Section):
     )
     gpu_flag: str = Field("--nv", description="flag that exposes GPUs to a container")
     set_hostname: bool = Field(True, description="give containers the pod's hostname (--hostname)")
+    always_pull_window: int = Field(
+        300, ge=0, description="imagePullPolicy Always: a cached image younger than this many seconds is reused"
+    )
+    pull_timeout: float = Field(1800.0, gt=0, description="seconds before an image pull on the submit host is given up")
 
     @model_validator(mode="after")
     def _cni_needs_parent(self) -> "ApptainerSection":
@@ -142,6 +146,9 @@ class PodsSection(_Section):
     memory_dir: str = Field("/dev/shm", description="node-local tmpfs for emptyDir medium: Memory")
     default_cpu: str = Field("1", description="CPUs when a pod requests none")
     default_memory: str = Field("", description="memory when a pod requests none; empty: Slurm's default")
+    restart_backoff: int = Field(10, ge=1, description="seconds before a container's first restart; doubles each time")
+    restart_backoff_max: int = Field(300, ge=1, description="longest wait between restarts (Kubernetes: 300)")
+    size_check_interval: int = Field(10, ge=1, description="seconds between checks of emptyDir sizeLimit")
 
 
 class SiteProfile(_Section):

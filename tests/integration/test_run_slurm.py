@@ -270,7 +270,7 @@ def test_pod_from_kubectl_get_yaml_runs_on_one_and_several_nodes(hpk: Hpk, site:
     """A pod as the API server returns it (uid, defaults, kube-api-access volume, status) runs as is."""
     import yaml as _yaml
 
-    from tests.kubelet.conftest import PODS
+    from tests.pod.conftest import PODS
 
     doc = _yaml.safe_load((PODS / "api-server-shape.yaml").read_text())
     doc["metadata"]["name"] = unique("apishape")

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from hpkctl.kubelet.flags import sbatch_directive_word
+from hpkctl.pod.flags import sbatch_directive_word
 from tests.integration.conftest import Hpk
 
 pytestmark = pytest.mark.slurm

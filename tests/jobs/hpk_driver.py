@@ -18,7 +18,8 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from hpkctl.jobs import JobInfo, Slurm, pod_outcome
+from hpkctl.jobs import JobInfo, Slurm
+from hpkctl.pod.outcome import pod_outcome
 from hpkctl.jobs.jobcomp import find_in_jobcomp
 from hpkctl.jobs.states import PENDING_STATES
 from hpkctl.sites.schema import SlurmSection

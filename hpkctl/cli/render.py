@@ -1,0 +1,69 @@
+"""``hpkctl render``: print the sbatch script for a manifest; submit nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from hpkctl.cli.common import add_site
+from hpkctl.errors import PodError, ProfileError
+
+if TYPE_CHECKING:
+    from hpkctl.sites import SiteProfile
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("render", help="print the sbatch script for a manifest (dry run, submits nothing)")
+    p.add_argument("-f", "--filename", required=True, help="manifest: Pod, Job or Deployment (+ ConfigMaps/Secrets)")
+    add_site(p)
+    p.add_argument("--out", help="also write the pod directory here (as the job would see it)")
+    p.add_argument("--pod", help="which pod template to use when the file holds several")
+    p.set_defaults(func=cmd_render)
+
+
+def _dry_run_profile(site: str) -> SiteProfile:
+    """The profile, expanded where this machine can; a dry run must work away from the site too
+    (e.g. ``--site jsc`` on a laptop without ``$PROJECT``): then values stay unexpanded, with a warning."""
+    from hpkctl.sites import load_site
+
+    try:
+        return load_site(site)
+    except ProfileError as exc:
+        if "is not set" not in exc.message:
+            raise
+        print(f"hpkctl: warning: {exc.message}; the script shows such values unexpanded", file=sys.stderr)
+        return load_site(site, expand=False)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from hpkctl.local.manifest import load_manifest, select_pod, validate_pod_shape, with_api_defaults
+    from hpkctl.pod import render_pod, write_pod_dir
+
+    profile = _dry_run_profile(args.site)
+    manifest = load_manifest(args.filename)
+    pod = select_pod(manifest, args.pod)
+    validate_pod_shape(pod, source=args.filename)
+    pod = with_api_defaults(pod)
+    pod_dir = os.path.abspath(args.out) if args.out else None
+    try:
+        rendered = render_pod(pod, profile, objects=manifest.objects, pod_dir=pod_dir, strict=False,
+                              services=manifest.services)
+    except PodError as exc:
+        print(f"hpkctl: error: pod {pod['metadata']['name']}: {exc.reason}: {exc}", file=sys.stderr)
+        return 1
+    for warning in rendered.warnings:
+        print(f"hpkctl: warning: {warning}", file=sys.stderr)
+    sys.stdout.write(rendered.script)
+    if rendered.files:
+        print("\n# Files hpkctl writes into the pod directory before submitting:")
+        for rel, (data, mode) in sorted(rendered.files.items()):
+            missing = dict(rendered.missing).get(rel)
+            note = f"  <- MISSING: {missing}" if missing else ""
+            print(f"#   {rendered.plan.pod_dir}/{rel} ({len(data)} bytes, mode {mode:o}){note}")
+    if args.out:
+        write_pod_dir(rendered, pod_json=json.dumps(pod, indent=2).encode())
+        print(f"hpkctl: pod directory written to {rendered.plan.pod_dir}", file=sys.stderr)
+    return 0

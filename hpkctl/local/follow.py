@@ -1,0 +1,149 @@
+"""Following a run: its containers' logs and its progress, until the pod ends.
+
+Files are read every ``FILE_POLL`` seconds (local, cheap); Slurm is asked with a back-off
+(:class:`hpkctl.jobs.poll.Backoff`), one ``squeue`` for the run per due tick.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from hpkctl.jobs import JobInfo, Slurm, SlurmError
+from hpkctl.jobs.poll import Backoff, poll
+from hpkctl.local.records import RunRecord
+from hpkctl.local.submit import ended, pod_status
+from hpkctl.pod import paths as f
+from hpkctl.pod.status import PodStatus, container_done, containers_of, read_pod_status, restart_policies
+
+FILE_POLL = 0.2
+SETTLE_POLL = 0.25
+SETTLE_TIMEOUT = 5.0
+
+
+class LogTail:
+    """Follows the containers' log files (and their replacements after a restart)."""
+
+    def __init__(self, logs_dir: Path, names: list[str], out: TextIO, *, prefixed: set[str] | None = None) -> None:
+        self.files = {n: logs_dir / f"{n}.log" for n in names}
+        self.pos = dict.fromkeys(names, 0)
+        self.inode: dict[str, int] = {}
+        self.prefixed = set(names) if prefixed is None else prefixed
+        self.out = out
+        self.partial = dict.fromkeys(names, b"")
+
+    def pump(self, *, final: bool = False) -> None:
+        for name, path in self.files.items():
+            try:
+                with open(path, "rb") as fh:
+                    st = os.fstat(fh.fileno())
+                    if self.inode.get(name) != st.st_ino:  # new file: first time, or rotated by a restart
+                        self.inode[name], self.pos[name] = st.st_ino, 0
+                    fh.seek(self.pos[name])
+                    data = fh.read()
+                    self.pos[name] += len(data)
+            except FileNotFoundError:
+                continue
+            data = self.partial[name] + data
+            lines = data.split(b"\n")
+            self.partial[name] = b"" if final else lines.pop()
+            for line in lines if not final else [x for x in lines if x]:
+                text = line.decode("utf-8", "replace")
+                self.out.write(f"[{name}] {text}\n" if name in self.prefixed else f"{text}\n")
+            self.out.flush()
+
+
+def describe(st: PodStatus, *, with_message: bool | None = None) -> str:
+    """``Phase (Reason): message``; by default without the message while running (it only says "running")."""
+    base = st.phase + (f" ({st.reason})" if st.reason and st.reason != st.phase else "")
+    if with_message is None:
+        with_message = st.phase != "Running"
+    return f"{base}: {st.message}" if st.message and with_message else base
+
+
+def result_line(rec: RunRecord, st: PodStatus) -> str:
+    return f"pod {rec.namespace}/{rec.name} (Slurm job {rec.job_id}): {describe(st, with_message=True)}"
+
+
+def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, quiet: bool = False,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> PodStatus:
+    """Stream logs and progress until the pod finishes; return its final status."""
+    containers = containers_of(rec.pod())
+    names = [n for n, _ in containers]
+    mains = [n for n, init in containers if not init]
+    # One main container: its output unprefixed (like kubectl logs); otherwise "[name] line".
+    prefixed = {n for n, init in containers if init or len(mains) > 1}
+    tail = LogTail(rec.dir.logs_dir, names, log_out, prefixed=prefixed)
+    ask = Backoff(clock=clock)
+    state: dict[str, object] = {"job": None, "asked": False, "line": ""}
+
+    def step() -> PodStatus | None:
+        if ask.due():
+            try:
+                state["job"], state["asked"] = slurm.query([rec.job_id]).get(rec.job_id), True
+            except SlurmError as exc:  # a busy or restarting slurmctld: keep following the files
+                print(f"hpkctl: warning: cannot ask Slurm about job {rec.job_id} ({exc.message}); retrying",
+                      file=out)
+        job = state["job"] if isinstance(state["job"], JobInfo) else None
+        tail.pump()
+        files_done = rec.dir.exists(f.POD_DONE)
+        if files_done and (job is None or job.state != "COMPLETING") or state["asked"] and ended(job):
+            final = settle(slurm, rec, sleep=sleep, clock=clock)  # TIMEOUT/OOM reported as such
+            tail.pump(final=True)
+            return final
+        st = read_pod_status(rec.dir.root, containers, job, job_known=bool(state["asked"]))
+        line = describe(st)
+        if not quiet and line != state["line"]:
+            extra = f" on {st.node}" if st.phase == "Running" and st.node else ""
+            print(f"pod {rec.namespace}/{rec.name} (Slurm job {rec.job_id}): {line}{extra}", file=out)
+            state["line"] = line
+        return None
+
+    return poll(step, every=FILE_POLL, sleep=sleep, clock=clock)
+
+
+def settle(slurm: Slurm, rec: RunRecord, *, sleep: Callable[[float], None] = time.sleep,
+           clock: Callable[[], float] = time.monotonic) -> PodStatus:
+    """The job's final status, waiting briefly for Slurm to record it (COMPLETING → final)."""
+    last: list[PodStatus] = []
+
+    def step() -> PodStatus | None:
+        st = pod_status(slurm, rec)
+        last[:] = [st]
+        return st if st.job is not None and ended(st.job) else None
+
+    try:
+        return poll(step, every=SETTLE_POLL, timeout=SETTLE_TIMEOUT, sleep=sleep, clock=clock)
+    except TimeoutError:
+        return last[0]
+
+
+def follow_logs(slurm: Slurm, rec: RunRecord, container: str, *, out: TextIO,
+                sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
+    """``logs -f``: print the container's log as it grows, across restarts, until it will not run again."""
+    tail = LogTail(rec.dir.logs_dir, [container], out, prefixed=set())
+    policy = restart_policies(rec.pod()).get(container, "Never")
+    ask = Backoff(clock=clock)
+
+    def step() -> bool | None:
+        tail.pump()
+        if container_done(rec.dir, container, policy=policy) or ask.due() and ended(
+                slurm.query([rec.job_id]).get(rec.job_id)):
+            tail.pump(final=True)
+            return True
+        return None
+
+    poll(step, every=FILE_POLL, sleep=sleep, clock=clock)
+
+
+def wait_ended(slurm: Slurm, job_id: str, *, timeout: float = 30.0,
+               sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> bool:
+    """Wait (with back-off) until Slurm says the job ended; False if it still runs after ``timeout``."""
+    try:
+        return poll(lambda: True if ended(slurm.query([job_id]).get(job_id)) else None,
+                    timeout=timeout, sleep=sleep, clock=clock)
+    except TimeoutError:
+        return False

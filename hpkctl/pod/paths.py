@@ -1,0 +1,114 @@
+"""The pod directory: every path in it, and the status-file protocol, named once.
+
+``<state_dir>/pods/<uid>/`` belongs to one pod. hpkctl writes ``job/`` and ``env/`` before
+submission; the job writes ``status/``, ``logs/``, ``run/``, ``etc/`` and ``tmp/``. Status files are
+text, one value and a trailing newline, written as temp file + ``mv`` so readers never see half a
+value (DEVELOPERS.md lists what each one means). The job script uses the same names: they are
+handed to the template from here, so the protocol cannot drift between writer and reader.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+
+# Pod-level status files (status/NAME).
+JOB_STARTED = "job.started"  # RFC 3339 time the batch script started
+JOB_NODE = "job.node"  # hostname -s of the batch host
+JOB_ID = "job.id"  # $SLURM_JOB_ID
+POD_IP = "pod.ip"
+HOST_IP = "host.ip"
+POD_TERMINATING = "pod.terminating"  # the job got SIGTERM (cancel, time limit)
+POD_FAILED = "pod.failed"  # first line a CamelCase reason, the rest a message
+POD_DONE = "pod.done"  # the pod's exit code; the job exits with it
+
+# Per-container status files (status/<container>.SUFFIX).
+STARTED = "started"
+FINISHED = "finished"
+EXITCODE = "exitcode"
+RESTARTS = "restarts"
+LAST_EXITCODE = "last-exitcode"
+LAST_FINISHED = "last-finished"
+
+
+def pod_dir_for(state_dir: str, uid: str) -> str:
+    """Where the pod with ``uid`` lives under a profile's (expanded) ``state_dir``."""
+    return posixpath.join(state_dir, "pods", uid)
+
+
+@dataclass(frozen=True)
+class PodDir:
+    """Paths inside one pod directory. Relative names (``rel_*``) are what the job script uses
+    after ``cd "$HPK_POD_DIR"``; ``Path`` properties are for readers on the submit host."""
+
+    root: Path
+
+    # -- relative names, also used by the renderer
+    JOB_SCRIPT = "job/job.sh"
+    POD_JSON = "job/pod.json"
+    SLURM_OUT = "logs/slurm.out"
+
+    @staticmethod
+    def rel_env_file(container: str) -> str:
+        """The container's static environment (Apptainer ``--env-file``), 0600, written by hpkctl."""
+        return f"env/{container}.env"
+
+    @staticmethod
+    def rel_run_env_file(container: str) -> str:
+        """The env file plus values only the job knows (``status.podIP``), written by the job."""
+        return f"run/{container}.env"
+
+    @staticmethod
+    def rel_pull_credentials(index: int) -> str:
+        return f"env/pull-{index}.cred"
+
+    # -- absolute paths for readers
+    @property
+    def status_dir(self) -> Path:
+        return self.root / "status"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def pod_json(self) -> Path:
+        return self.root / self.POD_JSON
+
+    @property
+    def job_script(self) -> Path:
+        return self.root / self.JOB_SCRIPT
+
+    def log(self, container: str, *, previous: bool = False) -> Path:
+        return self.logs_dir / (f"{container}.previous.log" if previous else f"{container}.log")
+
+    def status_file(self, name: str) -> Path:
+        return self.status_dir / name
+
+    def container_file(self, container: str, suffix: str) -> Path:
+        return self.status_dir / f"{container}.{suffix}"
+
+    def read(self, name: str) -> str | None:
+        """One pod-level status value, ``None`` when not (yet) written."""
+        return _read(self.status_file(name))
+
+    def read_container(self, container: str, suffix: str) -> str | None:
+        return _read(self.container_file(container, suffix))
+
+    def exists(self, name: str) -> bool:
+        return self.status_file(name).exists()
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().rstrip("\n")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def read_int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None

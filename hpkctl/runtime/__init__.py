@@ -1,0 +1,10 @@
+"""The container runtime on the submit host: the Apptainer image pull, and nothing else.
+
+Apart from :mod:`hpkctl.jobs` (Slurm), this is the only package that starts processes. Pods
+normally pull their images inside the job (``[apptainer] pull = "job"``); sites whose compute
+nodes are offline pull here, before submission, with the same protocol as the job script.
+"""
+
+from hpkctl.runtime.pull import ImageToPull, pull_images
+
+__all__ = ["ImageToPull", "pull_images"]

@@ -1,0 +1,64 @@
+"""Runner behaviour that needs no real Slurm: Slurm faked with pytest-subprocess."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from hpkctl.jobs import InvalidPartition
+from hpkctl.local.follow import follow_run
+from hpkctl.local.records import RunRecord
+from hpkctl.local.submit import submit_pod
+from hpkctl.jobs import Slurm
+from hpkctl.sites.schema import SiteProfile
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+       "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36", "command": ["true"]}]}}
+
+
+@pytest.fixture
+def profile(tmp_path: Path) -> SiteProfile:
+    return SiteProfile.model_validate({"name": "t", "slurm": {"bin_dir": "/fake/bin", "partition": "nope", "use_sacct": "no"},
+                                       "pods": {"state_dir": str(tmp_path / "state")}})
+
+
+def test_failed_submission_leaves_no_pod_directory(fp, profile: SiteProfile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    fp.register(["/fake/bin/sbatch", fp.any()], returncode=1,
+                stderr="sbatch: error: invalid partition specified: nope\n"
+                       "sbatch: error: Batch job submission failed: Invalid partition name specified\n")
+    manifest = tmp_path / "pod.json"
+    manifest.write_text(json.dumps(POD))
+    with pytest.raises(InvalidPartition) as err:
+        submit_pod(profile, str(manifest), out=io.StringIO())
+    assert "partition" in err.value.hint
+    assert not list((tmp_path / "state" / "pods").iterdir())
+    assert not (tmp_path / "state" / "runs").exists()
+
+
+def test_following_survives_a_slurm_hiccup(fp, profile: SiteProfile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    pod_dir = tmp_path / "pod"
+    (pod_dir / "job").mkdir(parents=True)
+    (pod_dir / "status").mkdir()
+    (pod_dir / "logs").mkdir()
+    (pod_dir / "job" / "pod.json").write_text(json.dumps(POD))
+    rec = RunRecord(name="p", namespace="default", uid="u", job_id="42", pod_dir=str(pod_dir), site="t", submitted=0)
+    fp.register(["/fake/bin/squeue", fp.any()], returncode=1,
+                stderr="squeue: error: Unable to contact slurm controller (connect failure)\n")
+    fp.register(["/fake/bin/squeue", fp.any()], stdout="42|COMPLETED|n1|2026-01-01T00:00:00|2026-01-01T00:00:01|None\n",
+                occurrences=50)
+    fp.register(["/fake/bin/scontrol", fp.any()], returncode=1,
+                stderr="slurm_load_jobs error: Invalid job id specified\n", occurrences=50)
+    ticks = iter(range(10_000))
+
+    def sleep(_: float) -> None:  # the job "runs" while we sleep: its files appear
+        (pod_dir / "status" / "c.exitcode").write_text("0\n")
+        (pod_dir / "status" / "pod.done").write_text("0\n")
+
+    out = io.StringIO()
+    st = follow_run(Slurm(profile.slurm), rec, out=out, log_out=io.StringIO(), clock=lambda: float(next(ticks) * 10),
+                    sleep=sleep)
+    assert "cannot ask Slurm" in out.getvalue()
+    assert st.phase == "Succeeded"

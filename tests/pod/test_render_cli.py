@@ -1,0 +1,129 @@
+"""``hpkctl render``: the dry run a user (or dask-jobqueue fan) reads before submitting."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from hpkctl.cli import main
+
+
+@pytest.fixture
+def manifest(tmp_path: Path):  # type: ignore[no-untyped-def]
+    def write(text: str) -> str:
+        p = tmp_path / "m.yaml"
+        p.write_text(text)
+        return str(p)
+    return write
+
+
+JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train}
+spec:
+  template:
+    metadata: {annotations: {slurm-job.hpk.io/flags: "-N 1 --qos=long"}}
+    spec:
+      containers:
+      - name: main
+        image: busybox:1.36
+        command: [sh, -c, "echo $(GREETING)"]
+        env: [{name: GREETING, valueFrom: {configMapKeyRef: {name: absent, key: k}}}]
+        volumeMounts: [{name: cfg, mountPath: /cfg}]
+      volumes: [{name: cfg, configMap: {name: also-absent, items: [{key: a, path: a.txt}]}}]
+"""
+
+
+def test_render_job_template_dry_run_warns_and_shows_missing(manifest, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["render", "-f", manifest(JOB), "--site", "ci"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("#!/bin/bash\n#SBATCH --job-name=default_train\n")
+    assert "#SBATCH --qos=long" in out and "#SBATCH --nodes=1" in out
+    assert "Never" in out  # a Job's pod defaults to restartPolicy Never
+    assert 'configmap "absent" not found' in err and "dry run" in err
+    assert "volumes/cfg/a.txt" in out and "MISSING: configMap default/also-absent" in out
+
+
+def test_render_out_writes_the_pod_directory(manifest, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    pod = """
+apiVersion: v1
+kind: Secret
+metadata: {name: s}
+stringData: {password: hunter2}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, uid: 12345678-aaaa-bbbb-cccc-1234567890ab}
+spec:
+  containers:
+  - {name: c, image: busybox, env: [{name: PW, valueFrom: {secretKeyRef: {name: s, key: password}}}]}
+"""
+    out_dir = tmp_path / "poddir"
+    assert main(["render", "-f", manifest(pod), "--site", "ci", "--out", str(out_dir)]) == 0
+    script, _ = capsys.readouterr()
+    assert (out_dir / "job" / "job.sh").read_text() in script
+    env = out_dir / "env" / "c.env"
+    assert "PW=hunter2\n" in env.read_text()
+    assert stat.S_IMODE(env.stat().st_mode) == 0o600  # secrets: owner only
+    assert "hunter2" not in script  # never in the script Slurm keeps
+    assert json.loads((out_dir / "job" / "pod.json").read_text())["metadata"]["name"] == "p"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("kind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c}]}\n", "spec.containers[0].image: required"),
+    ("kind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - {name: c, image: b, command: sh -c x}\n",
+     "spec.containers[0].command: must be a list of strings"),
+    ("kind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: b, env: [{name: A, value: 1}]}]\n",
+     "spec.containers[0].env[0].value: must be a string"),
+    ("kind: Pod\nmetadata: {name: x}\nspec: {containers: [\n", "not valid YAML"),
+    ("kind: Service\nmetadata: {name: x}\n", "no Pod, Job, Deployment"),
+])
+def test_bad_manifests_name_file_and_field(manifest, capsys, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = manifest(text)
+    assert main(["render", "-f", path, "--site", "ci"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and path in err
+
+
+def test_pod_level_problem_is_reported_with_reason(manifest, capsys) -> None:  # type: ignore[no-untyped-def]
+    text = ("kind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: b, volumeMounts: "
+            "[{name: v, mountPath: /v}]}]\n  volumes: [{name: v, nfs: {server: s, path: /}}]\n")
+    assert main(["render", "-f", manifest(text), "--site", "ci"]) == 1
+    err = capsys.readouterr().err
+    assert "UnsupportedVolume" in err and "spec.volumes[0]" in err and "fix:" in err
+
+
+def test_creating_a_pod_ignores_system_fields_from_a_file() -> None:
+    from hpkctl.local.manifest import with_api_defaults
+
+    got = {"metadata": {"name": "p", "uid": "fixed", "resourceVersion": "9"}, "spec": {}, "status": {"phase": "Failed"}}
+    created = with_api_defaults(got, create=True)
+    assert created["metadata"]["uid"] != "fixed" and "resourceVersion" not in created["metadata"]
+    assert "status" not in created
+    assert with_api_defaults(got)["metadata"]["uid"] == "fixed"  # a dry run keeps it: stable output
+
+
+def test_writing_a_pod_directory_again_clears_the_old_verdict(tmp_path: Path) -> None:
+    from hpkctl.pod import render_pod, write_pod_dir
+    from tests.pod.conftest import make_profile, pod_doc
+
+    rendered = render_pod(pod_doc({"containers": [{"name": "c", "image": "b:1"}]}), make_profile(tmp_path))
+    root = write_pod_dir(rendered)
+    (root / "status" / "pod.done").write_text("1\n")
+    (root / "logs" / "c.log").write_text("old\n")
+    write_pod_dir(rendered)
+    assert not (root / "status" / "pod.done").exists() and not (root / "logs" / "c.log").exists()
+
+
+def test_render_for_another_site_works_without_its_environment(manifest, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for var in ("PROJECT", "SCRATCH"):
+        monkeypatch.delenv(var, raising=False)
+    pod = "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: busybox}]}\n"
+    assert main(["render", "-f", manifest(pod), "--site", "jsc"]) == 0
+    out, err = capsys.readouterr()
+    assert "$PROJECT is not set" in err and "requires a Slurm account" in err
+    assert "#SBATCH --partition=batch" in out and "#SBATCH --exclusive" in out

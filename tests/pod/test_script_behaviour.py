@@ -1,0 +1,158 @@
+"""What the generated script does, run with bash and the recording stub (no Slurm needed).
+
+These prove the job-side logic (restarts with back-off, termination, pod-level failures, volume
+checks, eviction); the same behaviours are proven on the real Slurm in tests/integration.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from hpkctl.pod import render_pod, write_pod_dir
+from tests.pod.conftest import pod_doc, records, stub_environment
+
+
+def _start(stub: dict[str, Any], spec: dict[str, Any], **extra: str) -> tuple[subprocess.Popen, Path, Path]:
+    rendered = render_pod(pod_doc(spec), stub["profile"])
+    root = write_pod_dir(rendered)
+    record = stub["tmp"] / "record.jsonl"
+    proc = subprocess.Popen(["bash", str(root / "job" / "job.sh")], env=stub_environment(stub, record, **extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    return proc, root, record
+
+
+def _read(root: Path, name: str) -> str:
+    return (root / "status" / name).read_text().strip()
+
+
+def _wait_for(path: Path, timeout: float = 40) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_always_restarts_with_back_off_and_sigterm_records_the_end(stub_env) -> None:  # type: ignore[no-untyped-def]
+    spec = {"restartPolicy": "Always", "containers": [{"name": "app", "image": "busybox:1.36", "command": ["x"]}]}
+    proc, root, record = _start(stub_env, spec, HPK_STUB_EXIT="2")
+    end = time.monotonic() + 40
+    while len(records(record)) < 2:  # the second run comes after the 10 s back-off
+        assert time.monotonic() < end, "the container was not restarted"
+        time.sleep(0.05)
+    assert _read(root, "app.restarts") == "1" and _read(root, "app.last-exitcode") == "2"
+    os.killpg(proc.pid, signal.SIGTERM)  # what scancel does: every process of the job
+    proc.communicate(timeout=30)
+    assert _read(root, "pod.done") == "143"
+    assert _read(root, "pod.failed").splitlines()[0] == "Terminated"
+    assert len(records(record)) >= 2
+
+
+def test_on_failure_restarts_until_success(stub_env, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    codes = tmp_path / "codes"
+    codes.write_text("1 0")
+    spec = {"restartPolicy": "OnFailure", "containers": [{"name": "app", "image": "b:1", "command": ["x"]}]}
+    proc, root, record = _start(stub_env, spec, HPK_STUB_EXIT_FILE=str(codes))
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert (_read(root, "app.restarts"), _read(root, "app.last-exitcode"), _read(root, "app.exitcode")) == ("1", "1", "0")
+    assert _read(root, "pod.done") == "0" and len(records(record)) == 2
+
+
+def test_failed_init_container_stops_the_pod(stub_env) -> None:  # type: ignore[no-untyped-def]
+    spec = {"restartPolicy": "Never", "initContainers": [{"name": "init", "image": "b:1", "command": ["x"]}],
+            "containers": [{"name": "app", "image": "b:1", "command": ["y"]}]}
+    proc, root, record = _start(stub_env, spec, HPK_STUB_EXIT="5")
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert _read(root, "pod.failed").splitlines() == ["InitContainerFailed", "init container init exited with code 5"]
+    assert [r["args"] for r in records(record)] == [["x"]]  # the main container never ran
+
+
+def test_image_pull_failure_is_a_pod_failure(stub_env) -> None:  # type: ignore[no-untyped-def]
+    spec = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "nope:1", "command": ["x"]}]}
+    proc, root, record = _start(stub_env, spec, HPK_STUB_PULL_FAIL="1")
+    proc.communicate(timeout=30)
+    reason, message = _read(root, "pod.failed").split("\n", 1)
+    assert reason == "ErrImagePull" and "docker://docker.io/library/nope:1" in message and "refused" in message
+    assert not records(record)
+
+
+def test_never_pull_policy_with_missing_image(stub_env) -> None:  # type: ignore[no-untyped-def]
+    spec = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "nope:1", "command": ["x"],
+                                                      "imagePullPolicy": "Never"}]}
+    proc, root, _ = _start(stub_env, spec)
+    proc.communicate(timeout=30)
+    assert _read(root, "pod.failed").splitlines()[0] == "ErrImageNeverPull"
+
+
+def test_host_path_types(stub_env, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    created = tmp_path / "made" / "here"
+    spec = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "b:1", "command": ["x"], "volumeMounts": [
+        {"name": "a", "mountPath": "/a"}, {"name": "b", "mountPath": "/b"}]}],
+        "volumes": [{"name": "a", "hostPath": {"path": str(created), "type": "DirectoryOrCreate"}},
+                    {"name": "b", "hostPath": {"path": str(tmp_path / "missing.txt"), "type": "File"}}]}
+    proc, root, _ = _start(stub_env, spec)
+    proc.communicate(timeout=30)
+    assert created.is_dir()
+    reason, message = _read(root, "pod.failed").split("\n", 1)
+    assert reason == "HostPathCheckFailed" and "missing.txt is not a File" in message
+
+
+def test_empty_dir_over_its_size_limit_evicts_the_pod(stub_env) -> None:  # type: ignore[no-untyped-def]
+    spec = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "b:1", "command": ["x"],
+                                                      "volumeMounts": [{"name": "s", "mountPath": "/s"}]}],
+            "volumes": [{"name": "s", "emptyDir": {"sizeLimit": "64Ki"}}]}
+    proc, root, _ = _start(stub_env, spec, HPK_STUB_SLEEP="60")
+    _wait_for(root / "status" / "app.started")
+    (root / "volumes" / "s" / "big").write_bytes(b"x" * 300_000)
+    proc.communicate(timeout=60)
+    reason, message = _read(root, "pod.failed").split("\n", 1)
+    assert reason == "Evicted" and "sizeLimit" in message
+    assert _read(root, "pod.done") == "143"
+
+
+def test_job_dying_before_containers_start_is_recorded(stub_env) -> None:  # type: ignore[no-untyped-def]
+    spec = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "b:1", "command": ["x"]}]}
+    rendered = render_pod(pod_doc(spec), stub_env["profile"])
+    root = write_pod_dir(rendered)
+    (root / "etc").write_text("a file where the pod's etc/ directory must go")
+    r = subprocess.run(["bash", str(root / "job" / "job.sh")], env=stub_environment(stub_env, stub_env["tmp"] / "r"),
+                       capture_output=True, timeout=30, check=False)
+    assert r.returncode != 0
+    assert _read(root, "pod.failed").splitlines()[0] == "PodSetupFailed"
+    assert _read(root, "pod.done") == "1"
+    assert not (stub_env["tmp"] / "r").exists()  # no container ran
+
+
+def test_image_pull_secrets_reach_the_pull_only(stub_env) -> None:  # type: ignore[no-untyped-def]
+    import base64
+    import json
+
+    from hpkctl.pod.objects import StaticObjects
+
+    cfg = {"auths": {"ghcr.io": {"auth": base64.b64encode(b"robot:p@ss 'w0rd'").decode()},
+                     "https://index.docker.io/v1/": {"username": "hub", "password": "x"}}}
+    secret = {"kind": "Secret", "metadata": {"name": "regcred"}, "type": "kubernetes.io/dockerconfigjson",
+              "data": {".dockerconfigjson": base64.b64encode(json.dumps(cfg).encode()).decode()}}
+    spec = {"restartPolicy": "Never", "imagePullSecrets": [{"name": "regcred"}, {"name": "absent"}],
+            "containers": [{"name": "app", "image": "ghcr.io/org/private:1", "command": ["x"]},
+                           {"name": "pub", "image": "quay.io/org/public:1", "command": ["y"]}]}
+    rendered = render_pod(pod_doc(spec), stub_env["profile"], objects=StaticObjects.of([secret]))
+    assert "p@ss" not in rendered.script
+    assert any("absent" in w for w in rendered.warnings)
+    root = write_pod_dir(rendered)
+    [cred] = list((root / "env").glob("pull-*.cred"))
+    assert oct(cred.stat().st_mode & 0o777) == "0o600"
+    record = stub_env["tmp"] / "record.jsonl"
+    r = subprocess.run(["bash", str(root / "job" / "job.sh")], env=stub_environment(stub_env, record),
+                       capture_output=True, timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+    pulls = {p["source"]: (p["user"], p["password"]) for p in records(record, pulls=True)}
+    assert pulls == {"docker://ghcr.io/org/private:1": ("robot", "p@ss 'w0rd'"),
+                     "docker://quay.io/org/public:1": (None, None)}
+    assert all("APPTAINER_DOCKER_PASSWORD" not in rec["env"] for rec in records(record))
