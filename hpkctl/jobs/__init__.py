@@ -1,7 +1,8 @@
-"""Slurm, and only Slurm: submit, query, cancel and final states of jobs. No pod words here.
+"""Slurm, and only Slurm: submit, query, cancel and final states of jobs. Knows jobs, nothing else.
 
-This is the one package that runs Slurm commands (see ``slurm.py`` for why). Everything above it
-gets typed values (``JobInfo``) and typed errors, never Slurm's text formats.
+This is the one package that runs Slurm commands (``Slurm`` in ``slurm.py``; how and why in
+``command.py``). Everything above it gets typed values (``JobInfo``) and typed errors (``errors.py``
+lists the kinds), never Slurm's text formats.
 """
 
 from hpkctl.jobs.errors import (

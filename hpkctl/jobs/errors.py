@@ -1,12 +1,27 @@
 """Errors raised by Slurm commands, typed so callers can tell "retry later" from "fix the request".
 
-Two families:
+The kinds (all ``SlurmError``, itself an ``HpkError`` with ``message`` and ``hint``):
 
-* ``SlurmUnavailable`` / ``SlurmTimeout``: Slurm itself is not answering (binary missing,
-  slurmctld down, munge down, overloaded controller). Nothing is wrong with the pod; retry later.
-* ``SubmitError`` and its subclasses: sbatch answered and refused *this* job. Retrying the same
-  request fails the same way; the profile or the pod manifest has to change. Each carries a
-  CamelCase ``reason`` that the kubelet can put on the pod status unchanged.
+===================== ======================================================== =====================
+class                 meaning                                                  ``reason``
+===================== ======================================================== =====================
+SlurmError            a command failed in a way nothing below describes        (none)
+SlurmUnavailable      Slurm cannot be used now: command missing, slurmctld or  (none)
+                      munge not answering. Retry later.
+SlurmTimeout          (a SlurmUnavailable) a command ran past                  (none)
+                      ``slurm.command_timeout`` and was killed
+SubmitError           sbatch refused this job; the same request fails again    ``SubmitFailed``, or
+                                                                               ``AccountingPolicy``
+InvalidPartition      (a SubmitError) no such partition, or not allowed        ``InvalidPartition``
+InvalidAccount        (a SubmitError) no such account/association              ``InvalidAccount``
+InvalidQos            (a SubmitError) no such QOS, or not allowed              ``InvalidQos``
+TimeLimitTooLong      (a SubmitError) ``--time`` above the allowed maximum     ``TimeLimitTooLong``
+ResourcesUnavailable  (a SubmitError) no node can ever hold the request        ``ResourcesUnavailable``
+===================== ======================================================== =====================
+
+Hints name only what this layer knows: ``slurm.*`` keys of the site profile and "the job's sbatch
+options". ``hint`` is a plain writable attribute: a caller that knows where the options came from
+(and what else could change them) replaces or extends it before showing the error.
 
 Every message keeps Slurm's own text, because that is what a site's documentation and its admins
 recognise ("Invalid account or account/partition combination specified").
@@ -50,17 +65,26 @@ class SlurmTimeout(SlurmUnavailable):
 
     A subclass of ``SlurmUnavailable`` because the usual cause is an overloaded or unreachable
     slurmctld. Careful with ``sbatch``: the controller may have accepted the job before the client
-    gave up, so a blind resubmission can start the pod twice.
+    gave up, so a blind resubmission can run the job twice.
     """
 
 
 class SubmitError(SlurmError):
-    """sbatch refused the job. ``reason`` is a CamelCase word for the pod status."""
+    """sbatch refused the job. ``reason`` is a CamelCase word a caller can show as a status reason."""
 
     default_reason = "SubmitFailed"
 
-    def __init__(self, message: str, *, reason: str = "", **kwargs: object) -> None:
-        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str = "",
+        hint: str = "",
+        command: Sequence[str] = (),
+        returncode: int | None = None,
+        stderr: str = "",
+    ) -> None:
+        super().__init__(message, hint=hint, command=command, returncode=returncode, stderr=stderr)
         self.reason = reason or self.default_reason
 
 

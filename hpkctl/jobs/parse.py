@@ -3,7 +3,7 @@
 Only text formats are parsed: ``squeue --json`` on 22.05 ignores ``--jobs`` and its schema changed
 in 23.11 and 24.05, so the explicit ``--format``/``--parsable2`` outputs are the stable interface.
 Every parser tolerates lines it does not understand (they are skipped, never fatal): one odd line
-must not stop the status of every other pod. The fixtures in ``tests/jobs/fixtures`` are real
+must not stop the status of every other job. The fixtures in ``tests/jobs/fixtures`` are real
 output of Slurm 22.05.
 """
 

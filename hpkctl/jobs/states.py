@@ -1,7 +1,7 @@
 """Slurm's job states, grouped by what they mean for a job's life: waiting, active, ended.
 
-Covers all 24 job states of Slurm 22.05 (``JOB STATE CODES`` in squeue(1)). What a state means for
-a pod lives in :mod:`hpkctl.pod.outcome`; this module only knows jobs.
+Covers all 24 job states of Slurm 22.05 (``JOB STATE CODES`` in squeue(1)). What a state means to
+the layers above is decided there; this module only knows jobs.
 """
 
 from __future__ import annotations

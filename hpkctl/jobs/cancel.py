@@ -1,0 +1,37 @@
+"""``scancel``: cancel a job, or send its batch script a signal."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from hpkctl.jobs.command import Commands, failure, slurm_text
+from hpkctl.jobs.query import check_id
+
+log = logging.getLogger(__name__)
+
+# scancel's ways of saying "nothing left to cancel"
+_ALREADY_DONE = ("already completing or completed", "job has already finished", "invalid job id specified")
+_SIGNAL = re.compile(r"^(SIG)?[A-Z0-9+]+$")
+
+
+def scancel(commands: Commands, job_id: str, *, signal: str | None = None) -> None:
+    """Cancel the job, or with ``signal`` only signal it (see ``Slurm.cancel``)."""
+    check_id(job_id)
+    args: list[str] = []
+    if signal is not None:
+        if not _SIGNAL.match(signal):
+            raise ValueError(f"{signal!r} is not a signal name or number (e.g. TERM, SIGUSR1, 15)")
+        args += [f"--signal={signal}", "--full"]
+    args.append(job_id)
+    done = commands.run("scancel", args)
+    if done.returncode == 0:
+        return
+    if any(s in done.stderr.lower() for s in _ALREADY_DONE):
+        log.debug("scancel %s: job already gone: %s", job_id, slurm_text(done.stderr))
+        return
+    error = failure(done)
+    if "permission denied" in done.stderr.lower():
+        error.hint = ("only the job's owner (or a Slurm operator) can cancel it: "
+                      "run hpkctl as the user that submitted it")
+    raise error

@@ -1,0 +1,44 @@
+"""``squeue``: the current state of any number of jobs, one call per ``QUERY_CHUNK`` ids."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hpkctl.jobs.command import Commands, failure
+from hpkctl.jobs.info import JobInfo, is_job_id
+from hpkctl.jobs.parse import SQUEUE_FORMAT, parse_squeue
+
+# Job ids per squeue/sacct call: keeps the command line far below ARG_MAX and each answer small.
+QUERY_CHUNK = 500
+
+
+def check_id(job_id: str) -> str:
+    """``job_id`` if it is a Slurm job id (the only thing this package passes to Slurm), else ``ValueError``."""
+    if not isinstance(job_id, str) or not is_job_id(job_id):
+        raise ValueError(f"{job_id!r} is not a Slurm job id (digits, or digits_digits for an array task)")
+    return job_id
+
+
+def unique_ids(job_ids: Iterable[str]) -> list[str]:
+    """``job_ids`` checked, without duplicates, in their first order."""
+    return list(dict.fromkeys(check_id(j) for j in job_ids))
+
+
+def chunks(ids: list[str]) -> Iterable[list[str]]:
+    """``ids`` in slices of at most ``QUERY_CHUNK``."""
+    return (ids[start : start + QUERY_CHUNK] for start in range(0, len(ids), QUERY_CHUNK))
+
+
+def squeue(commands: Commands, job_ids: Iterable[str]) -> dict[str, JobInfo]:
+    """Current state of ``job_ids`` from slurmctld (see ``Slurm.query``)."""
+    found: dict[str, JobInfo] = {}
+    for chunk in chunks(unique_ids(job_ids)):
+        args = ["--noheader", "--all", "--states=all", f"--jobs={','.join(chunk)}", f"--format={SQUEUE_FORMAT}"]
+        done = commands.run("squeue", args)
+        if done.returncode != 0:
+            if "invalid job id specified" in done.stderr.lower():
+                continue
+            raise failure(done)
+        wanted = set(chunk)
+        found.update({j: info for j, info in parse_squeue(done.stdout).items() if j in wanted})
+    return found
