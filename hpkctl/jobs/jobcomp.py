@@ -46,19 +46,12 @@ def _lines_backwards(path: Path | str, *, max_bytes: int, block: int) -> Iterato
             yield from reversed(lines)
 
 
-def find_in_jobcomp(path: Path | str, job_id: str, *, max_bytes: int = MAX_SCAN, block: int = BLOCK) -> JobInfo | None:
-    """The newest record of ``job_id`` in the jobcomp file at ``path``, or ``None``.
-
-    Reads at most ``max_bytes`` from the end; a half-written last line is skipped.
-    """
-    return find_many_in_jobcomp(path, [job_id], max_bytes=max_bytes, block=block).get(job_id)
-
-
 def find_many_in_jobcomp(path: Path | str, job_ids: Collection[str], *, max_bytes: int = MAX_SCAN,
                          block: int = BLOCK) -> dict[str, JobInfo]:
-    """The newest record of each of ``job_ids`` in one backward scan of the jobcomp file.
+    """The newest record of each of ``job_ids`` in one backward scan of the jobcomp file at ``path``.
 
-    Stops as soon as every id is found, so a burst of recent jobs costs one short read.
+    Reads at most ``max_bytes`` from the end; a half-written last line is skipped. Stops as soon as
+    every id is found, so a burst of recent jobs costs one short read.
     """
     wanted = {str(j) for j in job_ids}
     found: dict[str, JobInfo] = {}

@@ -6,7 +6,7 @@ string ``"$N"`` is replaced by the result of call N (e.g. a job id from ``submit
 raises gives ``{"error": class name, "message", "hint", "reason", "mro": [...]}`` and the rest still
 run. Extra methods besides ``Slurm``'s: ``wait_started`` (poll until no job is pending),
 ``pod_outcome`` (of ``final(job_id)``), ``environ`` (this process's SLURM_*/SBATCH_* variables),
-``jobcomp`` (``find_in_jobcomp(file, job_id)``).
+``jobcomp`` (``find_many_in_jobcomp(file, [job_id])``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from hpkctl.jobs import JobInfo, Slurm
 from hpkctl.pod.outcome import pod_outcome
-from hpkctl.jobs.jobcomp import find_in_jobcomp
+from hpkctl.jobs.jobcomp import find_many_in_jobcomp
 from hpkctl.jobs.states import PENDING_STATES
 from hpkctl.sites.schema import SlurmSection
 
@@ -65,7 +65,7 @@ def main() -> None:
             elif method == "environ":
                 result = {k: v for k, v in os.environ.items() if k.startswith(("SLURM", "SBATCH", "SQUEUE"))}
             elif method == "jobcomp":
-                result = find_in_jobcomp(args[0], args[1])
+                result = find_many_in_jobcomp(args[0], [args[1]]).get(args[1])
             elif method == "accounting":
                 result = slurm.accounting
             else:

@@ -8,11 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from hpkctl.jobs.info import base_state, is_job_id, parse_exit_code, parse_nodes, parse_reason, parse_time
-from hpkctl.jobs.jobcomp import find_in_jobcomp
+from hpkctl.jobs.info import JobInfo, base_state, is_job_id, parse_exit_code, parse_nodes, parse_reason, parse_time
+from hpkctl.jobs.jobcomp import find_many_in_jobcomp
 from hpkctl.jobs.parse import parse_jobcomp_line, parse_sacct, parse_scontrol, parse_squeue
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def find_in_jobcomp(path: Path, job_id: str, **kw: int) -> JobInfo | None:
+    """One id looked up on its own (the single-job case of ``final``)."""
+    return find_many_in_jobcomp(path, [job_id], **kw).get(job_id)
 
 
 # ---------------------------------------------------------------------------- squeue
@@ -244,8 +249,6 @@ def test_small_value_helpers() -> None:
 
 @pytest.mark.parametrize("block", [37, 4096])
 def test_find_many_in_jobcomp_agrees_with_single_lookups(block: int) -> None:
-    from hpkctl.jobs.jobcomp import find_many_in_jobcomp
-
     path = FIXTURES / "jobcomp.log"
     ids = [ln.split()[0][6:] for ln in path.read_text().splitlines() if ln.startswith("JobId=")]
     many = find_many_in_jobcomp(path, ids + ["4242"], block=block)

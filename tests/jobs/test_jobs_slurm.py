@@ -18,7 +18,6 @@ from hpkctl.jobs import (
     ResourcesUnavailable,
     Slurm,
     SlurmError,
-    SlurmTimeout,
     SlurmUnavailable,
     SubmitError,
     TimeLimitTooLong,
