@@ -12,7 +12,9 @@
   call is then exactly what the process gets. Nothing process-wide is changed, so any number of
   threads may run commands at once, each with its own environment.
 * **Timeouts.** A hung slurmctld must not hang the caller: each command gets
-  ``slurm.command_timeout`` and is killed after it (``SlurmTimeout``).
+  ``slurm.command_timeout`` and is killed after it (``SlurmTimeout``). Each command starts in its
+  own session and the whole process group is killed, so a site's wrapper script around sbatch
+  cannot keep the pipes (and the caller) waiting through a child it started.
 
 Commands are found at call time (``slurm.bin_dir``, else ``PATH``), never at import, so importing
 hpkctl works on machines without Slurm.
@@ -24,11 +26,12 @@ import logging
 import os
 import re
 import shutil
+import signal
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import IO, Any, NamedTuple, NoReturn, Protocol, cast
 
-from plumbum.commands.processes import ProcessTimedOut, run_proc
 from plumbum.machines.env import BaseEnv
 from plumbum.machines.local import LocalCommand, LocalEnv, LocalMachine
 from plumbum.path.local import LocalPath
@@ -125,6 +128,53 @@ def failure(done: Completed) -> SlurmError:
                       command=done.argv, returncode=done.returncode, stderr=done.stderr)
 
 
+class _Proc(Protocol):
+    """What is used of the process plumbum starts (a ``subprocess.Popen`` behind plumbum's wrapper)."""
+
+    pid: int
+    returncode: int | None
+    custom_encoding: str | None
+    stdin: IO[bytes] | None
+    stdout: IO[bytes] | None
+    stderr: IO[bytes] | None
+
+    def communicate(self, input: bytes | None = None, timeout: float | None = None) -> tuple[bytes, bytes]: ...
+    def kill(self) -> None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def _kill_group(proc: _Proc) -> None:
+    """Kill ``proc`` and everything it started in its session, then reap it."""
+    pid = proc.pid
+    if proc.returncode is None:  # not reaped, so ``pid`` is still our child (fakes in tests have pid 0)
+        try:
+            if pid > 0 and os.getpgid(pid) == pid:  # started with new_session: its group is its session
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def _finish(proc: _Proc, *, timeout: float) -> tuple[str, str]:
+    """Wait for ``proc`` at most ``timeout`` seconds; its output. On a timeout (``TimeoutExpired``)
+    or an interrupt its process group is killed before the exception goes on."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        _kill_group(proc)
+        raise
+    encoding = proc.custom_encoding or "utf-8"
+    return (
+        out.decode(encoding, "replace") if isinstance(out, bytes) else str(out or ""),
+        err.decode(encoding, "replace") if isinstance(err, bytes) else str(err or ""),
+    )
+
+
 def scrubbed_env(base: Mapping[str, str], *, conf_file: str = "") -> dict[str, str]:
     """``base`` without Slurm's option variables, plus ``SLURM_CONF=conf_file`` when one is given."""
     env = {k: v for k, v in base.items() if not k.startswith(SCRUBBED_PREFIXES)}
@@ -172,7 +222,7 @@ class Commands:
         timeout = self.config.command_timeout
         log.debug("running %s", argv)
         try:
-            proc = _ScrubbedCommand(exe).popen(list(args), env=self.env())
+            proc = cast(_Proc, _ScrubbedCommand(exe).popen(list(args), env=self.env(), new_session=True))
         except OSError as e:
             raise SlurmUnavailable(
                 f"cannot run {exe}: {e.strerror or e}",
@@ -181,12 +231,12 @@ class Commands:
                 command=argv,
             ) from e
         try:
-            rc, out, err = run_proc(proc, None, timeout)
-        except ProcessTimedOut as e:
+            out, err = _finish(proc, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
             raise SlurmTimeout(
                 f"{name} did not finish within {timeout:g} s and was killed: {' '.join(argv)}",
                 hint="slurmctld may be overloaded or unreachable (`scontrol ping`); if it is just slow, "
                 "raise slurm.command_timeout in the profile",
                 command=argv,
             ) from e
-        return Completed(argv, int(rc if rc is not None else -1), str(out), str(err))
+        return Completed(argv, proc.returncode if proc.returncode is not None else -1, out, err)

@@ -37,6 +37,14 @@ def _fake_bin(tmp_path: Path, name: str, body: str) -> Path:
     return bin_dir
 
 
+def _running(pid: int) -> bool:
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat_line.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def _dumped(path: Path) -> dict[str, str]:
     env = dict(ln.split("=", 1) for ln in path.read_text().splitlines() if "=" in ln)
     return {k: v for k, v in env.items() if k not in _SHELL_VARS}
@@ -205,8 +213,25 @@ def test_timeout_kills_and_names_the_command(section, tmp_path) -> None:
     assert "scancel" in exc.value.message and "0.3 s" in exc.value.message
     assert "slurm.command_timeout" in exc.value.hint
     assert isinstance(exc.value, SlurmUnavailable)
-    with pytest.raises(ProcessLookupError):  # killed and reaped, not left behind
-        os.kill(int(pid_file.read_text()), 0)
+    assert not _running(int(pid_file.read_text()))  # killed, not left behind
+
+
+def test_timeout_kills_what_a_wrapper_script_started(section, tmp_path) -> None:
+    # A site's sbatch wrapper that runs the real one as a child (no exec): killing only the wrapper
+    # would leave the child holding the output pipes, and the caller waiting until it ends.
+    pid_file = tmp_path / "child"
+    bin_dir = _fake_bin(tmp_path, "sbatch", f'sleep 60 &\necho $! > "{pid_file}"\nwait\n')
+    began = time.monotonic()
+    with pytest.raises(SlurmTimeout, match="sbatch did not finish within 0.5 s"):
+        Slurm(section(bin_dir=str(bin_dir), command_timeout=0.5)).submit(tmp_path / "job.sh")
+    assert time.monotonic() - began < 10
+    child = int(pid_file.read_text())
+    for _ in range(50):  # SIGKILLed (a zombie until init reaps the orphan counts as dead)
+        if not _running(child):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the wrapper's child {child} survived the timeout")
 
 
 def test_timeouts_in_threads_do_not_hold_up_others(section, tmp_path) -> None:
@@ -230,15 +255,15 @@ def test_timeouts_in_threads_do_not_hold_up_others(section, tmp_path) -> None:
     assert outcome == ["timeout"]
 
 
-def test_every_command_gets_the_timeout(fp, section, monkeypatch, fixture_text) -> None:
-    seen: list[float | None] = []
-    real = command_module.run_proc
+def test_every_command_gets_the_timeout(fp, section, monkeypatch) -> None:
+    seen: list[float] = []
+    real = command_module._finish
 
-    def spy(proc, retcode, timeout=None):  # noqa: ANN001, ANN202
+    def spy(proc, *, timeout):  # noqa: ANN001, ANN202
         seen.append(timeout)
-        return real(proc, retcode, timeout)
+        return real(proc, timeout=timeout)
 
-    monkeypatch.setattr(command_module, "run_proc", spy)
+    monkeypatch.setattr(command_module, "_finish", spy)
     errors = Path(__file__).parent / "fixtures" / "errors"
     fp.register(cmd(fp, "squeue"), stdout="")
     fp.register(cmd(fp, "scancel"))
