@@ -995,23 +995,85 @@ def passwd_files(rootfs, uid, gid, home):
 
 
 NO_MOUNT_TYPES = ("proc", "sys", "dev", "devpts", "home", "tmp", "hostfs", "cwd", "bind-paths")
+BIND_ENV_VARS = ("APPTAINER_BIND", "APPTAINER_BINDPATH", "SINGULARITY_BIND", "SINGULARITY_BINDPATH")
 
 
 def action(command, values, positional):
     """exec/run, in the order Apptainer checks things (actions.go, launcher_linux.go Exec)."""
     image_arg, args = positional[0], positional[1:]
-    cleanenv = values.get("cleanenv", False)
-    writable = values.get("writable-tmpfs", False)
-    fakeroot = values.get("fakeroot", False)
-    no_eval = values.get("no-eval", False)
+    image, opts = read_options(image_arg, values)
+    host_mode = image.kind == "host-rootfs"
+    cwd_host = os.getcwd() if os.path.exists(".") else "/"
+    mounts, bind_dests = plan_mounts(opts, image, cwd_host=cwd_host)
+    view = View("/" if host_mode else image.rootfs,
+                [(dst, src) for _, src, dst in mounts if src])
+    workdir = working_dir(view, opts.pwd, cwd_host=cwd_host, home_dest=opts.home_dest)
+    env, injected, original = container_environment(command, image, opts, bind_dests=bind_dests,
+                                                    workdir=workdir)
+    argv = container_argv(command, args, image, view)
+    if argv is None:
+        return 1
+    argv, final_env = apply_evaluation(command, argv, env, injected, original,
+                                       no_eval=opts.no_eval, view=view)
+    files = {} if host_mode else passwd_files(image.rootfs, opts.uid, opts.gid, opts.home_dest)
+    bw = bwrap_argv(opts, mounts, files, host_mode=host_mode, workdir=workdir, argv=argv)
+    debug("bwrap command line: %r" % (bw,))
+    return run_bwrap(bw, final_env, rootfs=None if host_mode else image.rootfs, files=files,
+                     real_ids=opts.real_ids, dests=[dst for _, _, dst in mounts],
+                     writable_dirs=image.values("writable_dir") if opts.writable else ())
 
+
+# ---------------------------------------------------------------- exec/run: options
+class Options:
+    """exec/run's flags after validation (read_options fills in the rest in Apptainer's order)."""
+
+    def __init__(self, values):
+        self.cleanenv = values.get("cleanenv", False)
+        self.writable = values.get("writable-tmpfs", False)
+        self.fakeroot = values.get("fakeroot", False)
+        self.no_eval = values.get("no-eval", False)
+        self.hostname = values.get("hostname")
+        self.pwd = values.get("pwd") or values.get("cwd")
+        self.real_ids = (os.getuid(), os.getgid())      # the caller
+        self.uid, self.gid = (0, 0) if self.fakeroot else self.real_ids     # in the container
+        self.binds = []                 # [(src, dst, read_only)]
+        self.host_home = self.home_dest = "/"
+        self.no_mount = set()
+        self.net, self.network = False, ""
+        self.file_vars = {}             # from --env-file
+
+
+def read_options(image_arg, values):
+    """Resolve the image and validate the flags; the first problem Apptainer would find is the
+    one reported. Returns (image, Options)."""
     # actionPreRun: docker:// URIs are resolved (pulled) before anything else
     image = resolve_image(image_arg) if "://" in image_arg else None
+    opts = Options(values)
+    opts.uid, opts.gid = security_ids(values.get("security", []), default=(opts.uid, opts.gid))
+    if image is None:
+        image = resolve_image(image_arg)
+    if opts.fakeroot and image.kind != "host-rootfs":
+        use_caller_owned_rootfs(image, real_uid=opts.real_ids[0])
+    opts.binds = parse_binds(values.get("bind", []) +
+                             [os.environ[k] for k in BIND_ENV_VARS if os.environ.get(k)])
+    opts.host_home = caller_home(opts.real_ids[0])
+    opts.home_dest = "/root" if opts.fakeroot else opts.host_home
+    opts.no_mount = no_mount_types(values.get("no-mount", []))
+    if values.get("nv"):
+        warn("Could not find any nv files on this host!")
+        warn("Could not find any nv libraries on this host!")
+    opts.net, opts.network = network_request(values, fakeroot=opts.fakeroot)
+    opts.file_vars = env_file_vars(values.get("env-file"), image_path=image.path)
+    # container creation starts with the network
+    check_network(opts.net, opts.network, real_uid=opts.real_ids[0])
+    return image, opts
 
-    real_uid, real_gid = os.getuid(), os.getgid()
-    uid, gid = (0, 0) if fakeroot else (real_uid, real_gid)
+
+def security_ids(items, *, default):
+    """(uid, gid) from `--security uid:U,gid:G[:G2...]` (the first gid is the primary one)."""
+    uid, gid = default
     sec = {}
-    for item in values.get("security", []):
+    for item in items:
         k, _, v = item.partition(":")
         if k not in ("uid", "gid"):
             raise Fatal("the stand-in does not implement --security %s" % item)
@@ -1027,41 +1089,60 @@ def action(command, values, positional):
                 raise Fatal('Could not configure target UID/GID: failed to parse provided GID: '
                             'strconv.ParseUint: parsing "%s": invalid syntax' % g)
         gid = int(sec["gid"].split(":")[0])
+    return uid, gid
 
-    if image is None:
-        image = resolve_image(image_arg)
-    host_mode = image.kind == "host-rootfs"
-    if fakeroot and not host_mode and image.sif and os.stat(image.rootfs).st_uid != real_uid:
-        # Apptainer's root-mapped namespace shows the image's (root-owned) files as owned by
-        # the fake root, who may change them under --writable-tmpfs. Only the caller's own uid
-        # can be mapped here, so use a copy of the image owned by the caller (per-user cache).
+
+def use_caller_owned_rootfs(image, *, real_uid):
+    """--fakeroot: Apptainer's root-mapped namespace shows the image's (root-owned) files as
+    owned by the fake root, who may change them under --writable-tmpfs. Only the caller's own
+    uid can be mapped here, so run from a copy of the image owned by the caller (per-user cache)."""
+    if image.sif and os.stat(image.rootfs).st_uid != real_uid:
         key, offset = sif_key(image.sif)
         image.rootfs = unpack_cached(image.sif, key, offset)
 
-    binds = parse_binds(values.get("bind", []) + [
-        os.environ[k] for k in ("APPTAINER_BIND", "APPTAINER_BINDPATH", "SINGULARITY_BIND",
-                                "SINGULARITY_BINDPATH") if os.environ.get(k)])
 
+def caller_home(real_uid):
     import pwd
     try:
-        host_home = pwd.getpwuid(real_uid).pw_dir
+        return pwd.getpwuid(real_uid).pw_dir
     except KeyError:
-        host_home = os.environ.get("HOME", "/")
-    home_dest = "/root" if fakeroot else host_home
+        return os.environ.get("HOME", "/")
 
+
+def no_mount_types(items):
     no_mount = set()
-    for v in values.get("no-mount", []):
+    for v in items:
         v = v.strip()
         if v in NO_MOUNT_TYPES or v.startswith("/"):
             no_mount.add(v)
         else:
             warn("Ignoring unknown mount type '%s'" % v)
+    return no_mount
 
-    if values.get("nv"):
-        warn("Could not find any nv files on this host!")
-        warn("Could not find any nv libraries on this host!")
 
-    # launcher setNamespaces: --network implies --net; unprivileged fakeroot falls back to none
+def env_file_vars(env_file, *, image_path):
+    """setEnvVars: the --env-file evaluated with the host environment (+ APPTAINER_IMAGE)."""
+    if not env_file:
+        return {}
+    try:
+        with open(env_file, "rb") as f:
+            content = f.read().decode("utf-8", errors="surrogateescape")
+    except OSError as e:
+        raise Fatal('while setting environment: could not read "%s" environment file: open '
+                    '%s: %s' % (env_file, env_file, os.strerror(e.errno).lower())) from None
+    scope = dict(os.environ)
+    scope["APPTAINER_IMAGE"] = image_path
+    try:
+        return {k: v for k, v in evaluate_env_file(content, scope) if k not in READONLY_VARS}
+    except EnvFileError as e:
+        raise Fatal("while setting environment: while processing %s: while evaluating "
+                    "environment script: %s" % (env_file, e)) from None
+
+
+# ---------------------------------------------------------------- exec/run: namespaces, network
+def network_request(values, *, fakeroot):
+    """launcher setNamespaces: (net, network); --network implies --net; unprivileged fakeroot
+    falls back to the 'none' network."""
     net = values.get("net", False)
     network = values.get("network", "")
     if network and not net:
@@ -1073,53 +1154,71 @@ def action(command, values, positional):
             warn("fakeroot with unprivileged installation or 'allow setuid = no' could not use "
                  "'fakeroot' network, fallback to 'none' network")
             network = "none"
+    return net, network
 
-    # setEnvVars: the env file is evaluated with the host environment (+ APPTAINER_IMAGE)
-    file_vars = {}
-    env_file = values.get("env-file")
-    if env_file:
-        try:
-            with open(env_file, "rb") as f:
-                content = f.read().decode("utf-8", errors="surrogateescape")
-        except OSError as e:
-            raise Fatal('while setting environment: could not read "%s" environment file: open '
-                        '%s: %s' % (env_file, env_file, os.strerror(e.errno).lower())) from None
-        scope = dict(os.environ)
-        scope["APPTAINER_IMAGE"] = image.path
-        try:
-            file_vars = {k: v for k, v in evaluate_env_file(content, scope)
-                         if k not in READONLY_VARS}
-        except EnvFileError as e:
-            raise Fatal("while setting environment: while processing %s: while evaluating "
-                        "environment script: %s" % (env_file, e)) from None
 
-    # container creation: network, then mounts
-    if net and network != "none":
-        if real_uid != 0:
-            for n in network.split(","):
-                if n != "none":
-                    log(-3, "ERROR", "Network %s is not permitted for unprivileged users." % n)
-                    break
-            raise Fatal("container creation failed: network requires root or a suid installation "
-                        "with /etc/subuid --fakeroot; non-root users can only use --network=none "
-                        "unless permitted by the administrator")
-        raise Fatal("container creation failed: the stand-in has no CNI: only --network none "
-                    "(a namespace with loopback only) is available")
+def check_network(net, network, *, real_uid):
+    """Only --network none (a namespace with loopback only) exists here."""
+    if not net or network == "none":
+        return
+    if real_uid != 0:
+        for n in network.split(","):
+            if n != "none":
+                log(-3, "ERROR", "Network %s is not permitted for unprivileged users." % n)
+                break
+        raise Fatal("container creation failed: network requires root or a suid installation "
+                    "with /etc/subuid --fakeroot; non-root users can only use --network=none "
+                    "unless permitted by the administrator")
+    raise Fatal("container creation failed: the stand-in has no CNI: only --network none "
+                "(a namespace with loopback only) is available")
 
-    cwd_host = os.getcwd() if os.path.exists(".") else "/"
-    mounts = []     # (bwrap option, src or None, dst), later ones cover earlier ones
+
+def namespace_args(opts):
+    """bwrap's namespaces: user (ids, fakeroot's capabilities), uts (--hostname), network."""
+    args = ["--unshare-user", "--uid", str(opts.uid), "--gid", str(opts.gid)]
+    if opts.fakeroot:
+        args += ["--cap-add", "ALL"]        # root-mapped namespace: root's capabilities in it
+    if opts.hostname:
+        args += ["--unshare-uts", "--hostname", opts.hostname]
+    if opts.net:
+        args += ["--unshare-net"]           # --network none: a namespace with loopback only
+    return args
+
+
+# ---------------------------------------------------------------- exec/run: mounts
+def plan_mounts(opts, image, *, cwd_host):
+    """bwrap's mounts [(option, src or None, dst)], later ones covering earlier ones, with the
+    destinations as bwrap must get them; and the --bind destinations (for APPTAINER_BIND)."""
+    host_mode = image.kind == "host-rootfs"
+    mounts = default_mounts(opts.no_mount, host_mode=host_mode, host_home=opts.host_home,
+                            home_dest=opts.home_dest)
+    user_mounts = bind_mounts(opts.binds)
+    # addCwdMount: the cwd is bound unless it is already visible at the same place
+    if "cwd" not in opts.no_mount and cwd_host != "/" and not host_mode:
+        covered = any(src == dst and (cwd_host == dst or cwd_host.startswith(dst + "/"))
+                      for _, src, dst in mounts + user_mounts if src)
+        if not covered:
+            mounts.append(("--bind", cwd_host, cwd_host))
+    mounts.extend(user_mounts)
+    if host_mode:
+        check_host_mount_points(mounts)
+    else:
+        mounts = resolve_mount_points(image.rootfs, mounts)
+    return mounts, [dst for _, _, dst in user_mounts]
+
+
+def default_mounts(no_mount, *, host_mode, host_home, home_dest):
+    """Apptainer's default mounts (apptainer.conf), less those --no-mount removes."""
+    mounts = []
     if "dev" in no_mount:
         mounts.append(("--dev", None, "/dev"))
     else:
         mounts.append(("--dev-bind", "/dev", "/dev"))       # 'mount dev = yes': host /dev
-    if "proc" not in no_mount:
-        mounts.append(("--bind", "/proc", "/proc"))
-    elif host_mode:
-        mounts.append(("--tmpfs", None, "/proc"))
-    if "sys" not in no_mount:
-        mounts.append(("--bind", "/sys", "/sys"))
-    elif host_mode:
-        mounts.append(("--tmpfs", None, "/sys"))
+    for fs in ("proc", "sys"):
+        if fs not in no_mount:
+            mounts.append(("--bind", "/" + fs, "/" + fs))
+        elif host_mode:
+            mounts.append(("--tmpfs", None, "/" + fs))
     if not host_mode:
         if "bind-paths" not in no_mount:        # apptainer.conf's default 'bind path' entries
             for p in ("/etc/localtime", "/etc/hosts"):
@@ -1133,7 +1232,12 @@ def action(command, values, positional):
                 mounts.append(("--bind", p, p))
     if "home" not in no_mount and os.path.isdir(host_home):    # 'mount home = yes'
         mounts.append(("--bind", host_home, home_dest))
-    user_mounts = []
+    return mounts
+
+
+def bind_mounts(binds):
+    """--bind specs as mounts; the destination must be absolute and the source must exist."""
+    mounts = []
     for src, dst, ro in binds:
         src_abs = os.path.abspath(src)
         if not dst.startswith("/"):
@@ -1143,117 +1247,143 @@ def action(command, values, positional):
             raise Fatal("container creation failed: mount hook function failure: mount %s->%s "
                         "error: while mounting %s: mount source %s doesn't exist"
                         % (src_abs, dst, src_abs, src_abs))
-        user_mounts.append(("--ro-bind" if ro else "--bind", src_abs, os.path.normpath(dst)))
-    # addCwdMount: the cwd is bound unless it is already visible at the same place
-    if "cwd" not in no_mount and cwd_host != "/" and not host_mode:
-        covered = any(src == dst and (cwd_host == dst or cwd_host.startswith(dst + "/"))
-                      for _, src, dst in mounts + user_mounts if src)
-        if not covered:
-            mounts.append(("--bind", cwd_host, cwd_host))
-    mounts.extend(user_mounts)
+        mounts.append(("--ro-bind" if ro else "--bind", src_abs, os.path.normpath(dst)))
+    return mounts
 
-    root = "/" if host_mode else image.rootfs
-    if not host_mode:
-        # bwrap resolves an absolute symlink in a destination against its own root, not the
-        # image's (debian's /etc/localtime -> /usr/share/zoneinfo/...): resolve them here
-        canon = []
-        for k, (opt, src, dst) in enumerate(mounts):
-            before = View(root, [(d, s) for _, s, d in mounts[:k] if s])
-            real = before.resolve(dst, container=True)
-            if real is None:
-                raise Fatal("container creation failed: %s: too many levels of symbolic links"
-                            % dst)
-            canon.append((opt, src, real))
-        mounts = canon
-    if host_mode:
-        # the host's / is bound read-only: bwrap cannot create missing mount points
-        for k, (_, _src, dst) in enumerate(mounts):
-            before = View(root, [(d, s) for _, s, d in mounts[:k] if s])
-            target = before.resolve(dst)
-            if target is None or not os.path.lexists(target):
-                raise Fatal("container creation failed: mount point %s does not exist and the "
-                            "stand-in's host-rootfs image is read-only (create it on the host)"
-                            % dst)
-    view = View(root, [(dst, src) for _, src, dst in mounts if src])
 
-    # process_linux.go: a --pwd that does not exist is an error; else cwd, $HOME, then /
-    custom_cwd = values.get("pwd") or values.get("cwd")
-    if custom_cwd:
-        if not view.isdir(custom_cwd):
+def resolve_mount_points(rootfs, mounts):
+    """bwrap resolves an absolute symlink in a destination against its own root, not the
+    image's (debian's /etc/localtime -> /usr/share/zoneinfo/...): resolve them here."""
+    canon = []
+    for k, (opt, src, dst) in enumerate(mounts):
+        before = View(rootfs, [(d, s) for _, s, d in mounts[:k] if s])
+        real = before.resolve(dst, container=True)
+        if real is None:
+            raise Fatal("container creation failed: %s: too many levels of symbolic links" % dst)
+        canon.append((opt, src, real))
+    return canon
+
+
+def check_host_mount_points(mounts):
+    """host-rootfs: the host's / is bound read-only, so bwrap cannot create missing mount points."""
+    for k, (_, _src, dst) in enumerate(mounts):
+        before = View("/", [(d, s) for _, s, d in mounts[:k] if s])
+        target = before.resolve(dst)
+        if target is None or not os.path.lexists(target):
+            raise Fatal("container creation failed: mount point %s does not exist and the "
+                        "stand-in's host-rootfs image is read-only (create it on the host)" % dst)
+
+
+def working_dir(view, pwd, *, cwd_host, home_dest):
+    """process_linux.go: a --pwd that does not exist is an error; else the cwd, $HOME, then /."""
+    if pwd:
+        if not view.isdir(pwd):
             raise Fatal("failed to set working directory: chdir %s: no such file or directory"
-                        % custom_cwd)
-        workdir = custom_cwd
-    elif view.isdir(cwd_host):
-        workdir = cwd_host
-    elif view.isdir(home_dest):
-        workdir = home_dest
-    else:
-        workdir = "/"
+                        % pwd)
+        return pwd
+    for d in (cwd_host, home_dest):
+        if view.isdir(d):
+            return d
+    return "/"
 
+
+# ---------------------------------------------------------------- exec/run: process
+def container_environment(command, image, opts, *, bind_dests, workdir):
+    """(env before injection, injected, original): see build_environment."""
     runtime = {
         "APPTAINER_CONTAINER": image.path, "SINGULARITY_CONTAINER": image.path,
         "APPTAINER_NAME": image.name, "SINGULARITY_NAME": image.name,
         "APPTAINER_COMMAND": command,
     }
-    bind_dests = [dst for _, _, dst in user_mounts]
     if bind_dests:
         runtime["APPTAINER_BIND"] = runtime["SINGULARITY_BIND"] = ",".join(bind_dests)
-    if no_eval:
+    if opts.no_eval:
         runtime["APPTAINER_NO_EVAL"] = runtime["SINGULARITY_NO_EVAL"] = "1"
     env, injected, original = build_environment(
-        host=dict(os.environ), cleanenv=cleanenv, file_vars=file_vars, image=image,
-        home_dest=home_dest, runtime=runtime)
+        host=dict(os.environ), cleanenv=opts.cleanenv, file_vars=opts.file_vars, image=image,
+        home_dest=opts.home_dest, runtime=runtime)
     env["PWD"] = workdir
+    return env, injected, original
 
+
+def container_argv(command, args, image, view):
+    """What the container runs: exec's command, else run's runscript, the image's
+    ENTRYPOINT/CMD, or /bin/sh. None (after Apptainer's error message) when there is nothing."""
     if command == "exec":
-        argv = list(args)
-    elif not host_mode and view.executable("/.singularity.d/runscript"):
-        argv = ["/.singularity.d/runscript"] + list(args)
-    elif image.values("cmd") or image.values("entrypoint"):
-        argv = image.values("entrypoint") + (list(args) or image.values("cmd"))
-    elif view.executable("/bin/sh"):
+        return list(args)
+    if image.kind != "host-rootfs" and view.executable("/.singularity.d/runscript"):
+        return ["/.singularity.d/runscript"] + list(args)
+    if image.values("cmd") or image.values("entrypoint"):
+        return image.values("entrypoint") + (list(args) or image.values("cmd"))
+    if view.executable("/bin/sh"):
         info("No runscript found in container, executing /bin/sh")
-        argv = ["/bin/sh"] + list(args)
-    else:
-        log(-3, "ERROR", "No runscript and no /bin/sh executable found in container, aborting")
-        return 1
+        return ["/bin/sh"] + list(args)
+    log(-3, "ERROR", "No runscript and no /bin/sh executable found in container, aborting")
+    return None
 
+
+def apply_evaluation(command, argv, env, injected, original, *, no_eval, view):
+    """(argv, env) for bwrap. Apptainer's default: injected values get one shell evaluation in
+    the container (EVAL_WRAPPER, which also finishes the environment and checks the command);
+    otherwise the environment is finished here and exec's command looked up on PATH."""
     if needs_eval(injected) and not no_eval:
-        # default Apptainer behaviour: injected values get one shell evaluation in the container
         script = "".join('export %s="%s"\n' % (k, v.replace('"', '\\"')) for k, v in injected)
         argv = ["/bin/sh", "-c", EVAL_WRAPPER, "apptainer", script, str(len(original))] + \
             [x for kv in original for x in kv] + \
             (["--standin-check"] if command == "exec" else []) + argv
-        final_env = env
-    else:
-        final_env = finish_environment(env, injected, original)
-        if command == "exec" and not view.lookpath(argv[0], final_env.get("PATH", "")):
-            raise Fatal('"%s": executable file not found in $PATH' % argv[0])
+        return argv, env
+    final_env = finish_environment(env, injected, original)
+    if command == "exec" and not view.lookpath(argv[0], final_env.get("PATH", "")):
+        raise Fatal('"%s": executable file not found in $PATH' % argv[0])
+    return argv, final_env
 
+
+def bwrap_argv(opts, mounts, files, *, host_mode, workdir, argv):
+    """bwrap's command line; @MERGED@, @FILE:<dst>@ and @INFO@ are filled in by the child."""
     bw = ["bwrap"] + (["--ro-bind", "/", "/"] if host_mode else ["--bind", "@MERGED@", "/"])
     for opt, src, dst in mounts:
         bw += [opt, dst] if src is None else [opt, src, dst]
-    files = {} if host_mode else passwd_files(image.rootfs, uid, gid, home_dest)
     for dst in files:
         bw += ["--ro-bind-data", "@FILE:%s@" % dst, dst]
-    if not host_mode and not writable:
+    if not host_mode and not opts.writable:
         bw += ["--remount-ro", "/"]
-    bw += ["--unshare-user", "--uid", str(uid), "--gid", str(gid)]
-    if fakeroot:
-        bw += ["--cap-add", "ALL"]          # root-mapped namespace: root's capabilities in it
-    if values.get("hostname"):
-        bw += ["--unshare-uts", "--hostname", values["hostname"]]
-    if net:
-        bw += ["--unshare-net"]             # --network none: a namespace with loopback only
-    bw += ["--chdir", workdir, "--die-with-parent", "--info-fd", "@INFO@", "--"] + argv
-    debug("bwrap command line: %r" % (bw,))
-    return run_bwrap(bw, final_env, rootfs=None if host_mode else image.rootfs, files=files,
-                     real_ids=(real_uid, real_gid), dests=[dst for _, _, dst in mounts],
-                     writable_dirs=image.values("writable_dir") if writable else ())
+    bw += namespace_args(opts)
+    return bw + ["--chdir", workdir, "--die-with-parent", "--info-fd", "@INFO@", "--"] + argv
 
 
+# ---------------------------------------------------------------- exec/run: running bwrap
 FORWARDED = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2, signal.SIGALRM, signal.SIGWINCH, signal.SIGCONT]
+
+
+class SignalForwarder:
+    """Forwards FORWARDED signals to the container process (like Apptainer's starter); the ones
+    that arrive before its pid is known are sent once it is."""
+
+    def __init__(self):
+        self.pid = None
+        self.pending = []
+        self.got = set()
+        for s in FORWARDED:
+            signal.signal(s, self.on_signal)
+
+    def on_signal(self, signum, _frame):
+        self.got.add(signum)
+        if self.pid:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+        else:
+            self.pending.append(signum)
+
+    def start(self, pid):
+        self.pid = pid
+        for s in self.pending:
+            try:
+                os.kill(pid, s)
+            except ProcessLookupError:
+                pass
 
 
 def run_bwrap(bw, env, *, rootfs, files, real_ids, dests, writable_dirs=()):
@@ -1261,86 +1391,97 @@ def run_bwrap(bw, env, *, rootfs, files, real_ids, dests, writable_dirs=()):
     container process (like Apptainer's starter) and returns its exit status."""
     info_r, info_w = os.pipe()
     err_r, err_w = os.pipe()
-    state = {"pid": None, "pending": [], "got": set()}
-
-    def on_signal(signum, _frame):
-        state["got"].add(signum)
-        if state["pid"]:
-            try:
-                os.kill(state["pid"], signum)
-            except ProcessLookupError:
-                pass
-        else:
-            state["pending"].append(signum)
-
-    for s in FORWARDED:
-        signal.signal(s, on_signal)
+    forwarder = SignalForwarder()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        try:
-            os.close(info_r)
-            os.close(err_r)
-            for s in FORWARDED:
-                signal.signal(s, signal.SIG_DFL)
-            set_pdeathsig()
-            merged = None
-            if rootfs:
-                st = os.stat(rootfs)
-                merged = prepare_overlay(rootfs, uid=real_ids[0], gid=real_ids[1], dests=dests,
-                                         writable_dirs=writable_dirs,
-                                         owned_by_root=st.st_uid != real_ids[0])
-            fds = {}
-            for dst, text in files.items():
-                fd = os.memfd_create("standin" + dst.replace("/", "-"), 0)
-                os.write(fd, text.encode("utf-8", errors="surrogateescape"))
-                os.lseek(fd, 0, os.SEEK_SET)
-                os.set_inheritable(fd, True)
-                fds["@FILE:%s@" % dst] = str(fd)
-            fds["@MERGED@"] = merged
-            fds["@INFO@"] = str(info_w)
-            os.set_inheritable(info_w, True)
-            os.execvpe("bwrap", [fds.get(a, a) for a in bw], env)
-        except OSError as e:
-            os.write(err_w, str(e.strerror or e).encode())
-        except BaseException as e:          # noqa: BLE001 - report anything to the parent
-            os.write(err_w, repr(e).encode())
-        os._exit(255)
+        exec_bwrap(bw, env, pipes=(info_r, info_w, err_r, err_w), rootfs=rootfs, files=files,
+                   real_ids=real_ids, dests=dests, writable_dirs=writable_dirs)
     os.close(info_w)
     os.close(err_w)
-    err = b""
-    while True:
-        chunk = os.read(err_r, 4096)
-        if not chunk:
-            break
-        err += chunk
-    os.close(err_r)
+    err = read_all(err_r)
     if err:
         os.waitpid(pid, 0)
         raise Fatal("container creation failed: %s" % err.decode(errors="replace"))
+    forwarder.start(container_pid(info_r) or pid)
+    _, status = os.waitpid(pid, 0)
+    return exit_code(status, forwarded=forwarder.got)
+
+
+def exec_bwrap(bw, env, *, pipes, rootfs, files, real_ids, dests, writable_dirs):
+    """In the forked child: set up the overlay and the files, exec bwrap; never returns. A
+    failure is written to the error pipe for the parent."""
+    info_r, info_w, err_r, err_w = pipes
+    try:
+        os.close(info_r)
+        os.close(err_r)
+        for s in FORWARDED:
+            signal.signal(s, signal.SIG_DFL)
+        set_pdeathsig()
+        merged = None
+        if rootfs:
+            st = os.stat(rootfs)
+            merged = prepare_overlay(rootfs, uid=real_ids[0], gid=real_ids[1], dests=dests,
+                                     writable_dirs=writable_dirs,
+                                     owned_by_root=st.st_uid != real_ids[0])
+        fds = memfd_files(files)
+        fds["@MERGED@"] = merged
+        fds["@INFO@"] = str(info_w)
+        os.set_inheritable(info_w, True)
+        os.execvpe("bwrap", [fds.get(a, a) for a in bw], env)
+    except OSError as e:
+        os.write(err_w, str(e.strerror or e).encode())
+    except BaseException as e:          # noqa: BLE001 - report anything to the parent
+        os.write(err_w, repr(e).encode())
+    os._exit(255)
+
+
+def memfd_files(files):
+    """{"@FILE:<dst>@": fd} of inheritable memory files holding the contents for --ro-bind-data."""
+    fds = {}
+    for dst, text in files.items():
+        fd = os.memfd_create("standin" + dst.replace("/", "-"), 0)
+        os.write(fd, text.encode("utf-8", errors="surrogateescape"))
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.set_inheritable(fd, True)
+        fds["@FILE:%s@" % dst] = str(fd)
+    return fds
+
+
+def read_all(fd):
     data = b""
-    while b"}" not in data:
-        chunk = os.read(info_r, 4096)
+    while True:
+        chunk = os.read(fd, 4096)
         if not chunk:
             break
         data += chunk
-    os.close(info_r)
+    os.close(fd)
+    return data
+
+
+def container_pid(info_fd):
+    """The container process's pid from bwrap's --info-fd JSON (`"child-pid": N`), or None."""
+    data = b""
+    while b"}" not in data:
+        chunk = os.read(info_fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    os.close(info_fd)
     text = data.decode(errors="replace")
     marker = text.find('"child-pid"')
     digits = ""
     if marker >= 0:
         digits = "".join(c for c in text[marker + 11:].split(",")[0].split("}")[0] if c.isdigit())
-    state["pid"] = int(digits) if digits else pid
-    for s in state["pending"]:
-        try:
-            os.kill(state["pid"], s)
-        except ProcessLookupError:
-            pass
-    _, status = os.waitpid(pid, 0)
+    return int(digits) if digits else None
+
+
+def exit_code(status, *, forwarded):
+    """The container's exit code (128+N for signal N). If it died of a signal we forwarded, die
+    of it too (starter master_linux.go)."""
     code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    if code > 128 and (code - 128) in state["got"]:
-        # the container died of a signal we forwarded: die of it too (starter master_linux.go)
+    if code > 128 and (code - 128) in forwarded:
         sig = code - 128
         signal.signal(sig, signal.SIG_DFL)
         sys.stdout.flush()
