@@ -105,15 +105,42 @@ def test_sigterm_kills_the_container_and_standin_dies_of_it(standin: Standin, bu
     # starter raise the same signal on itself
     marker = standin.workdir / "still-running"
     p = standin.popen("exec", str(busybox_sif), "sh", "-c",
-                      f"echo ready; sleep 5; touch {marker}")
+                      f"echo $$; sleep 5; touch {marker}")
     assert p.stdout is not None
-    assert p.stdout.readline() == b"ready\n"
+    shell = _Process(int(p.stdout.readline()))  # no PID namespace: $$ is the host's pid
+    assert shell.alive()
     _signal_standin(p, signal.SIGTERM)
-    p.communicate(timeout=20)
+    p.wait(timeout=20)  # not communicate(): the orphaned `sleep` holds the pipes for 5 s
+    p.stdout.close()
+    assert p.stderr is not None
+    p.stderr.close()
     # via runuser the stand-in's death by SIGTERM shows as 128+15
     assert p.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM)
-    time.sleep(5.5)
-    assert not marker.exists(), "the container outlived the stand-in"
+    # the container's shell goes with the stand-in; a survivor would touch the marker after 5 s
+    deadline = time.monotonic() + 3
+    while shell.alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not shell.alive(), "the container outlived the stand-in"
+    assert not marker.exists()
+
+
+class _Process:
+    """A process seen in /proc, identified by pid and start time (so a reused pid is not it)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.start = self._stat()[19]
+
+    def _stat(self) -> list[str]:
+        # fields after "comm)": state is [0], starttime (field 22 of proc(5)) is [19]
+        return Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+    def alive(self) -> bool:
+        try:
+            fields = self._stat()
+        except OSError:
+            return False
+        return fields[19] == self.start and fields[0] not in ("Z", "X")
 
 
 def _signal_standin(p: subprocess.Popen[bytes], sig: int) -> None:
