@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -43,9 +44,39 @@ def test_render_job_template_dry_run_warns_and_shows_missing(manifest, capsys) -
     out, err = capsys.readouterr()
     assert out.startswith("#!/bin/bash\n#SBATCH --job-name=default_train\n")
     assert "#SBATCH --qos=long" in out and "#SBATCH --nodes=1" in out
-    assert "Never" in out  # a Job's pod defaults to restartPolicy Never
+    assert re.search(r"\bmain\W+Never\b", out)  # container main runs with restartPolicy Never
     assert 'configmap "absent" not found' in err and "dry run" in err
     assert "volumes/cfg/a.txt" in out and "MISSING: configMap default/also-absent" in out
+
+
+def _workload(kind: str, restart_policy: str = "") -> str:
+    policy = f"\n      restartPolicy: {restart_policy}" if restart_policy else ""
+    return f"""
+apiVersion: {"batch/v1" if kind == "Job" else "apps/v1"}
+kind: {kind}
+metadata: {{name: w}}
+spec:
+  template:
+    metadata: {{uid: 11111111-2222-3333-4444-555555555555}}
+    spec:{policy}
+      containers:
+      - {{name: main, image: busybox, command: [sh, -c, "true"]}}
+"""
+
+
+def test_a_jobs_pod_defaults_to_restart_policy_never(manifest, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The API server requires Never/OnFailure for a Job's pods; a Deployment's pods keep Always."""
+    def render(text: str) -> str:
+        assert main(["render", "-f", manifest(text), "--site", "ci"]) == 0
+        return capsys.readouterr().out  # type: ignore[no-any-return]
+
+    default = render(_workload("Job"))
+    assert re.search(r"\bmain\W+Never\b", default)
+    assert default == render(_workload("Job", "Never"))  # exactly the script of an explicit Never
+    on_failure = render(_workload("Job", "OnFailure"))  # a given policy is kept
+    assert re.search(r"\bmain\W+OnFailure\b", on_failure) and not re.search(r"\bmain\W+Never\b", on_failure)
+    deployment = render(_workload("Deployment"))
+    assert re.search(r"\bmain\W+Always\b", deployment) and not re.search(r"\bmain\W+Never\b", deployment)
 
 
 def test_render_out_writes_the_pod_directory(manifest, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
