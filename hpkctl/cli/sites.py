@@ -1,8 +1,9 @@
-"""``hpkctl sites list`` and ``hpkctl sites show NAME [--toml]``."""
+"""``hpkctl sites list`` and ``hpkctl sites show NAME [--toml]`` (text from :mod:`hpkctl.sites.describe`)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 
@@ -18,12 +19,20 @@ def register(sub: Any) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from hpkctl.sites import commands
+    """Print every profile: name, description, the files it comes from. Exit 0 (1 if one is invalid or none)."""
+    from hpkctl.sites import default_user_dir, list_sites
+    from hpkctl.sites.describe import list_text
 
-    return commands.cmd_list(args)
+    sites = list_sites()
+    sys.stdout.write(list_text(sites, user_dir=default_user_dir()))
+    return 1 if not sites or any(s.error for s in sites) else 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from hpkctl.sites import commands
+    """Print the merged profile as TOML; each value followed by a comment naming its origin."""
+    from hpkctl.sites import explain_site
+    from hpkctl.sites.describe import annotated_toml, profile_toml
 
-    return commands.cmd_show(args)
+    expl = explain_site(args.name)
+    sys.stdout.write(profile_toml(expl.profile) if args.toml else annotated_toml(expl))
+    return 0

@@ -1,14 +1,20 @@
 """Site profiles: plain TOML data validated by one schema (:mod:`hpkctl.sites.schema`).
 
-Loading, merging (built-in ← user file, key by key), ``$VAR``/``~`` expansion and provenance live in
-:mod:`hpkctl.sites.loader`; ``hpkctl sites list|show`` in :mod:`hpkctl.sites.commands`.
+- :mod:`~hpkctl.sites.files`: which files make up a profile (built-in, user, ``extends``), reading them;
+- :mod:`~hpkctl.sites.provenance`: merging them key by key, remembering which file set each value;
+- :mod:`~hpkctl.sites.validation`: schema errors as messages that name file, key and fix;
+- :mod:`~hpkctl.sites.expansion`: ``$VAR``/``~`` in path-like values;
+- :mod:`~hpkctl.sites.loader`: the entry points below (``load_site``, ``explain_site``, ...);
+- :mod:`~hpkctl.sites.describe`: the text of ``hpkctl sites list|show`` and ``_defaults.toml``;
+- :mod:`~hpkctl.sites.tomltext`: values written as TOML in messages.
 """
 
+from hpkctl.sites.expansion import PATH_KEYS, expand_value
+from hpkctl.sites.files import default_user_dir
 from hpkctl.sites.loader import (
     SCHEMA_DEFAULT,
     SiteExplanation,
     SiteSource,
-    default_user_dir,
     explain_site,
     list_sites,
     load_site,
@@ -17,11 +23,13 @@ from hpkctl.sites.loader import (
 from hpkctl.sites.schema import SiteProfile
 
 __all__ = [
+    "PATH_KEYS",
     "SCHEMA_DEFAULT",
     "SiteExplanation",
     "SiteProfile",
     "SiteSource",
     "default_user_dir",
+    "expand_value",
     "explain_site",
     "list_sites",
     "load_site",

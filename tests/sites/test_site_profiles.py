@@ -9,7 +9,7 @@ import pytest
 from hpkctl.errors import ProfileError
 from hpkctl.resources import data_dir
 from hpkctl.sites import SCHEMA_DEFAULT, explain_site, list_sites, load_site, require_submittable
-from hpkctl.sites.commands import defaults_toml
+from hpkctl.sites.describe import defaults_toml
 from hpkctl.sites.schema import SiteProfile
 
 BUILTIN = data_dir("site-configs")
@@ -110,7 +110,7 @@ def test_parallelcluster_profile() -> None:
 def test_defaults_file_is_current_and_complete() -> None:
     text = (BUILTIN / "_defaults.toml").read_text()
     assert text == defaults_toml(), "site-configs/_defaults.toml is stale: regenerate it with " \
-        "python -c 'from hpkctl.sites.commands import defaults_toml; print(defaults_toml(), end=\"\")' " \
+        "python -c 'from hpkctl.sites.describe import defaults_toml; print(defaults_toml(), end=\"\")' " \
         "> site-configs/_defaults.toml"
     expl = explain_site(str(BUILTIN / "_defaults.toml"))
     assert SCHEMA_DEFAULT not in expl.origins.values(), "every key is in the defaults file"

@@ -1,71 +1,52 @@
-"""``hpkctl sites list`` and ``hpkctl sites show NAME [--toml]``."""
+"""The text of ``hpkctl sites list|show`` and of ``site-configs/_defaults.toml``, built from the data.
+
+Builds strings only; printing and arguments belong to :mod:`hpkctl.cli.sites`.
+"""
 
 from __future__ import annotations
 
-import argparse
-import sys
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import tomli_w
 
-from hpkctl.errors import ProfileError
-from hpkctl.sites.loader import (
-    PATH_KEYS,
-    SCHEMA_DEFAULT,
-    _fmt,
-    _q,
-    _tilde,
-    builtin_dir,
-    default_user_dir,
-    expand_value,
-    explain_site,
-    list_sites,
-)
+from hpkctl.sites.expansion import PATH_KEYS, expand_value
+from hpkctl.sites.files import safe_builtin_dir
+from hpkctl.sites.loader import SiteExplanation, SiteSource
+from hpkctl.sites.provenance import SCHEMA_DEFAULT
 from hpkctl.sites.schema import SiteProfile
+from hpkctl.sites.tomltext import tilde, toml_key, toml_value
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    """Print every profile: name, description, the files it comes from. Exit 0 (1 if one is invalid)."""
-    sites = list_sites()
-    udir = default_user_dir()
-    out = sys.stdout
+def list_text(sites: Sequence[SiteSource], *, user_dir: Path, selected: str = "") -> str:
+    """Every profile: name, description (or why it does not load), the files it comes from.
+
+    ``selected`` is a line saying which profile a command would use here without ``--site``.
+    """
     if not sites:
-        print(f"no site profiles found (built-in or in {_tilde(udir)})", file=out)
-        return 1
+        return f"no site profiles found (built-in or in {tilde(user_dir)})\n"
     width = max(len(s.name) for s in sites) + 2
-    bad = 0
+    lines = []
     for s in sites:
-        desc = s.description or "(no description)"
-        if s.error:
-            bad += 1
-            desc = f"INVALID: {s.error}"
-        print(f"{s.name:<{width}}{desc}", file=out)
+        desc = f"INVALID: {s.error}" if s.error else (s.description or "(no description)")
+        lines.append(f"{s.name:<{width}}{desc}")
         parts = []
         if s.builtin:
-            parts.append(f"built-in {_tilde(s.builtin)}")
+            parts.append(f"built-in {tilde(s.builtin)}")
         if s.user:
-            parts.append(("overridden by " if s.builtin else "user ") + _tilde(s.user))
+            parts.append(("overridden by " if s.builtin else "user ") + tilde(s.user))
         if s.extends:
             parts.append(f"extends {s.extends}")
-        print(f"{'':<{width}}" + "; ".join(parts), file=out)
-    print(
-        f"\nUser profiles: {_tilde(udir)}/NAME.toml (same name as a built-in: overrides it key by key).\n"
-        "Details: hpkctl sites show NAME",
-        file=out,
-    )
-    return 1 if bad else 0
-
-
-def cmd_show(args: argparse.Namespace) -> int:
-    """Print the merged profile as TOML; each value followed by a comment naming its origin."""
-    expl = explain_site(args.name)
-    if getattr(args, "toml", False):
-        sys.stdout.write(profile_toml(expl.profile))
-        return 0
-    sys.stdout.write(_annotated(expl))
-    return 0
+        lines.append(f"{'':<{width}}" + "; ".join(parts))
+    lines.append("")
+    lines.append(f"User profiles: {tilde(user_dir)}/NAME.toml (same name as a built-in: overrides it key by key).")
+    if selected:
+        lines.append(selected)
+    lines.append("Details: hpkctl sites show NAME")
+    return "\n".join(lines) + "\n"
 
 
 def profile_toml(profile: SiteProfile) -> str:
@@ -73,52 +54,55 @@ def profile_toml(profile: SiteProfile) -> str:
     return tomli_w.dumps(profile.model_dump(exclude={"name"}))
 
 
-def _label(origin: str) -> str:
-    if origin == SCHEMA_DEFAULT:
-        return SCHEMA_DEFAULT
-    p = Path(origin)
-    try:
-        if p.parent == builtin_dir():
-            return f"built-in {p.name}"
-    except FileNotFoundError:
-        pass
-    return _tilde(p)
+def annotated_toml(expl: SiteExplanation, *, selected_by: str = "") -> str:
+    """The merged profile as TOML, each value followed by a comment naming the file that set it.
 
-
-def _annotated(expl: Any) -> str:
-    profile: SiteProfile = expl.profile
+    ``selected_by`` (e.g. ``$HPK_SITE=jsc``) is said in the header when the profile was not named.
+    """
+    profile = expl.profile
     lines = [f'# site profile "{profile.name}", merged from (bases first):']
     for f in expl.files:
         lines.append(f"#   {_label(str(f)):<28} {f}")
+    if selected_by:
+        lines.append(f"# Selected because: {selected_by}")
     lines.append("# After each value: the file that set it, or `schema default`.")
     lines.append("# Plain TOML: hpkctl sites show NAME --toml")
     data = profile.model_dump(exclude={"name"})
     path_keys = set(PATH_KEYS)
     for sect, values in data.items():
         rows: list[tuple[str, str]] = []
-        subtables: list[tuple[str, dict, str]] = []
+        subtables: list[tuple[str, dict[str, Any]]] = []
         for key, value in values.items():
-            origin_keys = [k for k in expl.origins if k[:2] == (sect, key)]
             if isinstance(value, dict) and value:
-                subtables.append((key, value, sect))
+                subtables.append((key, value))
                 continue
-            origin = expl.origins.get((sect, key)) or (expl.origins[origin_keys[0]] if origin_keys else SCHEMA_DEFAULT)
+            under = [k for k in expl.origins if k[:2] == (sect, key)]
+            origin = expl.origins.get((sect, key)) or (expl.origins[under[0]] if under else SCHEMA_DEFAULT)
             comment = _label(origin)
             if (sect, key) in path_keys:
                 comment += _expansion_note(value)
-            rows.append((f"{_q(key)} = {_fmt(value)}", comment))
+            rows.append((f"{toml_key(key)} = {toml_value(value)}", comment))
         lines.append("")
         lines.append(f"[{sect}]")
         lines.extend(_aligned(rows))
-        for key, table, sect_ in subtables:
+        for key, table in subtables:
             lines.append("")
-            lines.append(f"[{sect_}.{_q(key)}]")
+            lines.append(f"[{sect}.{toml_key(key)}]")
             sub_rows = []
             for k, v in table.items():
-                origin = expl.origins.get((sect_, key, k), expl.origins.get((sect_, key), SCHEMA_DEFAULT))
-                sub_rows.append((f"{_q(k)} = {_fmt(v)}", _label(origin)))
+                origin = expl.origins.get((sect, key, k), expl.origins.get((sect, key), SCHEMA_DEFAULT))
+                sub_rows.append((f"{toml_key(k)} = {toml_value(v)}", _label(origin)))
             lines.extend(_aligned(sub_rows))
     return "\n".join(lines) + "\n"
+
+
+def _label(origin: str) -> str:
+    if origin == SCHEMA_DEFAULT:
+        return SCHEMA_DEFAULT
+    p = Path(origin)
+    if p.parent == safe_builtin_dir():
+        return f"built-in {p.name}"
+    return tilde(p)
 
 
 def _expansion_note(value: Any) -> str:
@@ -149,7 +133,7 @@ def defaults_toml() -> str:
     """
     header = """\
 # Every key a site profile can set, with its default value (what applies when no file sets it).
-# Generated from hpkctl/sites/schema.py by hpkctl.sites.commands.defaults_toml(); do not edit.
+# Generated from hpkctl/sites/schema.py by hpkctl.sites.describe.defaults_toml(); do not edit.
 # Not a site (the leading underscore hides it from `hpkctl sites list`); loading it gives exactly
 # the schema defaults.
 #
@@ -163,21 +147,21 @@ def defaults_toml() -> str:
 """
     lines = [header.rstrip("\n")]
     for sname, sfield in SiteProfile.model_fields.items():
-        if sname == "name":
-            continue
         model = sfield.annotation
-        doc = (model.__doc__ or "").strip()  # type: ignore[union-attr]
+        if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
+            continue  # `name`: the file name, not a key
+        doc = (model.__doc__ or "").strip()
         lines.append("")
         lines.append(f"[{sname}]" + (f"  # {doc}" if doc else ""))
         rows = []
-        for fname, f in model.model_fields.items():  # type: ignore[union-attr]
+        for fname, f in model.model_fields.items():
             desc = f.description or ""
             if typing.get_origin(f.annotation) is typing.Literal:
-                desc += ("; " if desc else "") + "one of " + ", ".join(_fmt(a) for a in typing.get_args(f.annotation))
-            rows.append((f"{_q(fname)} = {_fmt(f.get_default(call_default_factory=True))}", desc))
+                desc += ("; " if desc else "") + "one of " + ", ".join(toml_value(a) for a in typing.get_args(f.annotation))
+            rows.append((f"{toml_key(fname)} = {toml_value(f.get_default(call_default_factory=True))}", desc))
         width = max(len(r[0]) for r in rows)
         lines.extend(f"{t:<{width}}  # {d}" if d else t for t, d in rows)
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["cmd_list", "cmd_show", "defaults_toml", "profile_toml", "ProfileError"]
+__all__ = ["annotated_toml", "defaults_toml", "list_text", "profile_toml"]
