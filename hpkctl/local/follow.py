@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from hpkctl.jobs import JobInfo, Slurm, SlurmError
+from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError
 from hpkctl.jobs.poll import Backoff, poll
 from hpkctl.local.records import RunRecord
 from hpkctl.local.submit import ended, pod_status
@@ -113,7 +113,7 @@ def settle(slurm: Slurm, rec: RunRecord, *, sleep: Callable[[float], None] = tim
     def step() -> PodStatus | None:
         st = pod_status(slurm, rec)
         last[:] = [st]
-        return st if st.job is not None and ended(st.job) else None
+        return st if st.job is not None and st.job.state in TERMINAL_STATES else None
 
     try:
         return poll(step, every=SETTLE_POLL, timeout=SETTLE_TIMEOUT, sleep=sleep, clock=clock)

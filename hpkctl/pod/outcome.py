@@ -12,15 +12,34 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
-
-from hpkctl.jobs import JobInfo
+from typing import Literal, Protocol
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
 
 # Exit code reported for OUT_OF_MEMORY: the kernel's OOM killer sends SIGKILL (128 + 9), which is
 # what Kubernetes shows for OOMKilled. Slurm itself records its private marker 0:125 (SIG_OOM).
 OOM_EXIT_CODE = 137
+
+
+class SlurmFacts(Protocol):
+    """What pod status needs to know of its Slurm job (:class:`hpkctl.jobs.JobInfo` has all of it).
+
+    A protocol, not an import: :mod:`hpkctl.pod` never imports :mod:`hpkctl.jobs`, which runs
+    processes (an import-linter contract in pyproject.toml). ``state`` is Slurm's base state,
+    ``reason`` its reason code or ``""``, ``exit_code``/``signal`` the halves of ``ExitCode=rc:sig``
+    (``None`` when unknown), ``nodes`` the node list or ``""``.
+    """
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def signal(self) -> int | None: ...
+    @property
+    def nodes(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -83,7 +102,7 @@ _FAILED = {
 }
 
 
-def _shell_exit_code(info: JobInfo) -> int | None:
+def _shell_exit_code(info: SlurmFacts) -> int | None:
     if info.exit_code is None:
         return None
     if info.signal and 0 < info.signal < 65:
@@ -91,7 +110,7 @@ def _shell_exit_code(info: JobInfo) -> int | None:
     return info.exit_code
 
 
-def _ended(info: JobInfo) -> str:
+def _ended(info: SlurmFacts) -> str:
     """Text such as ' (exit code 3)' or ' (killed by signal 9)' for a message; '' when unknown."""
     if info.exit_code is None:
         return ""
@@ -100,7 +119,7 @@ def _ended(info: JobInfo) -> str:
     return f" (exit code {info.exit_code})"
 
 
-def pod_outcome(info: JobInfo | None) -> PodOutcome:
+def pod_outcome(info: SlurmFacts | None) -> PodOutcome:
     """The pod phase for a job as Slurm last reported it; ``None`` means Slurm has no record."""
     if info is None:
         return PodOutcome(

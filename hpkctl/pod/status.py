@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpkctl.jobs import JobInfo
 from hpkctl.pod import paths as f
-from hpkctl.pod.outcome import PodOutcome, pod_outcome
+from hpkctl.pod.outcome import PodOutcome, SlurmFacts, pod_outcome
 from hpkctl.pod.paths import PodDir, read_int
 
 # Slurm outcomes that explain the end of the pod better than the script could.
@@ -61,7 +60,7 @@ class PodStatus:
     node: str | None
     started_at: str | None
     containers: list[ContainerStatus] = field(default_factory=list)
-    job: JobInfo | None = None
+    job: SlurmFacts | None = None
 
     @property
     def finished(self) -> bool:
@@ -107,7 +106,7 @@ def container_statuses(pd: PodDir, containers: Sequence[tuple[str, bool]], *, oo
     return out
 
 
-def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: JobInfo | None, *,
+def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: SlurmFacts | None, *,
                     job_known: bool = True) -> PodStatus:
     """Combine the status files of ``pod_dir`` with Slurm's ``job`` info.
 
