@@ -176,7 +176,7 @@ def parse_sbatch_directive(line: str) -> list[str]:
             i += 1
         if i >= len(s):
             break
-        arg = []
+        arg: list[str] = []
         quoted, q_char, escape = False, "", False
         while i < len(s) and (quoted or not s[i].isspace()) and s[i] != "\n":
             c = s[i]

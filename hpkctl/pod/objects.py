@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class ObjectSource(Protocol):
@@ -32,7 +32,7 @@ class StaticObjects:
     def secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
         return self.secrets.get((namespace, name))
 
-    def add(self, obj: Mapping) -> bool:
+    def add(self, obj: Mapping[str, Any]) -> bool:
         """Add a ConfigMap or Secret dict; return False for other kinds."""
         kind = obj.get("kind")
         meta = obj.get("metadata") or {}
@@ -50,7 +50,7 @@ class StaticObjects:
         return False
 
     @classmethod
-    def of(cls, objects: Iterable[Mapping]) -> "StaticObjects":
+    def of(cls, objects: Iterable[Mapping[str, Any]]) -> "StaticObjects":
         store = cls()
         for obj in objects:
             store.add(obj)

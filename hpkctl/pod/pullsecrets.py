@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 from collections.abc import Iterable
+from typing import Any
 
 from hpkctl.pod.context import Ctx
 from hpkctl.pod.env import decode
@@ -25,21 +26,27 @@ def registry_host(key: str) -> str:
     return "docker.io" if host in _DOCKER_HUB else host
 
 
-def _auths(ctx: Ctx, name: str, where: str) -> dict[str, dict]:
+def _auths(ctx: Ctx, name: str, where: str) -> dict[str, Any]:
+    """The secret's ``registry key → entry`` map (entries are checked by the caller)."""
     data = ctx.objects.secret(ctx.namespace, name)
     if data is None:
         ctx.warn(f"{where}: secret {name!r} not found; images are pulled without credentials")
         return {}
+    auths: Any
     try:
         if ".dockerconfigjson" in data:
-            return json.loads(decode(data[".dockerconfigjson"])).get("auths") or {}
-        if ".dockercfg" in data:
-            return json.loads(decode(data[".dockercfg"]))
+            auths = json.loads(decode(data[".dockerconfigjson"])).get("auths") or {}
+        elif ".dockercfg" in data:
+            auths = json.loads(decode(data[".dockercfg"]))
+        else:
+            ctx.warn(f"{where}: secret {name!r} has no .dockerconfigjson or .dockercfg key; ignored")
+            return {}
     except (ValueError, AttributeError):
+        auths = None
+    if not isinstance(auths, dict):
         ctx.warn(f"{where}: secret {name!r} is not valid docker config JSON; ignored")
         return {}
-    ctx.warn(f"{where}: secret {name!r} has no .dockerconfigjson or .dockercfg key; ignored")
-    return {}
+    return auths
 
 
 def pull_credentials(ctx: Ctx, registries: Iterable[str]) -> dict[str, tuple[str, str]]:
