@@ -13,6 +13,7 @@ from hpkctl.pod.objects import StaticObjects
 from hpkctl.pod.quantity import parse_quantity
 from hpkctl.pod.shell import RuntimeRef, static_text
 from hpkctl.pod.translate import plan_pod
+from hpkctl.pod.volumes import JobDir
 from tests.pod.conftest import load_pod, make_profile, pod_doc
 
 PROFILE = make_profile()
@@ -207,8 +208,28 @@ def test_volume_payloads_modes_and_read_only_mounts() -> None:
     ro = {b.dest: b.read_only for b in c.binds}
     assert ro["/etc/app"] and ro["/etc/secret"] and ro["/data"] and not ro["/scratch"]
     assert "hpk_hostpath /srv/data Directory data" in r.script
-    assert "/dev/shm/hpk-" in r.script and "hpk_watch_sizes" in r.script
     assert "/hpk-state/pvc/default/results" in r.script
+    # emptyDir: medium Memory on the node's tmpfs, one directory per pod; the default medium in the
+    # pod directory; sizeLimit in KiB, for the job's watch
+    uid = pod["metadata"]["uid"]
+    assert {d.volume: d for d in r.plan.volumes.job_dirs} == {
+        "shm": JobDir("shm", f"/dev/shm/hpk-{uid}/shm", 64 * 1024),
+        "scratch": JobDir("scratch", f"{r.plan.pod_dir}/volumes/scratch", 500 * 1024),
+        "claim": JobDir("claim", "/hpk-state/pvc/default/results", None),  # a PVC: a directory, unwatched
+    }
+    src = {b.dest: static_text(b.source) for b in c.binds}
+    assert src["/dev/shm"] == f"/dev/shm/hpk-{uid}/shm" and src["/scratch"] == f"{r.plan.pod_dir}/volumes/scratch"
+
+
+def test_empty_dir_medium_and_size_limit_decide_where_it_lives_and_whether_it_is_watched() -> None:
+    pod = pod_doc({"containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+                   "volumes": [{"name": "v", "emptyDir": {"medium": "Memory"}}]})
+    profile = make_profile(pods={"memory_dir": "/run/ram"})
+    [d] = plan_pod(pod, profile).volumes.job_dirs
+    assert d == JobDir("v", f"/run/ram/hpk-{pod['metadata']['uid']}/v", None)  # the profile's tmpfs; no limit
+    pod["spec"]["volumes"][0]["emptyDir"] = {}
+    plan = plan_pod(pod, profile)
+    assert plan.volumes.job_dirs == [JobDir("v", f"{plan.pod_dir}/volumes/v", None)]
 
 
 @pytest.mark.parametrize("volume, reason", [
