@@ -6,13 +6,15 @@ Each test is one pod manifest; the assertions are on what a user sees: exit code
 from __future__ import annotations
 
 import base64
+import os
 import random
+import signal
 import subprocess
 import time
 
 import pytest
 
-from tests.ci.conftest import MULTI_CONF
+from tests.ci.conftest import MULTI_CONF, as_hpk
 from tests.integration.conftest import Hpk, pod, unique
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
@@ -193,8 +195,10 @@ def test_mpi_style_pod_runs_ranks_on_two_nodes(hpk_multi: Hpk) -> None:
     assert r.rc == 0, r.output
     lines = sorted(ln for ln in r.stdout.splitlines() if ln.startswith("rank="))
     assert [ln.split()[0] for ln in lines] == ["rank=0", "rank=1", "rank=2", "rank=3"]
-    assert len({ln.split()[1] for ln in lines}) == 2, lines
-    assert MULTI_CONF
+    nodes = {ln.split()[1].removeprefix("node=") for ln in lines}
+    assert len(nodes) == 2, lines
+    multi = as_hpk(["sinfo", "--noheader", "--Node", "--format=%N"], slurm_conf=MULTI_CONF, timeout=30)
+    assert nodes <= set(multi.stdout.split()), (lines, multi.stdout)  # the ci-multi profile's cluster
 
 
 def test_own_network_namespace_mode(hpk: Hpk) -> None:
@@ -210,8 +214,6 @@ def test_own_network_namespace_mode(hpk: Hpk) -> None:
 
 
 def test_interrupting_hpkctl_run_cancels_the_job(hpk: Hpk) -> None:
-    import signal
-
     from tests.integration.conftest import STANDIN, VENV_BIN
 
     name = unique("interrupt")
@@ -224,14 +226,26 @@ def test_interrupting_hpkctl_run_cancels_the_job(hpk: Hpk) -> None:
     assert proc.stdout.readline() == "up\n"  # the container is running
     child = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
     python = subprocess.run(["pgrep", "-P", child[0]], capture_output=True, text=True).stdout.split() or child
-    subprocess.run(["kill", "-INT", python[0]], check=True)
+    os.kill(int(python[0]), signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + signal.SIGINT, err
     assert "cancelling Slurm job" in err and "Cancelled" in err
     job_id = err.split("cancelling Slurm job ")[1].split()[0]
     q = subprocess.run(["squeue", "--noheader", "--jobs", job_id, "--format=%T"], capture_output=True, text=True)
     assert q.stdout.strip() in ("", "CANCELLED", "COMPLETING")
-    assert signal.SIGINT
+    assert _jobcomp_state(job_id) == "CANCELLED"  # cancelled, not left to finish or time out
+
+
+def _jobcomp_state(job_id: str, timeout: float = 30) -> str | None:
+    """The job's final state in the jobcomp log, once Slurm has written it (None at the deadline)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with open("/var/log/slurm/jobcomp.log") as fh:
+            lines = [ln for ln in fh if f"JobId={job_id} " in ln]
+        if lines or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return lines[-1].split("JobState=")[1].split()[0] if lines else None
 
 
 def test_detached_run_status_and_logs_follow(hpk: Hpk) -> None:
