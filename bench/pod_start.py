@@ -428,8 +428,9 @@ def per(calls: Counter[str], n: int) -> str:
 
 def burst_table(bursts: list[tuple[Burst, Burst]]) -> list[str]:
     count = bursts[0][0].count
-    lines = [f"burst: {count} jobs submitted back to back per side, {len(bursts)} round(s), sides alternating; "
-             "time until the LAST job reached each moment",
+    lines = [f"burst: {count} jobs submitted back to back per side (hpkctl: submit_pod in one process, as a "
+             f"kubelet would), {len(bursts)} round(s), sides alternating;",
+             "  time until the LAST job reached each moment" + (", median over rounds" if len(bursts) > 1 else ""),
              f"  {'seconds from first submit':26} {'bare':>9} {'hpkctl':>9} {'ratio':>7}"]
     for key, label in METRICS:
         label = "all submitted" if key == "submitted" else f"all: {label}"
@@ -448,7 +449,7 @@ def burst_table(bursts: list[tuple[Burst, Burst]]) -> list[str]:
                  f"{' '.join(f'{k} {v}' for k, v in sorted(hh[-1].status_calls.items())) or 'none'}")
     lines.append(f"  succeeded: bare {sum(x.ok for x in bb)}/{count * len(bb)}, hpkctl {sum(y.ok for y in hh)}/{count * len(hh)}")
     if len(bursts) > 1:
-        lines.append("  (medians over rounds) " + "; ".join(
+        lines.append("  per round: " + "; ".join(
             f"round {i + 1}: finished bare {x.times['finished']:.1f} s, hpkctl {y.times['finished']:.1f} s"
             for i, (x, y) in enumerate(bursts)))
     return lines
