@@ -1,9 +1,49 @@
-"""Arguments several command groups share."""
+"""Arguments several command groups share, and choosing the site profile."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpkctl.sites import SiteChoice
+
+_SITE_HELP = (
+    "site profile: a name (built-in or ~/.config/hpk/sites/NAME.toml) or a .toml path. "
+    'Without it: $HPK_SITE, then site = "NAME" in ~/.config/hpk/config.toml, then the profile whose '
+    "[site] hostnames match this host; otherwise an error (`hpkctl sites show` tells which applies)"
+)
 
 
 def add_site(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--site", default="ci", help="site profile name (built-in or ~/.config/hpk/sites/NAME.toml)")
+    p.add_argument("--site", metavar="NAME", default=None, help=_SITE_HELP)
+
+
+def host_names() -> list[str]:
+    """This host's names as profiles' ``[site] hostnames`` patterns are matched against."""
+    return [socket.getfqdn(), socket.gethostname()]
+
+
+def choose_site(option: str | None) -> SiteChoice:
+    """The profile for this command: ``--site``, ``$HPK_SITE``, config.toml, host name (no default)."""
+    from hpkctl.sites import default_user_dir, select_site
+    from hpkctl.sites.selection import config_file
+
+    return select_site(
+        option,
+        environ=os.environ,
+        host_names=host_names,
+        config_path=config_file(os.environ),
+        user_dir=default_user_dir(),
+    )
+
+
+def site_of(args: argparse.Namespace, *, announce: bool = False) -> str:
+    """The profile name (or path) for ``args.site``; with ``announce``, say on stderr why when not given."""
+    choice = choose_site(args.site)
+    if announce and choice.source != "option":
+        print(f"hpkctl: site profile {choice.name} ({choice.reason})", file=sys.stderr)
+    return choice.name

@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any
 
-from hpkctl.cli.common import add_site
+from hpkctl.cli.common import add_site, site_of
 from hpkctl.errors import HpkError, PodError
 
 
@@ -51,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hpkctl.local.submit import submit_pod
     from hpkctl.sites import load_site
 
-    profile = load_site(args.site)
+    profile = load_site(site_of(args, announce=not args.quiet))
     out = sys.stderr
     try:
         rec, _ = submit_pod(profile, args.filename, pod_name=args.pod, out=out)
@@ -88,7 +88,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from hpkctl.pod.status import containers_of, read_pod_status
     from hpkctl.sites import load_site
 
-    profile = load_site(args.site)
+    profile = load_site(site_of(args))
     records = [load_record(profile, args.name)] if args.name else all_records(profile)
     jobs = job_states(Slurm(profile.slurm), [r.job_id for r in records])
     rows = []
@@ -121,7 +121,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from hpkctl.pod.status import containers_of
     from hpkctl.sites import load_site
 
-    profile = load_site(args.site)
+    profile = load_site(site_of(args))
     rec = load_record(profile, args.name)
     names = containers_of(rec.pod())
     container = args.container or next(n for n, init in names if not init)
@@ -146,7 +146,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     from hpkctl.local.submit import ended
     from hpkctl.sites import load_site
 
-    profile = load_site(args.site)
+    profile = load_site(site_of(args))
     rec = load_record(profile, args.name)
     slurm = Slurm(profile.slurm)
     if not ended(slurm.query([rec.job_id]).get(rec.job_id)):

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from hpkctl.cli.common import add_site
+from hpkctl.cli.common import add_site, site_of
 from hpkctl.errors import PodError, ProfileError
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from hpkctl.local.manifest import load_manifest, select_pod, validate_pod_shape, with_api_defaults
     from hpkctl.pod import render_pod, write_pod_dir
 
-    profile = _dry_run_profile(args.site)
+    profile = _dry_run_profile(site_of(args, announce=True))
     manifest = load_manifest(args.filename)
     pod = select_pod(manifest, args.pod)
     validate_pod_shape(pod, source=args.filename)

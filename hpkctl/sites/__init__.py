@@ -5,6 +5,7 @@
 - :mod:`~hpkctl.sites.validation`: schema errors as messages that name file, key and fix;
 - :mod:`~hpkctl.sites.expansion`: ``$VAR``/``~`` in path-like values;
 - :mod:`~hpkctl.sites.loader`: the entry points below (``load_site``, ``explain_site``, ...);
+- :mod:`~hpkctl.sites.selection`: which profile to use without ``--site`` (``$HPK_SITE``, config, host name);
 - :mod:`~hpkctl.sites.describe`: the text of ``hpkctl sites list|show`` and ``_defaults.toml``;
 - :mod:`~hpkctl.sites.tomltext`: values written as TOML in messages.
 """
@@ -21,10 +22,12 @@ from hpkctl.sites.loader import (
     require_submittable,
 )
 from hpkctl.sites.schema import SiteProfile
+from hpkctl.sites.selection import SiteChoice, select_site
 
 __all__ = [
     "PATH_KEYS",
     "SCHEMA_DEFAULT",
+    "SiteChoice",
     "SiteExplanation",
     "SiteProfile",
     "SiteSource",
@@ -34,4 +37,5 @@ __all__ = [
     "list_sites",
     "load_site",
     "require_submittable",
+    "select_site",
 ]

@@ -144,6 +144,10 @@ def defaults_toml() -> str:
 # Unknown keys are errors. Path-like values (state_dir, image_cache, memory_dir, jobcomp_file,
 # bin_dir, conf_file, binary, binds) may use $VAR, ${VAR} and a leading ~ ($$ for a literal $);
 # they are expanded when the profile is used, not when it is shown.
+#
+# Which profile a command uses: --site NAME, else $HPK_SITE, else site = "NAME" in
+# ~/.config/hpk/config.toml, else the one profile whose [site] hostnames match this host's name
+# (socket.getfqdn() or gethostname(), shell-style globs, case-insensitive); otherwise an error.
 """
     lines = [header.rstrip("\n")]
     for sname, sfield in SiteProfile.model_fields.items():

@@ -10,10 +10,15 @@ exactly like NAME (so the user's overrides of OTHER apply too) and the file is m
 user file with ``extends`` is based on that profile *instead of* the built-in of the same name;
 ``extends`` naming the file's own name means "the built-in of this name" (the default anyway). A path
 to a ``.toml`` file is based on nothing but its ``extends``.
+
+``[site] hostnames`` is not inherited through ``extends``: it says on which machines *this* profile is
+the default, and a profile extending ``jsc`` would otherwise claim JSC's login nodes as well (two
+matching profiles are an error, see :mod:`hpkctl.sites.selection`).
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import re
@@ -202,7 +207,17 @@ def _file_layers(
         base = _name_layers(ext, udir=udir, stack=stack)
     except ProfileError as exc:
         raise ProfileError(f"{path}: extends = {toml_value(ext)}: {exc.message}", hint=exc.hint) from None
-    return [*base, (path, data)]
+    return [*(_without_hostnames(layer) for layer in base), (path, data)]
+
+
+def _without_hostnames(layer: Layer) -> Layer:
+    path, data = layer
+    site = data.get("site")
+    if not isinstance(site, dict) or "hostnames" not in site:
+        return layer
+    data = copy.copy(data)
+    data["site"] = {k: v for k, v in site.items() if k != "hostnames"}
+    return path, data
 
 
 __all__ = [

@@ -50,7 +50,22 @@ class _Section(BaseModel):
 
 
 class SiteInfo(_Section):
+    """What the profile is for and where it is the default."""
+
     description: str = Field("", description="one line shown by `hpkctl sites list`")
+    hostnames: list[str] = Field(
+        default_factory=list,
+        description="globs of this site's login node names: the profile used there when nothing names one; "
+        "not inherited by extends",
+    )
+
+    @field_validator("hostnames")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not p.strip() or any(c.isspace() for c in p):
+                raise ValueError(f"{p!r} is not a hostname pattern (one glob per item, e.g. 'login*.example.org')")
+        return v
 
 
 class SlurmSection(_Section):
