@@ -1,0 +1,316 @@
+"""Package boundaries and types, enforced: the import-linter contracts and mypy of pyproject.toml.
+
+Every contract is also shown to fail: a copy of the package gets a throwaway module that breaks it,
+and ``lint-imports`` run on the copy must report exactly the contracts expected broken. Process
+starts that import-linter cannot see (``os.system`` and friends) are found by an AST scan.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "hpkctl"
+CONFIG = tomllib.loads((REPO / "pyproject.toml").read_text())
+CONTRACTS = {c["id"]: c for c in CONFIG["tool"]["importlinter"]["contracts"]}
+
+#: The packages allowed to start processes (Slurm commands; the image pull).
+PROCESS_PACKAGES = ("jobs", "runtime")
+
+
+def _tool(name: str) -> str:
+    """A console script of the venv running the tests (CI installs the dev extras there)."""
+    path = Path(sys.executable).parent / name
+    found = str(path) if path.exists() else shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed: pip install -e '.[dev]' (ci/setup does)")
+    return found
+
+
+def lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
+    # import-linter puts the working directory first on sys.path, so a copy in cwd is analysed
+    # instead of the installed package; COLUMNS keeps each contract's line unwrapped
+    env = {**os.environ, "COLUMNS": "500", "NO_COLOR": "1"}
+    return subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=cwd, env=env, text=True,
+                          capture_output=True, timeout=120)
+
+
+def contract_results(output: str) -> dict[str, str]:
+    """Contract name → ``KEPT``/``BROKEN`` from lint-imports' summary."""
+    names = {c["name"]: cid for cid, c in CONTRACTS.items()}
+    results = {}
+    for line in output.splitlines():
+        m = re.match(r"^(.*) (KEPT|BROKEN)$", line.strip())
+        if m and m.group(1) in names:
+            results[names[m.group(1)]] = m.group(2)
+    return results
+
+
+# ---------------------------------------------------------------------------- the contracts hold
+
+
+def test_import_contracts_hold() -> None:
+    r = lint_imports(REPO)
+    assert r.returncode == 0, f"lint-imports found broken contracts:\n{r.stdout}{r.stderr}"
+    assert contract_results(r.stdout) == dict.fromkeys(CONTRACTS, "KEPT"), r.stdout
+
+
+def _children() -> set[str]:
+    """The top-level modules and packages of hpkctl (``_data`` is shipped data, not code)."""
+    return {p.stem for p in PACKAGE.iterdir()
+            if (p.suffix == ".py" or (p / "__init__.py").exists())} - {"__init__"}
+
+
+@pytest.mark.parametrize(("contract", "allowed"), [("processes", PROCESS_PACKAGES), ("kubernetes", ("kube",))])
+def test_only_x_contracts_name_every_other_package(contract: str, allowed: tuple[str, ...]) -> None:
+    """"Only X may import Y" is written as a forbidden contract over all other packages: a package
+    added to hpkctl must be added there too, or the rule silently skips it."""
+    assert set(allowed) <= _children()
+    want = {f"hpkctl.{c}" for c in _children() - set(allowed)}
+    assert set(CONTRACTS[contract]["source_modules"]) == want
+
+
+def test_layers_contract_is_exhaustive() -> None:
+    """Every package sits in a layer (exhaustive = true makes lint-imports fail otherwise)."""
+    layers = CONTRACTS["layers"]
+    assert layers["exhaustive"] is True
+    placed = {m.strip() for layer in layers["layers"] for m in layer.split("|")}
+    assert placed == _children()
+
+
+# ---------------------------------------------------------------------------- each can fail
+
+# (contract(s) expected broken, file in a copy of hpkctl, its source); an empty set is a control:
+# the allowed importer must not break anything.
+VIOLATIONS = [
+    ({"layers"}, "sites/_violation.py", "import hpkctl.pod\n"),
+    ({"layers"}, "jobs/_violation.py", "from hpkctl.pod import outcome\n"),
+    ({"layers"}, "runtime/_violation.py", "import hpkctl.jobs\n"),
+    ({"layers"}, "errors_extra.py", "x = 1\n"),  # a package placed in no layer (exhaustive)
+    ({"layers"}, "local/_violation.py", "import hpkctl.cli\n"),
+    ({"layers", "pure-pod"}, "pod/_violation.py", "from hpkctl.jobs import JobInfo\n"),
+    ({"layers", "pure-pod"}, "pod/_violation.py", "import hpkctl.local.submit\n"),
+    ({"processes"}, "cli/_violation.py", "import subprocess\n"),
+    ({"processes"}, "local/_violation.py", "from plumbum import local\n"),
+    ({"processes"}, "kubelet/_violation.py", "import multiprocessing\n"),
+    ({"processes", "pure-pod"}, "pod/_violation.py", "import pty\n"),
+    ({"processes"}, "sites/_violation.py", "import subprocess\n"),  # pod does not import it
+    (set(), "jobs/_violation.py", "import subprocess\nimport plumbum\n"),
+    (set(), "runtime/_violation.py", "import subprocess\n"),
+    ({"kubernetes"}, "local/_violation.py", "import kubernetes.client\n"),
+    ({"kubernetes"}, "kubelet/_violation.py", "from kubernetes import watch\n"),
+    (set(), "kube/_violation.py", "import kubernetes\n"),
+    ({"pure-pod"}, "pod/_violation.py", "import socket\n"),
+    ({"pure-pod"}, "pod/_violation.py", "import asyncio\n"),
+    ({"layers", "kubelet-no-cli"}, "kubelet/_violation.py", "from hpkctl.cli import main\n"),
+    ({"no-standins"}, "local/_violation.py", "import tests.conftest\n"),
+    ({"no-standins"}, "runtime/_violation.py", "from ci.standin import standin_apptainer\n"),
+]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of hpkctl and pyproject.toml, checked once to keep every contract."""
+    root = tmp_path_factory.mktemp("pristine")
+    shutil.copytree(PACKAGE, root / "hpkctl", ignore=shutil.ignore_patterns("__pycache__", "_data"))
+    shutil.copy(REPO / "pyproject.toml", root)
+    r = lint_imports(root)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return root
+
+
+def _ids() -> Iterator[str]:
+    for broken, where, _ in VIOLATIONS:
+        yield f"{where.replace('/_violation.py', '')}-{'+'.join(sorted(broken)) or 'allowed'}"
+
+
+@pytest.mark.parametrize(("broken", "where", "source"), VIOLATIONS, ids=list(_ids()))
+def test_each_contract_can_fail(pristine: Path, tmp_path: Path, broken: set[str], where: str, source: str) -> None:
+    shutil.copytree(pristine, tmp_path, dirs_exist_ok=True)
+    target = tmp_path / "hpkctl" / where
+    target.write_text(source)
+    r = lint_imports(tmp_path)
+    results = contract_results(r.stdout)
+    assert set(results) == set(CONTRACTS), f"lint-imports did not report every contract:\n{r.stdout}{r.stderr}"
+    assert {cid for cid, verdict in results.items() if verdict == "BROKEN"} == broken, r.stdout
+    assert (r.returncode != 0) == bool(broken), r.stdout + r.stderr
+    if broken:
+        # the report names the offending module
+        assert f"hpkctl.{where[:-3].replace('/', '.')}" in r.stdout, r.stdout
+
+
+def test_indirect_violation_through_sites_reaches_pod(pristine: Path, tmp_path: Path) -> None:
+    """pod/ imports nothing that runs processes, not even through another package."""
+    shutil.copytree(pristine, tmp_path, dirs_exist_ok=True)
+    (tmp_path / "hpkctl" / "sites" / "_violation.py").write_text("import subprocess\n")
+    schema = tmp_path / "hpkctl" / "sites" / "schema.py"
+    schema.write_text(schema.read_text() + "\nfrom hpkctl.sites import _violation  # noqa\n")
+    r = lint_imports(tmp_path)
+    results = contract_results(r.stdout)
+    assert results["pure-pod"] == "BROKEN", r.stdout
+    assert "hpkctl.sites.schema -> hpkctl.sites._violation" in r.stdout, r.stdout
+
+
+# ---------------------------------------------------------------------------- what import-linter cannot see
+
+#: Calls that start a process, by the module that provides them.
+_PROCESS_CALLS = {
+    "os": re.compile(r"^(system|popen|fork|forkpty|exec\w*|spawn\w*|posix_spawn\w*)$"),
+    "posix": re.compile(r"^(system|popen|fork|forkpty|exec\w*|posix_spawn\w*)$"),
+    "pty": re.compile(r"^(spawn|fork)$"),
+    "asyncio": re.compile(r"^create_subprocess_\w+$"),
+}
+#: Methods that start a process whatever they are called on (asyncio event loops).
+_PROCESS_METHODS = {"subprocess_exec", "subprocess_shell"}
+
+
+def process_calls(source: str, filename: str = "<string>") -> list[str]:
+    """``file:line: name`` for each use of a process-starting function in ``source``."""
+    tree = ast.parse(source, filename)
+    aliases: dict[str, str] = {}  # local name → module, for "import os as o"
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in _PROCESS_CALLS:
+                    aliases[a.asname or a.name] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.module in _PROCESS_CALLS:
+            for a in node.names:
+                if _PROCESS_CALLS[node.module].match(a.name):
+                    found.append(f"{filename}:{node.lineno}: from {node.module} import {a.name}")
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in aliases:
+            module = aliases[node.value.id]
+            if _PROCESS_CALLS[module].match(node.attr):
+                found.append(f"{filename}:{node.lineno}: {module}.{node.attr}")
+        elif node.attr in _PROCESS_METHODS:
+            found.append(f"{filename}:{node.lineno}: .{node.attr}")
+    return found
+
+
+def test_no_process_calls_outside_jobs_and_runtime() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] in PROCESS_PACKAGES:
+            continue
+        found += process_calls(path.read_text(), str(path.relative_to(REPO)))
+    assert not found, "processes start only in hpkctl/jobs and hpkctl/runtime:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("source", [
+    "import os\nos.system('ls')\n",
+    "import os as o\no.execvp('ls', ['ls'])\n",
+    "from os import spawnlp\n",
+    "from os import posix_spawn as ps\n",
+    "import os\nos.popen('ls').read()\n",
+    "import os\nif os.fork() == 0: pass\n",
+    "import pty\npty.spawn(['sh'])\n",
+    "import asyncio\nasyncio.create_subprocess_exec('ls')\n",
+    "from asyncio import create_subprocess_shell\n",
+    "async def f(loop):\n    await loop.subprocess_exec(lambda: None, 'ls')\n",
+])
+def test_process_call_scan_finds(source: str) -> None:
+    assert process_calls(source)
+
+
+@pytest.mark.parametrize("source", [
+    "import os\nos.environ.get('X'); os.path.join('a'); os.getpid()\n",
+    "import platform\nplatform.system()\n",
+    "system = 1\n",
+])
+def test_process_call_scan_ignores(source: str) -> None:
+    assert not process_calls(source)
+
+
+_STAND_IN = re.compile(r"standin|stand-in|(^|[\s/\"'=:])ci/")
+
+
+def stand_in_names(source: str, filename: str = "<string>") -> list[str]:
+    """String constants (not docstrings) in ``source`` that name the stand-ins or ``ci/``."""
+    tree = ast.parse(source, filename)
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr)}
+    return [f"{filename}:{node.lineno}: {node.value[:60]!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and _STAND_IN.search(node.value)]
+
+
+def test_product_names_no_test_stand_in() -> None:
+    """Nothing under hpkctl/ names the stand-ins (ci/standin) in code; docstrings may mention ci/setup."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        found += stand_in_names(path.read_text(), str(path.relative_to(REPO)))
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(("source", "hits"), [
+    ('PATH = "/work/ci/standin:" + PATH\n', 1),
+    ('cmd = ["ci/test"]\n', 1),
+    ('def f():\n    """Run by ci/setup (the stand-in)."""\n    return "apptainer"\n', 0),
+    ('x = "docs/ci.md"\n', 0),
+])
+def test_stand_in_scan(source: str, hits: int) -> None:
+    assert len(stand_in_names(source)) == hits
+
+
+# ---------------------------------------------------------------------------- types
+
+
+def test_mypy(tmp_path: Path) -> None:
+    """mypy with the configuration of pyproject.toml ([tool.mypy]: strict) on hpkctl/."""
+    r = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache")], cwd=REPO,
+                       text=True, capture_output=True, timeout=300)
+    assert r.returncode == 0, f"mypy found type errors:\n{r.stdout}{r.stderr}"
+    assert textwrap.dedent(r.stdout).startswith("Success"), r.stdout
+
+
+# ---------------------------------------------------------------------------- per-test timeout
+
+
+def test_every_test_has_a_timeout(request: pytest.FixtureRequest) -> None:
+    assert request.config.pluginmanager.hasplugin("timeout"), "pytest-timeout is not installed"
+    ini = CONFIG["tool"]["pytest"]["ini_options"]
+    assert float(request.config.getini("timeout")) == ini["timeout"] > 0
+    assert request.config.getini("timeout_method") == ini["timeout_method"] == "signal"
+
+
+def test_a_hanging_test_fails_and_the_run_goes_on(tmp_path: Path) -> None:
+    """With the project's settings (only the limit lowered), a hung test fails, its finally block
+    runs, and the next test still runs (method "signal")."""
+    (tmp_path / "test_hang.py").write_text(textwrap.dedent("""\
+        import pathlib, subprocess, time
+
+        def test_hangs(tmp_path):
+            try:
+                subprocess.run(["sleep", "60"])
+            finally:
+                pathlib.Path(__file__).with_name("cleaned").write_text("yes")
+
+        def test_next():
+            pass
+    """))
+    start = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(REPO / "pyproject.toml"),
+                        "--rootdir", str(tmp_path), "-o", "timeout=2", str(tmp_path / "test_hang.py")],
+                       cwd=tmp_path, text=True, capture_output=True, timeout=120)
+    assert time.monotonic() - start < 30, r.stdout
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Failed: Timeout (>2.0s) from pytest-timeout" in r.stdout, r.stdout
+    assert "1 failed, 1 passed" in r.stdout, r.stdout
+    assert (tmp_path / "cleaned").read_text() == "yes"
