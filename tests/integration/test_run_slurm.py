@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from tests.ci.conftest import MULTI_CONF, as_hpk
-from tests.integration.conftest import Hpk, pod, unique
+from tests.support.hpk import STANDIN, VENV_BIN, Hpk, pod, unique
+from tests.support.pods import PODS
+from tests.support.slurm import MULTI_CONF, as_hpk, require_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 BUSYBOX = "busybox:1.36"
@@ -214,8 +215,6 @@ def test_own_network_namespace_mode(hpk: Hpk) -> None:
 
 
 def test_interrupting_hpkctl_run_cancels_the_job(hpk: Hpk) -> None:
-    from tests.integration.conftest import STANDIN, VENV_BIN
-
     name = unique("interrupt")
     manifest = hpk.manifest(pod(name, [c("sleeper", "echo up; sleep 300")]))
     env = {"PATH": f"{STANDIN}:{VENV_BIN}:/usr/bin:/bin", "HOME": str(hpk.home)}
@@ -284,17 +283,13 @@ def test_pod_from_kubectl_get_yaml_runs_on_one_and_several_nodes(hpk: Hpk, site:
     """A pod as the API server returns it (uid, defaults, kube-api-access volume, status) runs as is."""
     import yaml as _yaml
 
-    from tests.pod.conftest import PODS
-
     doc = _yaml.safe_load((PODS / "api-server-shape.yaml").read_text())
     doc["metadata"]["name"] = unique("apishape")
     doc["spec"]["restartPolicy"] = "Never"
     doc["spec"]["containers"][0].update(image=BUSYBOX, command=["sh", "-c", "cat $SA/namespace; echo; ls $SA"],
                                         env=[{"name": "SA", "value": "/var/run/secrets/kubernetes.io/serviceaccount"}])
     if site == "ci-multi":
-        from tests.ci.conftest import MULTI_CONF, _require_cluster
-
-        _require_cluster(MULTI_CONF, 2)
+        require_cluster(MULTI_CONF, 2)
     r = hpk.run(doc, site=site)
     assert r.rc == 0, r.output
     assert r.stdout.split() == ["default", "ca.crt", "namespace", "token"]

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from hpkctl.pod.flags import sbatch_directive_word
-from tests.integration.conftest import Hpk
+from tests.support.hpk import Hpk
 
 pytestmark = pytest.mark.slurm
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from hpkctl.pod import render_pod, write_pod_dir
 from hpkctl.pod.objects import StaticObjects
-from tests.pod.conftest import make_stub, pod_doc, records, run_script
+from tests.support.pods import make_stub, pod_doc, records, run_script
 
 # Text a manifest can hold: YAML/JSON strings are unicode without NUL; surrogates cannot be encoded.
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)

@@ -140,7 +140,7 @@ def test_creating_a_pod_ignores_system_fields_from_a_file() -> None:
 
 def test_writing_a_pod_directory_again_clears_the_old_verdict(tmp_path: Path) -> None:
     from hpkctl.pod import render_pod, write_pod_dir
-    from tests.pod.conftest import make_profile, pod_doc
+    from tests.support.pods import make_profile, pod_doc
 
     rendered = render_pod(pod_doc({"containers": [{"name": "c", "image": "b:1"}]}), make_profile(tmp_path))
     root = write_pod_dir(rendered)

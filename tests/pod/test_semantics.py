@@ -14,7 +14,7 @@ from hpkctl.pod.quantity import parse_quantity
 from hpkctl.pod.shell import RuntimeRef, static_text
 from hpkctl.pod.translate import plan_pod
 from hpkctl.pod.volumes import JobDir
-from tests.pod.conftest import load_pod, make_profile, pod_doc
+from tests.support.pods import load_pod, make_profile, pod_doc
 
 PROFILE = make_profile()
 

@@ -1,4 +1,5 @@
-"""Fixtures for the tests of the Apptainer stand-in (ci/standin/apptainer).
+"""Fixtures for the tests of the Apptainer stand-in (ci/standin/apptainer); running it is
+``tests.support.standin``.
 
 The stand-in runs as the normal user `hpk` (via runuser when the tests run as root), the way the
 pods' jobs run it. With CI=true a missing store, bwrap or user fails the tests instead of skipping.
@@ -11,87 +12,21 @@ import importlib.util
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-STANDIN_DIR = REPO / "ci" / "standin"
-APPTAINER = STANDIN_DIR / "apptainer"
-STORE = Path(os.environ.get("HPK_STANDIN_STORE", "/srv/hpk-images/standin"))
-HPK_USER = os.environ.get("HPK_USER", "hpk")
+from tests.support import ci
+from tests.support.ci import HPK_USER
+from tests.support.standin import STANDIN_DIR, STORE, Standin
 
 
 def missing(what: str) -> None:
     """Skip, or fail under CI=true, because `what` is not available here."""
-    msg = f"{what} (run ci/setup, or ci/standin/build-images, as root)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true but {msg}", pytrace=False)
-    pytest.skip(msg)
-
-
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def both(self) -> str:
-        return self.out + self.err
-
-
-@dataclass
-class Standin:
-    """Runs the stand-in as user hpk with a small, explicit environment."""
-
-    user: pwd.struct_passwd
-    workdir: Path
-
-    @property
-    def home(self) -> str:
-        return self.user.pw_dir
-
-    def argv(self, args: list[str], env: dict[str, str] | None = None) -> list[str]:
-        base = {"PATH": "/usr/bin:/bin", "HOME": self.home, "LANG": "C.UTF-8", "TERM": "xterm",
-                "https_proxy": "http://127.0.0.1:9"}
-        base.update(env or {})
-        argv = ["env", "-i", *(f"{k}={v}" for k, v in base.items()), str(APPTAINER), *args]
-        if os.geteuid() == 0:
-            argv = ["runuser", "-u", self.user.pw_name, "--", *argv]
-        return argv
-
-    def run(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-            input: bytes | str | None = None, timeout: float = 60) -> Result:
-        r = subprocess.run(self.argv(list(args), env), cwd=cwd or self.workdir, input=input,
-                           capture_output=True, timeout=timeout, check=False)
-        return Result(r.returncode, r.stdout.decode(errors="surrogateescape"),
-                      r.stderr.decode(errors="surrogateescape"))
-
-    def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(self.argv(list(args), env), cwd=self.workdir,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-    def file(self, name: str, content: str | bytes, mode: int = 0o644) -> Path:
-        """A file in the work directory, readable (and owned) by hpk."""
-        p = self.workdir / name
-        p.write_bytes(content.encode() if isinstance(content, str) else content)
-        p.chmod(mode)
-        if os.geteuid() == 0:
-            os.chown(p, self.user.pw_uid, self.user.pw_gid)
-        return p
-
-    def dir(self, name: str) -> Path:
-        p = self.workdir / name
-        p.mkdir()
-        if os.geteuid() == 0:
-            os.chown(p, self.user.pw_uid, self.user.pw_gid)
-        return p
+    ci.missing(what, fix="run ci/setup, or ci/standin/build-images, as root")
 
 
 def _user() -> pwd.struct_passwd:

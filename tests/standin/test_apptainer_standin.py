@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.standin.conftest import APPTAINER, STORE, Standin
+from tests.support.standin import APPTAINER, STORE, Standin
 
 pytestmark = pytest.mark.standin
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.standin.conftest import STANDIN_DIR
+from tests.support.standin import STANDIN_DIR
 
 
 @pytest.mark.parametrize("ref, name", [
