@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import sys
 import uuid
 from collections.abc import Mapping
@@ -126,14 +127,20 @@ def _container_defaults(c: dict[str, Any]) -> None:
         port.setdefault("protocol", "TCP")
 
 
+#: Namespace of the uids a dry run derives from a pod's content (uuid5).
+_DRY_RUN_UIDS = uuid.UUID("5b0c1f7e-7d1e-4c55-9a59-6f1c2b1e0d42")
+
+
 def with_api_defaults(pod: Mapping[str, Any], *, namespace: str | None = None, create: bool = False) -> dict[str, Any]:
     """Fill in what the API server adds when a pod is created (uid, namespace, spec defaults).
 
     ``create=True`` is a real creation: like the API server, it ignores the system fields a file
     may carry from ``kubectl get -o yaml`` (uid, resourceVersion, status...) and assigns a new uid,
-    so two runs of one file never share a pod directory. A dry run keeps a given uid (stable output).
+    so two runs of one file never share a pod directory. A dry run keeps a given uid, or derives one
+    from the pod's content, so rendering one file twice prints the same script.
     """
     out = copy.deepcopy(dict(pod))
+    content_uid = str(uuid.uuid5(_DRY_RUN_UIDS, json.dumps(out, sort_keys=True, default=str)))
     meta = out.setdefault("metadata", {})
     if create:
         for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation",
@@ -142,7 +149,7 @@ def with_api_defaults(pod: Mapping[str, Any], *, namespace: str | None = None, c
         out.pop("status", None)
     if meta.get("namespace") is None:
         meta["namespace"] = namespace or "default"
-    meta.setdefault("uid", str(uuid.uuid4()))
+    meta.setdefault("uid", str(uuid.uuid4()) if create else content_uid)
     meta.setdefault("creationTimestamp", dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     spec = out.setdefault("spec", {})
     spec.setdefault("restartPolicy", "Always")

@@ -17,14 +17,13 @@ from typing import Any
 import jinja2
 
 from hpkctl.pod.flags import sbatch_directive_word
-from hpkctl.pod.shell import Shell, concat, env_file_line, literal, quote, shell_word
+from hpkctl.pod.images import ImageRef
+from hpkctl.pod.shell import RuntimeRef, Shell, Value, concat, env_file_line, literal, quote, shell_word
 from hpkctl.pod.translate import ContainerPlan, PodPlan
 from hpkctl.resources import data_dir
 
-ALWAYS_PULL_WINDOW = 300  # seconds a cached "Always" image is trusted before it is pulled again
 NO_MOUNT = "home,cwd,tmp"
-MPI_WRAPPER = ('for v in ${!SLURM_@} ${!SLURMD_@} ${!PMI_@} ${!PMIX_@} ${!OMPI_@} ${!I_MPI_@}; do '
-               'export "APPTAINERENV_$v=${!v}"; done; exec "$@"')
+CONTINUE = " \\\n    "  # a script line continued, indented under the command it belongs to
 
 
 @dataclass
@@ -50,6 +49,11 @@ def _finalize(value: Any) -> Any:
 _ENV: jinja2.Environment | None = None
 
 
+def _runtime() -> Shell:
+    """``sbatch/runtime.sh``: the generic part of every job script, plain bash (checked on its own)."""
+    return Shell((data_dir("sbatch") / "runtime.sh").read_text())
+
+
 def _environment() -> jinja2.Environment:
     global _ENV
     if _ENV is None:
@@ -57,28 +61,56 @@ def _environment() -> jinja2.Environment:
             loader=jinja2.FileSystemLoader(str(data_dir("sbatch"))),
             autoescape=False,
             keep_trailing_newline=True,
+            trim_blocks=True,
+            lstrip_blocks=True,
             undefined=jinja2.StrictUndefined,
             finalize=_finalize,
         )
     return _ENV
 
 
-def _env_path(plan: PodPlan, c: ContainerPlan) -> str:
-    return posixpath.join(plan.pod_dir, c.run_env_file if c.env_runtime else c.env_file)
+def _in_pod(plan: PodPlan, value: Value) -> Value:
+    """A path under the pod directory (or its memory directory) as ``"$HPK_POD_DIR"/rel``: the
+    script shows the pod's layout instead of one long absolute path repeated on every line."""
+    if not value or not isinstance(value[0], str):
+        return value
+    head = value[0]
+    roots = sorted(((plan.pod_dir, "HPK_POD_DIR"), (plan.memory_dir, "HPK_MEMORY_DIR")), key=lambda r: -len(r[0]))
+    for root, variable in roots:
+        if head == root or head.startswith(root + "/"):
+            return concat((RuntimeRef(variable),), literal(head[len(root):]), value[1:])
+    return value
+
+
+def path_word(plan: PodPlan, path: str | Value) -> Shell:
+    """One shell word for a path, relative to ``"$HPK_POD_DIR"`` when it lies in the pod directory."""
+    return shell_word(_in_pod(plan, literal(path) if isinstance(path, str) else path))
+
+
+def _flag_lines(flags: list[str]) -> list[list[str]]:
+    """Apptainer flags one per line, each with its value words (``--security uid:1,gid:1``)."""
+    lines: list[list[str]] = []
+    for flag in flags:
+        if flag.startswith("-") or not lines:
+            lines.append([quote(flag)])
+        else:
+            lines[-1].append(quote(flag))
+    return lines
 
 
 def container_command(plan: PodPlan, c: ContainerPlan) -> Shell:
-    """The command line that starts one container (one line of bash)."""
-    words: list[str] = []
+    """The command that starts one container: one flag per line, the container's argv last."""
+    lines: list[list[str]] = []
     if c.mpi:
-        # srun sets each rank's SLURM_*/PMI* variables per task, after this line is written; a tiny
-        # fixed wrapper hands them to the container as APPTAINERENV_* (honoured under --cleanenv).
-        words += ["srun", *(quote(f) for f in plan.mpi_flags), "/bin/bash", "-c", quote(MPI_WRAPPER), "hpk-mpi"]
+        # srun sets each rank's SLURM_*/PMI* variables per task; HPK_MPI_ENV (the runtime) hands
+        # them to the container.
+        lines.append(["srun", *(quote(f) for f in plan.mpi_flags), "/bin/bash", "-c", '"$HPK_MPI_ENV"', "hpk-mpi"])
     # --no-eval: without it Apptainer runs injected env values (and run's args) through a shell in
     # the container once more, so `$(...)`, backticks and `$VAR` in a manifest would be executed.
-    words += ['"$HPK_APPTAINER"', c.verb, "--cleanenv", "--no-eval", "--no-mount", NO_MOUNT]
-    words += [quote(f) for f in c.flags]
-    words += ["--env-file", quote(_env_path(plan, c))]
+    lines.append(['"$HPK_APPTAINER"', c.verb, "--cleanenv", "--no-eval", "--no-mount", NO_MOUNT])
+    lines += _flag_lines(c.flags)
+    lines.append(["--env-file", path_word(plan, posixpath.join(plan.pod_dir, c.run_env_file if c.env_runtime
+                                                               else c.env_file))])
     binds = [
         literal(f"{plan.pod_dir}/tmp/{c.name}:/tmp"),
         literal(f"{plan.pod_dir}/etc/hosts:/etc/hosts"),
@@ -86,13 +118,13 @@ def container_command(plan: PodPlan, c: ContainerPlan) -> Shell:
         *(literal(b) for b in plan.profile.apptainer.binds),
         *(concat(b.source, literal(f":{b.dest}" + (":ro" if b.read_only else ""))) for b in c.binds),
     ]
-    for bind in binds:
-        words += ["--bind", shell_word(bind)]
+    lines += [["--bind", path_word(plan, bind)] for bind in binds]
     if c.workdir:
-        words += ["--pwd", shell_word(c.workdir)]
-    words.append(quote(c.sif))
-    words += [shell_word(a) for a in c.argv]
-    return Shell(" ".join(words))
+        lines.append(["--pwd", shell_word(c.workdir)])
+    lines.append([quote(c.sif)])
+    if c.argv:
+        lines.append([shell_word(a) for a in c.argv])
+    return Shell(CONTINUE.join(" ".join(line) for line in lines))
 
 
 def _parent(plan: PodPlan) -> dict[str, Shell]:
@@ -107,12 +139,18 @@ def _parent(plan: PodPlan) -> dict[str, Shell]:
         if kind in ("hostPath", "persistentVolumeClaim", "emptyDir") and not host.startswith(plan.pod_dir + "/"):
             paths.append(host)
     paths += [b.split(":", 1)[0] for b in app.binds]
-    words = ['"$HPK_APPTAINER"', "exec", "--net", "--network", quote(app.cni_network), "--fakeroot"]
-    for p in dict.fromkeys(paths):
-        words += ["--bind", quote(p)]
-    words += [quote(f) for f in app.parent_flags]
-    words += [quote(sif), "/bin/bash", '"$HPK_POD_DIR/job/job.sh"', "pod-part"]
-    return {"sif": quote(sif), "source": quote(image.source), "command": Shell(" ".join(words))}
+    lines = [['"$HPK_APPTAINER"', "exec", "--net", "--network", quote(app.cni_network), "--fakeroot"]]
+    lines += [["--bind", path_word(plan, p)] for p in dict.fromkeys(paths)]
+    lines += _flag_lines(list(app.parent_flags))
+    lines += [[quote(sif)], ["/bin/bash", '"$HPK_POD_DIR"/job/job.sh', "pod-part"]]
+    return {"sif": quote(sif), "source": quote(image.source), "command": Shell(CONTINUE.join(" ".join(x) for x in lines))}
+
+
+def _image_args(plan: PodPlan, img: ImageRef, sif: str, policy: str) -> Shell:
+    args = [quote(sif), quote(img.source), Shell(policy)]
+    if img.registry in plan.pull_credentials:
+        args.append(path_word(plan, posixpath.join(plan.pod_dir, credentials_file(plan, img.registry))))
+    return Shell(" ".join(args))
 
 
 def render_plan(plan: PodPlan) -> RenderedPod:
@@ -134,14 +172,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
             "run_env_file": Shell(c.run_env_file),
             "runtime_env": [(Shell(k), shell_word(v)) for k, v in c.env_runtime],
         })
-    subdirs = [shell_word(s) for c in plan.containers for s in c.subdirs]
-    size_limits = [
-        {"path": quote(d.path), "limit": d.size_limit_kib,
-         "message": quote(f"emptyDir volume {d.volume} is over its sizeLimit ({d.size_limit_kib} KiB)")}
-        for d in plan.volumes.job_dirs if d.size_limit_kib is not None
-    ]
     names = [plan.fqdn] + ([plan.hostname] if plan.hostname != plan.fqdn else [])
-    aliases = [quote(f"{ip}\t{' '.join(hosts)}") for ip, hosts in plan.host_aliases]
     if plan.network == "host":
         note = "host: the pod shares the node's network; pod IP = node IP; containers reach each other on localhost"
     else:
@@ -153,28 +184,30 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "pod_label": Shell(f"{_comment(plan.namespace)}/{_comment(plan.name)} (uid {_comment(plan.uid)})"),
         "site": Shell(_comment(profile.name)),
         "network_note": Shell(note),
-        "network": plan.network,
         "pod_dir": quote(plan.pod_dir),
         "apptainer": quote(profile.apptainer.binary),
         "memory_dir": quote(plan.memory_dir),
-        "always_pull_window": ALWAYS_PULL_WINDOW,
-        "pull_in_job": profile.apptainer.pull == "job",
+        "image_pull": Shell(profile.apptainer.pull),  # a schema Literal
+        "always_pull_window": profile.apptainer.always_pull_window,
+        "restart_backoff": profile.pods.restart_backoff,
+        "restart_backoff_max": profile.pods.restart_backoff_max,
+        "size_check_interval": profile.pods.size_check_interval,
         "containers": containers,
-        "all_names": Shell(" ".join(c.name for c in plan.containers)),
-        "size_limits": size_limits,
+        "init_table": Shell(" ".join(f"{c['name']} {c['policy']} {c['function']}" for c in containers if c["init"])),
+        "main_table": Shell(" ".join(f"{c['name']} {c['policy']} {c['function']}" for c in containers if not c["init"])),
+        "size_limits": [{"path": path_word(plan, d.path), "limit": d.size_limit_kib, "volume": quote(d.volume)}
+                        for d in plan.volumes.job_dirs if d.size_limit_kib is not None],
         "hosts_names": quote(" ".join(names)),
-        "host_aliases": aliases,
+        "host_aliases": [quote(f"{ip}\t{' '.join(hosts)}") for ip, hosts in plan.host_aliases],
         "dns_mode": plan.dns_mode,
         "resolv_conf": quote(plan.resolv_conf),
-        "subdirs": subdirs,
-        "images": [{"sif": quote(sif), "source": quote(img.source), "policy": Shell(pol),
-                    "creds": quote(posixpath.join(plan.pod_dir, credentials_file(plan, img.registry)))
-                    if img.registry in plan.pull_credentials else Shell("''")}
-                   for img, sif, pol in plan.images],
+        "subdirs": [path_word(plan, s) for c in plan.containers for s in c.subdirs],
+        "images": [_image_args(plan, img, sif, pol) for img, sif, pol in plan.images],
         "hostpath_checks": [{"path": quote(h.path), "type": quote(h.type), "volume": quote(h.volume)}
                             for h in plan.volumes.hostpath_checks],
-        "job_dirs": [{"path": quote(d.path), "volume": quote(d.volume)} for d in plan.volumes.job_dirs],
+        "job_dirs": [{"path": path_word(plan, d.path), "volume": quote(d.volume)} for d in plan.volumes.job_dirs],
         "parent": _parent(plan) if plan.parent else {},
+        "runtime": _runtime(),
     }
     script = _environment().get_template("pod.sh.j2").render(**context)
     rendered = RenderedPod(plan=plan, script=script)

@@ -74,7 +74,8 @@ def static_text(value: Value) -> str:
 
 
 def shell_word(value: Value) -> Shell:
-    """One shell word for a value: literals single-quoted, runtime parts as "${VAR}"."""
+    """One shell word for a value: literals single-quoted, runtime parts as ``"$VAR"`` (the closing
+    quote ends the name, so a literal after it can never extend the variable's name)."""
     if not value:
         return Shell("''")
     parts = []
@@ -82,7 +83,7 @@ def shell_word(value: Value) -> Shell:
         if isinstance(part, RuntimeRef):
             if not is_identifier(part.variable):
                 raise ValueError(f"bad runtime variable {part.variable!r}")
-            parts.append('"${' + part.variable + '}"')
+            parts.append(f'"${part.variable}"')
         else:
             parts.append(shlex.quote(part))
     return Shell("".join(parts))

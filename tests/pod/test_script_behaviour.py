@@ -13,12 +13,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hpkctl.pod import render_pod, write_pod_dir
+from hpkctl.runtime.pull import is_fresh
+from hpkctl.sites import SiteProfile
 from tests.pod.conftest import pod_doc, records, stub_environment
 
 
+def _fast(profile: SiteProfile) -> SiteProfile:
+    """The stub's profile with the job's policy timers at their minimum, so restarts and the
+    sizeLimit watch happen within a second instead of the production 10 s."""
+    pods = profile.pods.model_copy(update={"restart_backoff": 1, "restart_backoff_max": 2, "size_check_interval": 1})
+    return profile.model_copy(update={"pods": pods})
+
+
 def _start(stub: dict[str, Any], spec: dict[str, Any], **extra: str) -> tuple[subprocess.Popen, Path, Path]:
-    rendered = render_pod(pod_doc(spec), stub["profile"])
+    rendered = render_pod(pod_doc(spec), _fast(stub["profile"]))
     root = write_pod_dir(rendered)
     record = stub["tmp"] / "record.jsonl"
     proc = subprocess.Popen(["bash", str(root / "job" / "job.sh")], env=stub_environment(stub, record, **extra),
@@ -41,15 +52,15 @@ def test_always_restarts_with_back_off_and_sigterm_records_the_end(stub_env) -> 
     spec = {"restartPolicy": "Always", "containers": [{"name": "app", "image": "busybox:1.36", "command": ["x"]}]}
     proc, root, record = _start(stub_env, spec, HPK_STUB_EXIT="2")
     end = time.monotonic() + 40
-    while len(records(record)) < 2:  # the second run comes after the 10 s back-off
+    while len(records(record)) < 3:  # runs 2 and 3 come after back-offs of 1 s and 2 s
         assert time.monotonic() < end, "the container was not restarted"
         time.sleep(0.05)
-    assert _read(root, "app.restarts") == "1" and _read(root, "app.last-exitcode") == "2"
+    assert int(_read(root, "app.restarts")) >= 2 and _read(root, "app.last-exitcode") == "2"
     os.killpg(proc.pid, signal.SIGTERM)  # what scancel does: every process of the job
     proc.communicate(timeout=30)
     assert _read(root, "pod.done") == "143"
     assert _read(root, "pod.failed").splitlines()[0] == "Terminated"
-    assert len(records(record)) >= 2
+    assert len(records(record)) >= 3
 
 
 def test_on_failure_restarts_until_success(stub_env, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -156,3 +167,32 @@ def test_image_pull_secrets_reach_the_pull_only(stub_env) -> None:  # type: igno
     assert pulls == {"docker://ghcr.io/org/private:1": ("robot", "p@ss 'w0rd'"),
                      "docker://quay.io/org/public:1": (None, None)}
     assert all("APPTAINER_DOCKER_PASSWORD" not in rec["env"] for rec in records(record))
+
+
+@pytest.mark.parametrize(("age", "pulled"), [(10, False), (400, True)])
+def test_always_image_is_reused_within_the_profiles_window_like_the_submit_host_pull(
+        stub_env, age: int, pulled: bool) -> None:  # type: ignore[no-untyped-def]
+    spec = {"restartPolicy": "Never",
+            "containers": [{"name": "app", "image": "b:1", "imagePullPolicy": "Always", "command": ["x"]}]}
+    rendered = render_pod(pod_doc(spec), stub_env["profile"])
+    assert "HPK_ALWAYS_PULL_WINDOW=300\n" in rendered.script  # the profile's default
+    [(_, sif, policy)] = rendered.plan.images
+    assert policy == "Always"
+    Path(sif).parent.mkdir(parents=True, exist_ok=True)
+    Path(sif).write_bytes(b"cached")
+    os.utime(sif, (time.time() - age, time.time() - age))
+    # hpkctl's own pull on the submit host (profiles with pull = "submit") decides the same way
+    assert is_fresh(sif, policy="Always", window=300) is not pulled
+    root = write_pod_dir(rendered)
+    record = stub_env["tmp"] / "record.jsonl"
+    r = subprocess.run(["bash", str(root / "job" / "job.sh")], env=stub_environment(stub_env, record),
+                       capture_output=True, timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+    assert [p["source"] for p in records(record, pulls=True)] == (["docker://docker.io/library/b:1"] if pulled else [])
+
+
+def test_policy_timers_come_from_the_profile(stub_env) -> None:  # type: ignore[no-untyped-def]
+    spec = {"containers": [{"name": "app", "image": "b:1"}]}
+    script = render_pod(pod_doc(spec), _fast(stub_env["profile"])).script
+    assert {line for line in script.splitlines() if line.startswith(("HPK_RESTART", "HPK_SIZE"))} == {
+        "HPK_RESTART_BACKOFF=1", "HPK_RESTART_BACKOFF_MAX=2", "HPK_SIZE_CHECK_INTERVAL=1"}
