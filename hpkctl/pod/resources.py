@@ -37,10 +37,6 @@ class PodResources:
     tmp_mib: int | None
     gres: dict[str, int]
     per_container: dict[str, ContainerResources]
-    mem_bytes_total: Decimal | None  # what limits.memory means when a container has none
-
-    def gpu_containers(self) -> set[str]:
-        return {name for name, r in self.per_container.items() if r.gres}
 
 
 def _quantity(ctx: Ctx, value: Any, *, where: str) -> Decimal:
@@ -132,7 +128,6 @@ def pod_resources(ctx: Ctx) -> PodResources:
         tmp_mib=mebibytes(eph) if eph else None,
         gres=gres,
         per_container=per,
-        mem_bytes_total=mem,
     )
 
 
