@@ -68,11 +68,8 @@ class SlurmOption:
     name: str  # long form, e.g. "--nodes"
     value: str | None  # None for flags without a value
 
-    def as_arg(self) -> str:
-        return self.name if self.value is None else f"{self.name}={self.value}"
 
-
-def parse_options(text: str, *, source: str, allow_forbidden: bool = False) -> list[SlurmOption]:
+def parse_options(text: str, *, source: str) -> list[SlurmOption]:
     """Parse sbatch options written as shell words (``-N 2 --comment="a b"``).
 
     ``source`` names where the text came from (e.g. the annotation) for error messages.
@@ -118,7 +115,7 @@ def parse_options(text: str, *, source: str, allow_forbidden: bool = False) -> l
             else:
                 raise PodError("InvalidSlurmFlags", f"{source}: unknown short option {short!r}",
                                hint="use the long form (see 'man sbatch')")
-        if not allow_forbidden and name in _FORBIDDEN:
+        if name in _FORBIDDEN:
             raise PodError("InvalidSlurmFlags", f"{source}: {name} is not allowed: {_FORBIDDEN[name]}",
                            hint=f"remove {name} from the annotation")
         if value_opt is not None and ("\n" in value_opt or "\r" in value_opt or "\0" in value_opt):
@@ -163,41 +160,3 @@ def sbatch_directive_word(value: str) -> str:
     if value and all(c.isascii() and (c.isalnum() or c in "-_.,:/=+@%") for c in value):
         return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def parse_sbatch_directive(line: str) -> list[str]:
-    """Read the words of an ``#SBATCH`` line the way sbatch does (used by tests to prove encoding)."""
-    assert line.startswith("#SBATCH")
-    s = line[len("#SBATCH"):]
-    words: list[str] = []
-    i = 0
-    while i < len(s):
-        while i < len(s) and s[i].isspace():
-            i += 1
-        if i >= len(s):
-            break
-        arg: list[str] = []
-        quoted, q_char, escape = False, "", False
-        while i < len(s) and (quoted or not s[i].isspace()) and s[i] != "\n":
-            c = s[i]
-            if escape:
-                escape = False
-            elif c == "\\":
-                escape = True
-                i += 1
-                continue
-            elif quoted:
-                if c == q_char:
-                    quoted = False
-                    i += 1
-                    continue
-            elif c in "\"'":
-                quoted, q_char = True, c
-                i += 1
-                continue
-            elif c == "#":
-                return words + (["".join(arg)] if arg else [])
-            arg.append(c)
-            i += 1
-        words.append("".join(arg))
-    return words

@@ -102,7 +102,7 @@ def test_annotation_flag_values_are_data(tmp_path_factory, comment, mpi_value) -
     """sbatch directives read back exactly (sbatch's parser), MPI flags reach srun exactly."""
     import shlex
 
-    from hpkctl.pod.flags import parse_sbatch_directive
+    from tests.support.sbatch import parse_sbatch_directive
 
     stub = _fresh(tmp_path_factory)
     tmp = stub["tmp"]

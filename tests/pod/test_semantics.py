@@ -7,7 +7,7 @@ import pytest
 from hpkctl.errors import PodError
 from hpkctl.pod import render_pod
 from hpkctl.pod.expansion import expand
-from hpkctl.pod.flags import merge_options, parse_options, parse_sbatch_directive, sbatch_directive_word
+from hpkctl.pod.flags import merge_options, parse_options, sbatch_directive_word
 from hpkctl.pod.images import parse_image
 from hpkctl.pod.objects import StaticObjects
 from hpkctl.pod.quantity import parse_quantity
@@ -15,6 +15,7 @@ from hpkctl.pod.shell import RuntimeRef, static_text
 from hpkctl.pod.translate import plan_pod
 from hpkctl.pod.volumes import JobDir
 from tests.support.pods import load_pod, make_profile, pod_doc
+from tests.support.sbatch import parse_sbatch_directive
 
 PROFILE = make_profile()
 
@@ -110,7 +111,7 @@ def test_flags_are_shell_words_normalised_and_user_wins() -> None:
                                                  ("--comment", "a b"), ("--exclusive", None), ("--mem", "2G")]
     gen = parse_options("--partition=debug --time=10 --cpus-per-task=1", source="g")
     merged = merge_options(gen, user)
-    assert [o.as_arg() for o in merged if o.name == "--partition"] == ["--partition=big"]
+    assert [(o.name, o.value) for o in merged if o.name == "--partition"] == [("--partition", "big")]
 
 
 @pytest.mark.parametrize("flags, message", [
