@@ -51,10 +51,6 @@ class Slurm:
         self._commands = Commands(slurm, env=env)
         self._finals = FinalStates(self._commands)
 
-    def command_env(self) -> dict[str, str]:
-        """The exact environment every Slurm command gets."""
-        return self._commands.env()
-
     def executable(self, name: str) -> str:
         """Absolute path of Slurm command ``name``: from ``slurm.bin_dir``, else looked up on PATH now."""
         return self._commands.executable(name)

@@ -18,7 +18,7 @@ from plumbum import local
 
 from hpkctl.jobs import Slurm, SlurmTimeout, SlurmUnavailable
 from hpkctl.jobs import command as command_module
-from hpkctl.jobs.command import _SCRUBBED, SCRUBBED_PREFIXES
+from hpkctl.jobs.command import _SCRUBBED, SCRUBBED_PREFIXES, Commands
 
 # Variables /bin/sh (dash) adds by itself when it runs the fake command.
 _SHELL_VARS = {"PWD", "OLDPWD", "SHLVL", "_"}
@@ -80,15 +80,15 @@ def test_environment_is_scrubbed(fp, section, tmp_path) -> None:
 
 
 def test_no_slurm_conf_without_conf_file(section) -> None:
-    env = Slurm(section(), env={"SLURM_CONF": "/x", "PATH": "/bin"}).command_env()
+    env = Commands(section(), env={"SLURM_CONF": "/x", "PATH": "/bin"}).env()
     assert env == {"PATH": "/bin"}
 
 
 def test_environment_defaults_to_the_process_environment_at_call_time(section, monkeypatch) -> None:
-    slurm = Slurm(section())
+    commands = Commands(section())
     monkeypatch.setenv("HPK_TEST_MARK", "1")
     monkeypatch.setenv("SLURM_JOB_ID", "5")
-    env = slurm.command_env()
+    env = commands.env()
     assert env["HPK_TEST_MARK"] == "1" and "SLURM_JOB_ID" not in env
 
 
