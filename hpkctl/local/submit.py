@@ -10,7 +10,8 @@ import time
 from typing import TextIO
 
 from hpkctl.errors import HpkError
-from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm
+from hpkctl.jobs import (TERMINAL_STATES, InvalidAccount, InvalidPartition, InvalidQos, JobInfo,
+                         ResourcesUnavailable, Slurm, SubmitError, TimeLimitTooLong)
 from hpkctl.local.manifest import load_manifest, select_pod, validate_pod_shape, with_api_defaults
 from hpkctl.local.records import RunRecord, read_record, record_path, save_record
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir
@@ -46,6 +47,30 @@ def images_to_pull(rendered: RenderedPod) -> list[ImageToPull]:
             for image, sif, policy in plan.images]
 
 
+FLAGS_ANNOTATION = "slurm-job.hpk.io/flags"
+
+
+def pod_submit_hint(exc: SubmitError, *, manifest: str, site: str) -> str:
+    """Where a refused sbatch option came from, in the pod's terms, followed by the jobs layer's own
+    hint (which knows Slurm, not pods: "the job's sbatch options", the ``slurm.*`` profile keys)."""
+    show = f"'hpkctl render -f {manifest} --site {site}' shows the #SBATCH lines"
+    if isinstance(exc, (InvalidPartition, InvalidAccount, InvalidQos)):
+        option = {InvalidPartition: "partition", InvalidAccount: "account", InvalidQos: "qos"}[type(exc)]
+        where = (f"set --{option}=NAME in the pod's annotation {FLAGS_ANNOTATION} ({manifest}), "
+                 f"or [slurm] {option} in site profile {site} ('hpkctl sites show {site}')")
+    elif isinstance(exc, TimeLimitTooLong):
+        where = (f"lower the pod's spec.activeDeadlineSeconds or --time in its annotation {FLAGS_ANNOTATION} "
+                 f"({manifest}); the site's limit is in 'sinfo -o \"%P %l\"'")
+    elif isinstance(exc, ResourcesUnavailable):
+        where = (f"lower the containers' resources (cpu becomes --cpus-per-task, memory --mem, GPUs --gres) "
+                 f"or the node/task counts in the annotation {FLAGS_ANNOTATION} ({manifest}); "
+                 f"'sinfo -o \"%P %c %m %G\"' shows what a node has")
+    else:
+        where = (f"the options come from the pod's resources, its annotation {FLAGS_ANNOTATION} ({manifest}) "
+                 f"and site profile {site}")
+    return "; ".join(part for part in (where, exc.hint, show) if part)
+
+
 def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None = None,
                out: TextIO = sys.stderr) -> tuple[RunRecord, RenderedPod]:
     """Render, write the pod directory, submit. Returns the run record and the rendered pod."""
@@ -73,8 +98,12 @@ def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None
     root = write_pod_dir(rendered, pod_json=json.dumps(pod, indent=2).encode())
     try:
         job_id = slurm.submit(root / "job" / "job.sh", workdir=root)
-    except BaseException:
+    except SubmitError as exc:
         shutil.rmtree(root, ignore_errors=True)  # nothing was submitted: leave nothing behind
+        exc.hint = pod_submit_hint(exc, manifest=manifest_path, site=profile.name)
+        raise
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
         raise
     rec = RunRecord(name=name, namespace=namespace, uid=pod["metadata"]["uid"], job_id=job_id,
                     pod_dir=os.fspath(root), site=profile.name, submitted=time.time())
