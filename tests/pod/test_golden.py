@@ -14,7 +14,7 @@ import pytest
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from hpkctl.pod import render_pod
-from tests.pod.conftest import PODS, load_pod, make_profile
+from tests.support.pods import PODS, load_pod, make_profile
 
 CASES = sorted(p.name for p in PODS.glob("*.yaml"))
 PROFILES = {

@@ -18,7 +18,7 @@ import pytest
 from hpkctl.pod import render_pod, write_pod_dir
 from hpkctl.runtime.pull import is_fresh
 from hpkctl.sites import SiteProfile
-from tests.pod.conftest import pod_doc, records, stub_environment
+from tests.support.pods import pod_doc, records, stub_environment
 
 
 def _fast(profile: SiteProfile) -> SiteProfile:
