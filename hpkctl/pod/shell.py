@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -24,11 +23,6 @@ def quote(value: str) -> Shell:
     if "\0" in value:
         raise ValueError("a NUL byte cannot be passed through a shell word")
     return Shell(shlex.quote(value))
-
-
-def words(values: Iterable[str]) -> Shell:
-    """Several quoted words separated by spaces."""
-    return Shell(" ".join(quote(v) for v in values))
 
 
 def is_identifier(name: str) -> bool:
