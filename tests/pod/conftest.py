@@ -8,17 +8,7 @@ from typing import Any
 
 import pytest
 
-# PODS ... stub_environment: re-exported for test_golden.py and test_script_behaviour.py until they
-# import from tests.support.pods like the other tests.
-from tests.support.pods import (  # noqa: F401
-    PODS,
-    load_pod,
-    make_profile,
-    make_stub,
-    pod_doc,
-    records,
-    stub_environment,
-)
+from tests.support.pods import make_stub
 
 
 @pytest.fixture
