@@ -116,84 +116,108 @@ def split_slice(value):
 
 def parse_flags(command, argv, table, *, interspersed, unimplemented=(), unimpl_short=None):
     """Return (values, positional). Raises CommandLineError or Fatal like Apptainer would."""
-    shorts = {spec[0]: name for name, spec in table.items() if spec[0]}
-    values, positional = {}, []
-    i = 0
+    return _FlagParser(command, table, unimplemented, unimpl_short or {}).parse(argv, interspersed)
 
-    def store(name, raw, shown):
-        kind = table[name][1]
+
+class _FlagParser:
+    """pflag's rules for one command's flag table (see ACTION_FLAGS for the kinds)."""
+
+    def __init__(self, command, table, unimplemented, unimpl_short):
+        self.command = command
+        self.table = table
+        self.shorts = {spec[0]: name for name, spec in table.items() if spec[0]}
+        self.unimplemented = unimplemented
+        self.unimpl_short = unimpl_short
+        self.values = {}
+
+    def parse(self, argv, interspersed):
+        positional = []
+        i = 0
+        while i < len(argv):
+            arg = argv[i]
+            i += 1
+            if arg == "--":
+                positional.extend(argv[i:])
+                break
+            if arg.startswith("--") and len(arg) > 2:
+                i = self.long_flag(arg, argv, i)
+            elif arg.startswith("-") and len(arg) > 1:
+                i = self.short_flags(arg, argv, i)
+            else:
+                positional.append(arg)
+                if not interspersed:
+                    positional.extend(argv[i:])
+                    break
+        return self.values, positional
+
+    def long_flag(self, arg, argv, i):
+        """`--name`, `--name=value` or `--name value` (argv[i]); returns the next index."""
+        name, eq, raw = arg[2:].partition("=")
+        if name not in self.table:
+            if name in self.unimplemented:
+                raise Fatal("the stand-in does not implement --%s (see ci/standin/README.md)"
+                            % name)
+            raise CommandLineError(self.command, "unknown flag: --%s" % name)
+        if not eq:
+            raw = None
+            if self.table[name][1] != "bool":
+                if i >= len(argv):
+                    raise CommandLineError(self.command, "flag needs an argument: --%s" % name)
+                raw = argv[i]
+                i += 1
+        self.store(name, raw)
+        return i
+
+    def short_flags(self, arg, argv, i):
+        """`-abc`, `-Bvalue`, `-B=value`, `-B value` (argv[i]); returns the next index."""
+        j = 1
+        while j < len(arg):
+            c = arg[j]
+            j += 1
+            if c not in self.shorts:
+                if c in self.unimpl_short:
+                    raise Fatal("the stand-in does not implement -%s/--%s (see "
+                                "ci/standin/README.md)" % (c, self.unimpl_short[c]))
+                raise CommandLineError(self.command, "unknown shorthand flag: '%s' in %s"
+                                       % (c, arg))
+            name = self.shorts[c]
+            if self.table[name][1] == "bool":
+                raw = None
+                if j < len(arg) and arg[j] == "=":
+                    raw, j = arg[j + 1:], len(arg)
+                self.store(name, raw)
+                continue
+            if j < len(arg):
+                raw = arg[j + 1:] if arg[j] == "=" else arg[j:]
+                j = len(arg)
+            elif i < len(argv):
+                raw = argv[i]
+                i += 1
+            else:
+                raise CommandLineError(self.command, "flag needs an argument: '%s' in -%s"
+                                       % (c, c))
+            self.store(name, raw)
+        return i
+
+    def store(self, name, raw):
+        kind = self.table[name][1]
         if kind == "bool":
             if raw is None:
-                values[name] = True
+                self.values[name] = True
             elif raw in BOOL_WORDS:
-                values[name] = BOOL_WORDS[raw]
+                self.values[name] = BOOL_WORDS[raw]
             else:
-                short = table[name][0]
+                short = self.table[name][0]
                 label = ("-%s, --%s" % (short, name)) if short else "--" + name
-                raise CommandLineError(command, 'invalid argument "%s" for "%s" flag: '
+                raise CommandLineError(self.command, 'invalid argument "%s" for "%s" flag: '
                                        'strconv.ParseBool: parsing "%s": invalid syntax'
                                        % (raw, label, raw))
         elif kind == "str":
-            values[name] = raw
+            self.values[name] = raw
         elif kind == "array":
-            values.setdefault(name, []).append(raw)
+            self.values.setdefault(name, []).append(raw)
         else:
-            values.setdefault(name, []).extend(split_slice(raw))
-
-    while i < len(argv):
-        arg = argv[i]
-        i += 1
-        if arg == "--":
-            positional.extend(argv[i:])
-            break
-        if arg.startswith("--") and len(arg) > 2:
-            name, eq, raw = arg[2:].partition("=")
-            if name not in table:
-                if name in unimplemented:
-                    raise Fatal("the stand-in does not implement --%s (see ci/standin/README.md)"
-                                % name)
-                raise CommandLineError(command, "unknown flag: --%s" % name)
-            if not eq:
-                raw = None
-                if table[name][1] != "bool":
-                    if i >= len(argv):
-                        raise CommandLineError(command, "flag needs an argument: --%s" % name)
-                    raw = argv[i]
-                    i += 1
-            store(name, raw, arg)
-        elif arg.startswith("-") and len(arg) > 1:
-            j = 1
-            while j < len(arg):
-                c = arg[j]
-                j += 1
-                if c not in shorts:
-                    if unimpl_short and c in unimpl_short:
-                        raise Fatal("the stand-in does not implement -%s/--%s (see "
-                                    "ci/standin/README.md)" % (c, unimpl_short[c]))
-                    raise CommandLineError(command, "unknown shorthand flag: '%s' in %s"
-                                           % (c, arg))
-                name = shorts[c]
-                if table[name][1] == "bool":
-                    raw = None
-                    if j < len(arg) and arg[j] == "=":
-                        raw, j = arg[j + 1:], len(arg)
-                    store(name, raw, arg)
-                    continue
-                if j < len(arg):
-                    raw = arg[j + 1:] if arg[j] == "=" else arg[j:]
-                    j = len(arg)
-                elif i < len(argv):
-                    raw = argv[i]
-                    i += 1
-                else:
-                    raise CommandLineError(command, "flag needs an argument: '%s' in -%s" % (c, c))
-                store(name, raw, arg)
-        else:
-            positional.append(arg)
-            if not interspersed:
-                positional.extend(argv[i:])
-                break
-    return values, positional
+            self.values.setdefault(name, []).extend(split_slice(raw))
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,13 +305,49 @@ def _is_name(s):
 
 def evaluate_env_file(text, env):
     """Return [(name, value)] assigned by `text`; `env` supplies $NAME expansions."""
-    scope = dict(env)
-    out = {}
-    n, pos = len(text), 0
-    meta = set(";&|<>()")
+    return _EnvFile(text, env).evaluate()
 
-    def expand_dollar(k, in_dq):
-        # text[k] == "$"; returns (expansion, next index)
+
+class _EnvFile:
+    """One evaluation: a word reader, `$` expansion, and the simple commands the words form."""
+
+    META = set(";&|<>()")
+
+    def __init__(self, text, env):
+        self.text, self.n = text, len(text)
+        self.scope = dict(env)
+        self.out = {}
+        self.words = []     # the current simple command: [(raw text, value)]
+
+    def evaluate(self):
+        text, n, pos = self.text, self.n, 0
+        while pos < n:
+            ch = text[pos]
+            if ch in " \t":
+                pos += 1
+            elif ch == "\n" or ch == ";":
+                self.finish_command()
+                pos += 1
+            elif ch == "#":
+                end = text.find("\n", pos)
+                pos = n if end < 0 else end
+            elif ch == "\\" and pos + 1 < n and text[pos + 1] == "\n":
+                pos += 2
+            elif ch in self.META:
+                if ch in "<>":
+                    raise EnvFileError("could not open/create/modify file: file feature is "
+                                       "disabled")
+                raise EnvFileError("the stand-in does not implement %r in env files" % ch)
+            else:
+                start = pos
+                value, pos = self.read_word(pos)
+                self.words.append((text[start:pos], value))
+        self.finish_command()
+        return list(self.out.items())
+
+    def expand_dollar(self, k):
+        """text[k] == "$": (expansion, next index)."""
+        text, n = self.text, self.n
         if k + 1 >= n:
             return "$", k + 1
         c = text[k + 1]
@@ -302,22 +362,23 @@ def evaluate_env_file(text, env):
             name = text[k + 2:end]
             if not _is_name(name):
                 raise EnvFileError("the stand-in does not implement ${%s} in env files" % name)
-            return scope.get(name, ""), end + 1
+            return self.scope.get(name, ""), end + 1
         if c.isalpha() or c == "_":
             e = k + 1
             while e < n and (text[e].isalnum() or text[e] == "_") and text[e].isascii():
                 e += 1
-            return scope.get(text[k + 1:e], ""), e
+            return self.scope.get(text[k + 1:e], ""), e
         if c.isdigit() or c in "@*#?$!-":
             raise EnvFileError("the stand-in does not implement $%s in env files" % c)
         return "$", k + 1
 
-    def read_word(k):
-        """Read one shell word from k; return (value, next index)."""
+    def read_word(self, k):
+        """One shell word from k: (value, next index)."""
+        text, n = self.text, self.n
         val = ""
         while k < n:
             ch = text[k]
-            if ch in " \t\n" or ch in meta:
+            if ch in " \t\n" or ch in self.META:
                 break
             if ch == "'":
                 end = text.find("'", k + 1)
@@ -326,27 +387,8 @@ def evaluate_env_file(text, env):
                 val += text[k + 1:end]
                 k = end + 1
             elif ch == '"':
-                k += 1
-                while True:
-                    if k >= n:
-                        raise EnvFileError('reached EOF without closing quote "')
-                    c = text[k]
-                    if c == '"':
-                        k += 1
-                        break
-                    if c == "\\" and k + 1 < n and text[k + 1] in '$`"\\\n':
-                        if text[k + 1] != "\n":
-                            val += text[k + 1]
-                        k += 2
-                    elif c == "$":
-                        exp, k = expand_dollar(k, True)
-                        val += exp
-                    elif c == "`":
-                        raise EnvFileError("could not execute command substitution: "
-                                           "execution is disabled")
-                    else:
-                        val += c
-                        k += 1
+                part, k = self.double_quoted(k + 1)
+                val += part
             elif ch == "\\":
                 if k + 1 < n:
                     if text[k + 1] != "\n":
@@ -355,7 +397,7 @@ def evaluate_env_file(text, env):
                 else:
                     k += 1
             elif ch == "$":
-                exp, k = expand_dollar(k, False)
+                exp, k = self.expand_dollar(k)
                 if exp and any(c in " \t\n" for c in exp):
                     raise EnvFileError("the stand-in does not implement field splitting of "
                                        "unquoted expansions")
@@ -367,13 +409,35 @@ def evaluate_env_file(text, env):
                 k += 1
         return val, k
 
-    words = []   # current simple command: list of (raw_text, value)
+    def double_quoted(self, k):
+        """The inside of "..." from k (after the opening quote): (value, index after the closing)."""
+        text, n = self.text, self.n
+        val = ""
+        while True:
+            if k >= n:
+                raise EnvFileError('reached EOF without closing quote "')
+            c = text[k]
+            if c == '"':
+                return val, k + 1
+            if c == "\\" and k + 1 < n and text[k + 1] in '$`"\\\n':
+                if text[k + 1] != "\n":
+                    val += text[k + 1]
+                k += 2
+            elif c == "$":
+                exp, k = self.expand_dollar(k)
+                val += exp
+            elif c == "`":
+                raise EnvFileError("could not execute command substitution: execution is disabled")
+            else:
+                val += c
+                k += 1
 
-    def finish_command():
-        if not words:
+    def finish_command(self):
+        """The words so far form a simple command: assignments, `export`, or a refused command."""
+        if not self.words:
             return
         assigns, rest = [], []
-        for raw, value in words:
+        for raw, value in self.words:
             if not rest:
                 name, eq, _ = raw.partition("=")
                 if eq and _is_name(name):
@@ -386,8 +450,8 @@ def evaluate_env_file(text, env):
                 if eq and _is_name(name):
                     assigns.append((name, value.split("=", 1)[1]))
                 elif _is_name(value):
-                    if value in scope:
-                        out[value] = scope[value]
+                    if value in self.scope:
+                        self.out[value] = self.scope[value]
                 else:
                     raise EnvFileError("export: invalid variable name %r" % value)
             rest = []
@@ -395,32 +459,9 @@ def evaluate_env_file(text, env):
             raise EnvFileError('could not execute "%s": execution is disabled'
                                % " ".join(v for _, v in rest))
         for name, value in assigns:
-            scope[name] = value
-            out[name] = value
-        words.clear()
-
-    while pos < n:
-        ch = text[pos]
-        if ch in " \t":
-            pos += 1
-        elif ch == "\n" or ch == ";":
-            finish_command()
-            pos += 1
-        elif ch == "#" :
-            end = text.find("\n", pos)
-            pos = n if end < 0 else end
-        elif ch == "\\" and pos + 1 < n and text[pos + 1] == "\n":
-            pos += 2
-        elif ch in meta:
-            if ch in "<>":
-                raise EnvFileError("could not open/create/modify file: file feature is disabled")
-            raise EnvFileError("the stand-in does not implement %r in env files" % ch)
-        else:
-            start = pos
-            value, pos = read_word(pos)
-            words.append((text[start:pos], value))
-    finish_command()
-    return list(out.items())
+            self.scope[name] = value
+            self.out[name] = value
+        self.words.clear()
 
 
 # --------------------------------------------------------------------------------------------
@@ -725,6 +766,26 @@ def build_environment(*, host, cleanenv, file_vars, image, home_dest, runtime):
     Mirrors Apptainer: the host environment (or with --cleanenv only TERM/proxies + LANG=C)
     forms the process environment; the action script clears it, applies the image ENV,
     injects APPTAINERENV_/--env-file variables, then restores host variables not yet set."""
+    overrides = _overrides(host, file_vars)
+    process = _process_environment(host, overrides, cleanenv=cleanenv)
+    process.update(runtime)
+    process["HOME"] = home_dest
+    process["PATH"] = DEFAULT_PATH
+    env = _image_environment(process, image)
+    injected = []
+    for k, v in overrides.items():
+        if k in ("UID", "GID"):
+            continue
+        if k == "LD_LIBRARY_PATH" and v:
+            v += ":/.singularity.d/libs"
+        injected.append((k, v))
+    # getallenv only reports names matching ^[a-zA-Z_]+[a-zA-Z0-9_]*$
+    original = [(k, v) for k, v in process.items() if _is_name(k)]
+    return env, injected, original
+
+
+def _overrides(host, file_vars):
+    """{name: value} to inject: the host's APPTAINERENV_/SINGULARITYENV_ values and --env-file's."""
     overrides = {}
     for prefix in ("APPTAINERENV_", "SINGULARITYENV_"):
         for k, v in host.items():
@@ -735,7 +796,11 @@ def build_environment(*, host, cleanenv, file_vars, image, home_dest, runtime):
                 overrides_add(overrides, prefix + key, key, v)
     for key, value in file_vars.items():
         overrides_add(overrides, "APPTAINERENV_" + key, key, value, from_file=True)
+    return overrides
 
+
+def _process_environment(host, overrides, *, cleanenv):
+    """The host variables the container process starts with (before the action script)."""
     process = {}
     if cleanenv:
         process["LANG"] = "C"
@@ -749,11 +814,11 @@ def build_environment(*, host, cleanenv, file_vars, image, home_dest, runtime):
                          "value [%s] from parent process environment" % (k, overrides[k], v))
                 continue
             process[k] = v
-    process.update(runtime)
-    process["HOME"] = home_dest
-    process["PATH"] = DEFAULT_PATH
+    return process
 
-    # clear_env, then the image's environment scripts
+
+def _image_environment(process, image):
+    """clear_env, then the image's environment scripts."""
     env = {k: v for k, v in process.items() if k in CLEAR_KEEP or k in
            ("APPTAINER_NAME", "APPTAINER_CONTAINER")}
     for item in image.values("env"):
@@ -773,17 +838,7 @@ def build_environment(*, host, cleanenv, file_vars, image, home_dest, runtime):
                               if env.get("LD_LIBRARY_PATH") else "/.singularity.d/libs")
     if not env.get("PS1"):
         env["PS1"] = "Apptainer> "
-
-    injected = []
-    for k, v in overrides.items():
-        if k in ("UID", "GID"):
-            continue
-        if k == "LD_LIBRARY_PATH" and v:
-            v += ":/.singularity.d/libs"
-        injected.append((k, v))
-    # getallenv only reports names matching ^[a-zA-Z_]+[a-zA-Z0-9_]*$
-    original = [(k, v) for k, v in process.items() if _is_name(k)]
-    return env, injected, original
+    return env
 
 
 def overrides_add(overrides, shown, key, value, from_file=False):
@@ -905,57 +960,60 @@ def prepare_overlay(rootfs, *, uid, gid, dests, writable_dirs=(), owned_by_root=
                                   ctypes.c_ulong(flags), data and data.encode()), "mount " + tgt)
 
     mount(None, "/", None, 16384 | (1 << 18), None)                       # MS_REC | MS_PRIVATE
-    base = None
-    for cand in (os.path.join(user_cache_dir(), ".mnt"), os.path.join(STORE, ".mnt")):
-        try:
-            os.makedirs(cand, exist_ok=True)
-            mount("tmpfs", cand, "tmpfs", 0, "mode=0755")
-            base = cand
-            break
-        except OSError:
-            continue
-    if base is None:
-        raise OSError(0, "no directory to mount the overlay on (tried %s/.mnt)" % STORE)
+    base = _overlay_base(mount)
     for d in ("upper", "work", "root"):
         os.mkdir(os.path.join(base, d))
-    # Image directories belong to the real root, which is not mapped in our namespace: bwrap
-    # could not create mount points in them. Give the directories leading to a missing mount
-    # point an upper-layer copy (same mode; owned by the caller inside the container).
-    upper = os.path.join(base, "upper")
-    lower_view = View(rootfs, [])
-    prefix = rootfs.rstrip("/") + "/"
-
-    def lift(rel, mode=None):
-        """Create upper/<rel...> level by level, modes copied from the image."""
-        for k in range(1, len(rel) + 1):
-            lower_dir = os.path.join(rootfs, *rel[:k])
-            up = os.path.join(upper, *rel[:k])
-            if os.path.islink(lower_dir) or (os.path.lexists(lower_dir) and
-                                             not os.path.isdir(lower_dir)):
-                return
-            if not os.path.isdir(up):
-                os.mkdir(up)
-                if os.path.isdir(lower_dir):
-                    os.chmod(up, os.stat(lower_dir).st_mode & 0o7777)
-                elif mode is not None and k == len(rel):
-                    os.chmod(up, mode)
-
-    for dst in dests:
-        host = lower_view.resolve(dst)
-        if host is None or os.path.lexists(host) or not host.startswith(prefix):
-            continue
-        lift(host[len(prefix):].split("/")[:-1])
-    if owned_by_root:
-        # overlayfs cannot copy up directories whose owner is not mapped in our namespace:
-        # give the image's world-writable directories (e.g. /tmp) an upper copy up front
-        for d in writable_dirs:
-            rel = [c for c in d.split("/") if c]
-            if rel and os.path.isdir(os.path.join(rootfs, *rel)):
-                lift(rel)
+    _lift_mount_points(rootfs, os.path.join(base, "upper"), dests=dests,
+                       writable_dirs=writable_dirs if owned_by_root else ())
     mount("overlay", base + "/root", "overlay", 0,
           "lowerdir=%s,upperdir=%s/upper,workdir=%s/work" % (rootfs.replace(",", "\\,"),
                                                             base, base))
     return base + "/root"
+
+
+def _overlay_base(mount):
+    """A fresh tmpfs (in our mount namespace) for the overlay's upper, work and root dirs."""
+    for cand in (os.path.join(user_cache_dir(), ".mnt"), os.path.join(STORE, ".mnt")):
+        try:
+            os.makedirs(cand, exist_ok=True)
+            mount("tmpfs", cand, "tmpfs", 0, "mode=0755")
+            return cand
+        except OSError:
+            continue
+    raise OSError(0, "no directory to mount the overlay on (tried %s/.mnt)" % STORE)
+
+
+def _lift_mount_points(rootfs, upper, *, dests, writable_dirs):
+    """Image directories belong to the real root, which is not mapped in our namespace: bwrap
+    could not create mount points in them. Give the directories leading to a missing mount
+    point an upper-layer copy (same mode; owned by the caller inside the container). Also
+    `writable_dirs`: overlayfs cannot copy up directories whose owner is not mapped in our
+    namespace, so the image's world-writable directories (e.g. /tmp) get an upper copy up front."""
+    lower_view = View(rootfs, [])
+    prefix = rootfs.rstrip("/") + "/"
+    for dst in dests:
+        host = lower_view.resolve(dst)
+        if host is None or os.path.lexists(host) or not host.startswith(prefix):
+            continue
+        _lift(rootfs, upper, host[len(prefix):].split("/")[:-1])
+    for d in writable_dirs:
+        rel = [c for c in d.split("/") if c]
+        if rel and os.path.isdir(os.path.join(rootfs, *rel)):
+            _lift(rootfs, upper, rel)
+
+
+def _lift(rootfs, upper, rel):
+    """Create upper/<rel...> level by level, modes copied from the image."""
+    for k in range(1, len(rel) + 1):
+        lower_dir = os.path.join(rootfs, *rel[:k])
+        up = os.path.join(upper, *rel[:k])
+        if os.path.islink(lower_dir) or (os.path.lexists(lower_dir) and
+                                         not os.path.isdir(lower_dir)):
+            return
+        if not os.path.isdir(up):
+            os.mkdir(up)
+            if os.path.isdir(lower_dir):
+                os.chmod(up, os.stat(lower_dir).st_mode & 0o7777)
 
 
 def set_pdeathsig():
