@@ -16,7 +16,7 @@ from hpkctl.errors import PodError
 from hpkctl.pod.context import HOST_IP, POD_IP, Ctx
 from hpkctl.pod.expansion import expand
 from hpkctl.pod.resources import PodResources, resource_field
-from hpkctl.pod.shell import Value, is_identifier, literal
+from hpkctl.pod.shell import Value, is_identifier, literal, secret
 
 _LABEL_REF = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
 
@@ -149,7 +149,7 @@ def container_env(ctx: Ctx, container: Mapping[str, Any], *, where: str, resourc
             if not is_identifier(name):
                 ctx.warn(f"{w}: key {key!r} of {kind} {ref.get('name')!r} is not a valid variable name; skipped")
                 continue
-            env[name] = literal(decode(data[key]))
+            env[name] = (secret if kind == "Secret" else literal)(decode(data[key]))
 
     for i, item in enumerate(container.get("env") or []):
         w = f"{where}.env[{i}]"
@@ -194,6 +194,6 @@ def _value_from(ctx: Ctx, source: Mapping[str, Any], *, where: str, container: s
                     ctx.missing(f'couldn\'t find key {ref.get("key")} in {kind} {ctx.namespace}/{ref.get("name")}',
                                 where=f"{where}.{key}")
                 return None
-            return literal(decode(data[ref["key"]]))
+            return (secret if kind == "secret" else literal)(decode(data[ref["key"]]))
     raise PodError("CreateContainerConfigError", f"{where}: unsupported source {sorted(source)}",
                    hint="use fieldRef, resourceFieldRef, configMapKeyRef or secretKeyRef")

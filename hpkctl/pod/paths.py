@@ -32,6 +32,11 @@ LAST_EXITCODE = "last-exitcode"
 LAST_FINISHED = "last-finished"
 
 
+#: Secret values the script refers to as ``"${HPK_SECRETS[i]}"`` (``$(VAR)`` of a Secret-backed
+#: variable in command/args/workingDir): NUL-separated, 0600, loaded by the job; never in job.sh.
+SECRETS_FILE = "env/secrets"
+
+
 def pod_dir_for(state_dir: str, uid: str) -> str:
     """Where the pod with ``uid`` lives under a profile's (expanded) ``state_dir``."""
     return posixpath.join(state_dir, "pods", uid)

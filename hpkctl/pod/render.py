@@ -18,7 +18,9 @@ import jinja2
 
 from hpkctl.pod.flags import sbatch_directive_word
 from hpkctl.pod.images import ImageRef
-from hpkctl.pod.shell import RuntimeRef, Shell, Value, concat, env_file_line, literal, quote, shell_word
+from hpkctl.errors import PodError
+from hpkctl.pod.paths import SECRETS_FILE
+from hpkctl.pod.shell import RuntimeRef, SecretText, Shell, Value, concat, env_file_line, literal, quote, shell_word
 from hpkctl.pod.translate import ContainerPlan, PodPlan
 from hpkctl.resources import data_dir
 
@@ -82,9 +84,38 @@ def _in_pod(plan: PodPlan, value: Value) -> Value:
     return value
 
 
-def path_word(plan: PodPlan, path: str | Value) -> Shell:
-    """One shell word for a path, relative to ``"$HPK_POD_DIR"`` when it lies in the pod directory."""
-    return shell_word(_in_pod(plan, literal(path) if isinstance(path, str) else path))
+class ScriptWords:
+    """Shell words for one pod's script. Paths in the pod directory read ``"$HPK_POD_DIR"/rel``;
+    Secret text never appears: each distinct value becomes ``"${HPK_SECRETS[i]}"``, which the job
+    loads from the 0600 file ``env/secrets`` (NUL-separated) just before it is needed."""
+
+    def __init__(self, plan: PodPlan) -> None:
+        self.plan = plan
+        self.secrets: list[str] = []
+
+    def word(self, value: Value) -> Shell:
+        return shell_word(self._hide(_in_pod(self.plan, value)))
+
+    def path(self, path: str | Value) -> Shell:
+        return self.word(literal(path) if isinstance(path, str) else path)
+
+    def _hide(self, value: Value) -> Value:
+        out: list[str | RuntimeRef | SecretText] = []
+        for part in value:
+            if isinstance(part, SecretText):
+                if "\0" in part.text:
+                    raise PodError("CreateContainerConfigError",
+                                   "a Secret value with a NUL byte cannot be part of a command line or path",
+                                   hint="pass it as an environment variable or a secret volume instead")
+                if part.text not in self.secrets:
+                    self.secrets.append(part.text)
+                out.append(RuntimeRef(f"HPK_SECRETS[{self.secrets.index(part.text)}]"))
+            else:
+                out.append(part)
+        return tuple(out)
+
+    def secrets_file(self) -> bytes:
+        return b"".join(t.encode("utf-8", "surrogateescape") + b"\0" for t in self.secrets)
 
 
 def _flag_lines(flags: list[str]) -> list[list[str]]:
@@ -98,8 +129,9 @@ def _flag_lines(flags: list[str]) -> list[list[str]]:
     return lines
 
 
-def container_command(plan: PodPlan, c: ContainerPlan) -> Shell:
+def container_command(words: ScriptWords, c: ContainerPlan) -> Shell:
     """The command that starts one container: one flag per line, the container's argv last."""
+    plan = words.plan
     lines: list[list[str]] = []
     if c.mpi:
         # srun sets each rank's SLURM_*/PMI* variables per task; HPK_MPI_ENV (the runtime) hands
@@ -109,8 +141,8 @@ def container_command(plan: PodPlan, c: ContainerPlan) -> Shell:
     # the container once more, so `$(...)`, backticks and `$VAR` in a manifest would be executed.
     lines.append(['"$HPK_APPTAINER"', c.verb, "--cleanenv", "--no-eval", "--no-mount", NO_MOUNT])
     lines += _flag_lines(c.flags)
-    lines.append(["--env-file", path_word(plan, posixpath.join(plan.pod_dir, c.run_env_file if c.env_runtime
-                                                               else c.env_file))])
+    lines.append(["--env-file", words.path(posixpath.join(plan.pod_dir, c.run_env_file if c.env_runtime
+                                                          else c.env_file))])
     binds = [
         literal(f"{plan.pod_dir}/tmp/{c.name}:/tmp"),
         literal(f"{plan.pod_dir}/etc/hosts:/etc/hosts"),
@@ -118,16 +150,17 @@ def container_command(plan: PodPlan, c: ContainerPlan) -> Shell:
         *(literal(b) for b in plan.profile.apptainer.binds),
         *(concat(b.source, literal(f":{b.dest}" + (":ro" if b.read_only else ""))) for b in c.binds),
     ]
-    lines += [["--bind", path_word(plan, bind)] for bind in binds]
+    lines += [["--bind", words.path(bind)] for bind in binds]
     if c.workdir:
-        lines.append(["--pwd", shell_word(c.workdir)])
+        lines.append(["--pwd", words.word(c.workdir)])
     lines.append([quote(c.sif)])
     if c.argv:
-        lines.append([shell_word(a) for a in c.argv])
+        lines.append([words.word(a) for a in c.argv])
     return Shell(CONTINUE.join(" ".join(line) for line in lines))
 
 
-def _parent(plan: PodPlan) -> dict[str, Shell]:
+def _parent(words: ScriptWords) -> dict[str, Shell]:
+    plan = words.plan
     assert plan.parent is not None
     app = plan.profile.apptainer
     image, sif = plan.parent
@@ -140,21 +173,23 @@ def _parent(plan: PodPlan) -> dict[str, Shell]:
             paths.append(host)
     paths += [b.split(":", 1)[0] for b in app.binds]
     lines = [['"$HPK_APPTAINER"', "exec", "--net", "--network", quote(app.cni_network), "--fakeroot"]]
-    lines += [["--bind", path_word(plan, p)] for p in dict.fromkeys(paths)]
+    lines += [["--bind", words.path(p)] for p in dict.fromkeys(paths)]
     lines += _flag_lines(list(app.parent_flags))
     lines += [[quote(sif)], ["/bin/bash", '"$HPK_POD_DIR"/job/job.sh', "pod-part"]]
     return {"sif": quote(sif), "source": quote(image.source), "command": Shell(CONTINUE.join(" ".join(x) for x in lines))}
 
 
-def _image_args(plan: PodPlan, img: ImageRef, sif: str, policy: str) -> Shell:
+def _image_args(words: ScriptWords, img: ImageRef, sif: str, policy: str) -> Shell:
+    plan = words.plan
     args = [quote(sif), quote(img.source), Shell(policy)]
     if img.registry in plan.pull_credentials:
-        args.append(path_word(plan, posixpath.join(plan.pod_dir, credentials_file(plan, img.registry))))
+        args.append(words.path(posixpath.join(plan.pod_dir, credentials_file(plan, img.registry))))
     return Shell(" ".join(args))
 
 
 def render_plan(plan: PodPlan) -> RenderedPod:
     profile = plan.profile
+    words = ScriptWords(plan)
     directives = []
     for opt in plan.options:
         directives.append(Shell(opt.name if opt.value is None else f"{opt.name}={sbatch_directive_word(opt.value)}"))
@@ -167,10 +202,10 @@ def render_plan(plan: PodPlan) -> RenderedPod:
             "image": Shell(c.image.full),  # validated: no whitespace
             "function": Shell(f"hpk_{'init' if c.init else 'main'}_{c.index}"),
             "policy": Shell(c.restart_policy),
-            "command": container_command(plan, c),
+            "command": container_command(words, c),
             "env_file": Shell(c.env_file),
             "run_env_file": Shell(c.run_env_file),
-            "runtime_env": [(Shell(k), shell_word(v)) for k, v in c.env_runtime],
+            "runtime_env": [(Shell(k), words.word(v)) for k, v in c.env_runtime],
         })
     names = [plan.fqdn] + ([plan.hostname] if plan.hostname != plan.fqdn else [])
     if plan.network == "host":
@@ -195,23 +230,25 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "containers": containers,
         "init_table": Shell(" ".join(f"{c['name']} {c['policy']} {c['function']}" for c in containers if c["init"])),
         "main_table": Shell(" ".join(f"{c['name']} {c['policy']} {c['function']}" for c in containers if not c["init"])),
-        "size_limits": [{"path": path_word(plan, d.path), "limit": d.size_limit_kib, "volume": quote(d.volume)}
+        "size_limits": [{"path": words.path(d.path), "limit": d.size_limit_kib, "volume": quote(d.volume)}
                         for d in plan.volumes.job_dirs if d.size_limit_kib is not None],
         "hosts_names": quote(" ".join(names)),
         "host_aliases": [quote(f"{ip}\t{' '.join(hosts)}") for ip, hosts in plan.host_aliases],
         "dns_mode": plan.dns_mode,
         "resolv_conf": quote(plan.resolv_conf),
-        "subdirs": [path_word(plan, s) for c in plan.containers for s in c.subdirs],
-        "images": [_image_args(plan, img, sif, pol) for img, sif, pol in plan.images],
+        "subdirs": [words.path(s) for c in plan.containers for s in c.subdirs],
+        "images": [_image_args(words, img, sif, pol) for img, sif, pol in plan.images],
         "hostpath_checks": [{"path": quote(h.path), "type": quote(h.type), "volume": quote(h.volume)}
                             for h in plan.volumes.hostpath_checks],
-        "job_dirs": [{"path": path_word(plan, d.path), "volume": quote(d.volume)} for d in plan.volumes.job_dirs],
-        "parent": _parent(plan) if plan.parent else {},
+        "job_dirs": [{"path": words.path(d.path), "volume": quote(d.volume)} for d in plan.volumes.job_dirs],
+        "parent": _parent(words) if plan.parent else {},
         "runtime": _runtime(),
     }
     script = _environment().get_template("pod.sh.j2").render(**context)
     rendered = RenderedPod(plan=plan, script=script)
     _pod_files(plan, rendered)
+    if words.secrets:
+        rendered.files[SECRETS_FILE] = (words.secrets_file(), 0o600)
     return rendered
 
 

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ELEMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\[[0-9]+\]$")  # an array element: HPK_SECRETS[0]
 
 
 class Shell(str):
@@ -37,8 +38,19 @@ class RuntimeRef:
     variable: str  # e.g. "HPK_POD_IP"; always one of ours, never user text
 
 
-# A value is a tuple of literal strings and RuntimeRefs, concatenated when the job runs.
-Value = tuple[str | RuntimeRef, ...]
+@dataclass(frozen=True)
+class SecretText:
+    """Text that came from a Secret. It may go into 0600 files (env files, the secrets file), never
+    into a script: Slurm keeps job scripts, and admins and accounting tools read them."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return "SecretText(<hidden>)"
+
+
+# A value is a tuple of literal strings, RuntimeRefs and SecretTexts, concatenated when the job runs.
+Value = tuple[str | RuntimeRef | SecretText, ...]
 
 
 def literal(text: str) -> Value:
@@ -47,7 +59,7 @@ def literal(text: str) -> Value:
 
 def concat(*values: Value) -> Value:
     """Join values, merging adjacent literals (keeps rendered words short and readable)."""
-    out: list[str | RuntimeRef] = []
+    out: list[str | RuntimeRef | SecretText] = []
     for value in values:
         for part in value:
             if isinstance(part, str) and out and isinstance(out[-1], str):
@@ -57,14 +69,24 @@ def concat(*values: Value) -> Value:
     return tuple(out)
 
 
+def secret(text: str) -> Value:
+    """A value from a Secret (see :class:`SecretText`)."""
+    return (SecretText(text),) if text else ()
+
+
+def has_secret(value: Value) -> bool:
+    return any(isinstance(p, SecretText) for p in value)
+
+
 def is_static(value: Value) -> bool:
-    return all(isinstance(p, str) for p in value)
+    """Known before the job starts (Secret text included: it is known, just not printable)."""
+    return not any(isinstance(p, RuntimeRef) for p in value)
 
 
 def static_text(value: Value) -> str:
     if not is_static(value):
         raise ValueError("value depends on the running job")
-    return "".join(value)  # type: ignore[arg-type]
+    return "".join(p.text if isinstance(p, SecretText) else p for p in value if not isinstance(p, RuntimeRef))
 
 
 def shell_word(value: Value) -> Shell:
@@ -74,10 +96,15 @@ def shell_word(value: Value) -> Shell:
         return Shell("''")
     parts = []
     for part in value:
+        if isinstance(part, SecretText):
+            raise ValueError("a Secret value cannot be written into a script; hide it first (render.SecretTable)")
         if isinstance(part, RuntimeRef):
-            if not is_identifier(part.variable):
+            if is_identifier(part.variable):
+                parts.append(f'"${part.variable}"')
+            elif _ELEMENT.match(part.variable):
+                parts.append(f'"${{{part.variable}}}"')
+            else:
                 raise ValueError(f"bad runtime variable {part.variable!r}")
-            parts.append(f'"${part.variable}"')
         else:
             parts.append(shlex.quote(part))
     return Shell("".join(parts))

@@ -1,8 +1,8 @@
 #!/bin/bash
-#SBATCH --job-name=default_web
+#SBATCH --job-name=web
 #SBATCH --output=/hpk-state/pods/8f1c2a44-5b6d-4e7f-8a9b-0c1d2e3f4a5b/logs/slurm.out
 #SBATCH --chdir=/hpk-state/pods/8f1c2a44-5b6d-4e7f-8a9b-0c1d2e3f4a5b
-#SBATCH --comment="hpk pod default/web uid 8f1c2a44-5b6d-4e7f-8a9b-0c1d2e3f4a5b"
+#SBATCH --comment="hpk-uid=8f1c2a44-5b6d-4e7f-8a9b-0c1d2e3f4a5b hpk-pod=default/web"
 #SBATCH --cpus-per-task=1
 #SBATCH --time=00:10:00
 #SBATCH --partition=debug
@@ -255,6 +255,16 @@ hpk_start_containers() {
   return "$first"
 }
 
+# hpk_load_secrets: Secret values the pod's command lines refer to as "${HPK_SECRETS[i]}", from
+# the 0600 file env/secrets (NUL-separated), so they never appear in this script.
+# shellcheck disable=SC2034  # read by the container functions above when the pod uses them
+hpk_load_secrets() {
+  HPK_SECRETS=()
+  [ -e "$HPK_POD_DIR/env/secrets" ] || return 0
+  mapfile -d '' -t HPK_SECRETS <"$HPK_POD_DIR/env/secrets" \
+    || hpk_fail CreateContainerConfigError "cannot read $HPK_POD_DIR/env/secrets"
+}
+
 # hpk_pod_part: inside the pod's network (the node's, or the parent container's namespace).
 hpk_pod_part() {
   trap hpk_terminate TERM INT
@@ -268,6 +278,7 @@ hpk_pod_part() {
   for name in $(hpk_names); do
     mkdir -p "$HPK_POD_DIR/tmp/$name" || hpk_fail PodSetupFailed "cannot create the /tmp of container $name"
   done
+  hpk_load_secrets
   hpk_pod_setup
   hpk_start_containers
 }

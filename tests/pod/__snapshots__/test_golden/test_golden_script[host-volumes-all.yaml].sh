@@ -1,8 +1,8 @@
 #!/bin/bash
-#SBATCH --job-name=default_volumes
+#SBATCH --job-name=volumes
 #SBATCH --output=/hpk-state/pods/33333333-2222-3333-4444-555555555555/logs/slurm.out
 #SBATCH --chdir=/hpk-state/pods/33333333-2222-3333-4444-555555555555
-#SBATCH --comment="hpk pod default/volumes uid 33333333-2222-3333-4444-555555555555"
+#SBATCH --comment="hpk-uid=33333333-2222-3333-4444-555555555555 hpk-pod=default/volumes"
 #SBATCH --cpus-per-task=2
 #SBATCH --mem=1024M
 #SBATCH --tmp=2048M
@@ -281,6 +281,16 @@ hpk_start_containers() {
   return "$first"
 }
 
+# hpk_load_secrets: Secret values the pod's command lines refer to as "${HPK_SECRETS[i]}", from
+# the 0600 file env/secrets (NUL-separated), so they never appear in this script.
+# shellcheck disable=SC2034  # read by the container functions above when the pod uses them
+hpk_load_secrets() {
+  HPK_SECRETS=()
+  [ -e "$HPK_POD_DIR/env/secrets" ] || return 0
+  mapfile -d '' -t HPK_SECRETS <"$HPK_POD_DIR/env/secrets" \
+    || hpk_fail CreateContainerConfigError "cannot read $HPK_POD_DIR/env/secrets"
+}
+
 # hpk_pod_part: inside the pod's network (the node's, or the parent container's namespace).
 hpk_pod_part() {
   trap hpk_terminate TERM INT
@@ -294,6 +304,7 @@ hpk_pod_part() {
   for name in $(hpk_names); do
     mkdir -p "$HPK_POD_DIR/tmp/$name" || hpk_fail PodSetupFailed "cannot create the /tmp of container $name"
   done
+  hpk_load_secrets
   hpk_pod_setup
   hpk_start_containers
 }
