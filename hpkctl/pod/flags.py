@@ -1,16 +1,25 @@
-"""Slurm options from pod annotations: parsed as shell words, validated, de-duplicated.
+"""Slurm options from pod annotations: read with sbatch's and srun's own grammar, never passed raw.
 
-HPK split its flags annotation on single spaces, so ``--comment="a b"`` or ``-N 2`` broke. Here the
-annotation is parsed with POSIX shell word rules, short options are normalised to their long
-names, and a user option replaces the generated option of the same name (the user wins).
+The flags annotation (and the mpi-flags annotation) is split into POSIX shell words; each word is
+exactly one option: ``--name=value``, ``--name value``, ``-X value`` or ``-Xvalue`` for a short
+option that takes a value, ``--name``/``-X`` for one that takes none. Option names must be in the
+table of the command (:mod:`hpkctl.pod.sbatch_options`, :mod:`hpkctl.pod.srun_options`, taken
+from Slurm 22.05 to 25.11); options hpkctl refuses say why. Values never contain control or
+line-breaking characters and match the option's kind of value (a time, a count, one word...),
+so one word can never carry a second option. What reaches the script is built from the parsed
+(option, value) pairs only: ``--name=value`` in canonical long form.
 """
 
 from __future__ import annotations
 
+import difflib
 import shlex
+import unicodedata
 from dataclasses import dataclass
 
 from hpkctl.errors import PodError
+from hpkctl.pod.sbatch_options import KIND_RULES, NONE, OPTIONAL, PATTERNS, SBATCH, Spec, resolve, shorts
+from hpkctl.pod.srun_options import SRUN
 
 FLAGS_ANNOTATIONS = (
     "slurm-job.hpk.io/flags",
@@ -24,43 +33,12 @@ MPI_FLAGS_ANNOTATIONS = (
     "slurm-job.vk.io/mpi-flags",
     "slurm-job.knoc.io/mpi-flags",
 )
-
-# sbatch short options → long names (sbatch(1)); the ones that take a value.
-_SHORT = {
-    "-A": "--account", "-a": "--array", "-b": "--begin", "-C": "--constraint", "-c": "--cpus-per-task",
-    "-D": "--chdir", "-d": "--dependency", "-e": "--error", "-G": "--gpus", "-i": "--input",
-    "-J": "--job-name", "-L": "--licenses", "-M": "--clusters", "-m": "--distribution", "-N": "--nodes",
-    "-n": "--ntasks", "-o": "--output", "-p": "--partition", "-q": "--qos", "-S": "--core-spec",
-    "-t": "--time", "-w": "--nodelist", "-x": "--exclude", "-F": "--nodefile",
-}
-# Short options without a value.
-_SHORT_BOOL = {"-H": "--hold", "-h": "--help", "-k": "--no-kill", "-O": "--overcommit", "-s": "--oversubscribe",
-               "-V": "--version", "-v": "--verbose", "-Q": "--quiet", "-W": "--wait"}
-# Long options that never take a value (so "--exclusive --mem=1G" is not read as exclusive=--mem).
-_LONG_BOOL = {
-    "--contiguous", "--exclusive", "--hold", "--no-kill", "--no-requeue", "--overcommit", "--oversubscribe",
-    "--requeue", "--spread-job", "--use-min-nodes", "--reboot", "--test-only", "--ignore-pbs", "--quiet",
-    "--verbose", "--wait",
-}
-# Options that would break how hpkctl tracks the job, with the reason shown to the user.
-_FORBIDDEN = {
-    "--output": "hpkctl keeps the job's output in the pod directory (use kubectl logs / hpkctl logs)",
-    "--error": "hpkctl keeps the job's output in the pod directory",
-    "--input": "pods have no stdin file",
-    "--chdir": "the job runs in the pod directory; use the container's workingDir",
-    "--array": "one pod is one job; use a Kubernetes Job with completions/parallelism instead",
-    "--wrap": "the job script is generated from the pod",
-    "--parsable": "hpkctl parses sbatch's output itself",
-    "--test-only": "hpkctl must really submit the job",
-    "--wait": "hpkctl watches the job itself",
-    "--hold": "a held job would leave the pod Pending forever",
-    "--export": "the containers' environment comes from the pod spec",
-    "--export-file": "the containers' environment comes from the pod spec",
-    "--clusters": "hpkctl watches jobs on the profile's cluster only (set slurm.conf_file in the profile)",
-    "--help": "not a job option",
-    "--usage": "not a job option",
-    "--version": "not a job option",
-}
+# Unicode categories no value may contain: control characters (newline, NUL, ESC, U+0085...),
+# format characters (bidi overrides, zero-width), surrogates, and the line/paragraph separators.
+_FORBIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+_TABLES = {"sbatch": SBATCH, "srun": SRUN}
+# The prefix of every job's comment: ``hpk-uid=<pod uid>`` is the comment's first word.
+COMMENT_UID = "hpk-uid="
 
 
 @dataclass(frozen=True)
@@ -68,62 +46,130 @@ class SlurmOption:
     name: str  # long form, e.g. "--nodes"
     value: str | None  # None for flags without a value
 
+    @property
+    def word(self) -> str:
+        """The option as one word, ``--name=value`` or ``--name`` (for srun's argv)."""
+        return self.name if self.value is None else f"{self.name}={self.value}"
 
-def parse_options(text: str, *, source: str) -> list[SlurmOption]:
-    """Parse sbatch options written as shell words (``-N 2 --comment="a b"``).
 
-    ``source`` names where the text came from (e.g. the annotation) for error messages.
+def _fail(source: str, word: str, rule: str, fix: str) -> PodError:
+    return PodError("InvalidSlurmFlags", f"{source}: {word!r}: {rule}", hint=fix)
+
+
+def control_character(value: str) -> str | None:
+    """The first character of ``value`` no Slurm option value may hold (control, format, line or
+    paragraph separator, surrogate), else ``None``."""
+    return next((ch for ch in value if unicodedata.category(ch) in _FORBIDDEN_CATEGORIES), None)
+
+
+def _check_value(spec: Spec, value: str, *, source: str, word: str) -> None:
+    ch = control_character(value)
+    if ch is not None:
+        raise _fail(source, word, f"the value of {spec.name} contains the control character "
+                        f"U+{ord(ch):04X} ({unicodedata.name(ch, 'unnamed')}); a value is one line of "
+                        "printable text", f"remove it from the value of {spec.name}")
+    if not PATTERNS[spec.kind].fullmatch(value):
+        rule = KIND_RULES[spec.kind]
+        extra = ""
+        if spec.kind != "text" and any(c.isspace() for c in value):
+            extra = "; each option is its own shell word, so a space cannot separate a second option"
+        raise _fail(source, word, f"{value!r} is not a valid value of {spec.name}: it must be {rule}{extra}",
+                    f"write {spec.name}=VALUE with VALUE {rule}, and every further option as a word of its own")
+
+
+def _lookup(table: dict[str, Spec], name: str, *, command: str, source: str, word: str) -> Spec:
+    spec = table.get(name)
+    if spec is None:
+        close = difflib.get_close_matches(name, list(table), n=1)
+        did = f"did you mean {close[0]}? " if close else ""
+        raise _fail(source, word, f"{name} is not an option of {command} (Slurm 22.05 to 25.11)",
+                    f"{did}see 'man {command}'; options are written in full, never abbreviated")
+    spec = resolve(table, spec)
+    if spec.refused:
+        raise _fail(source, word, f"{spec.name} is not allowed: {spec.refused}",
+                    f"remove {spec.name} from the annotation")
+    return spec
+
+
+def parse_options(text: str, *, source: str, command: str = "sbatch") -> list[SlurmOption]:
+    """Parse options of ``command`` (``sbatch`` or ``srun``) written as shell words.
+
+    ``source`` names where the text came from (the annotation, a profile key) for error messages.
+    Returns the options in canonical long form, in the order given.
     """
+    table = _TABLES[command]
+    short_forms = shorts(table)
     try:
-        tokens = shlex.split(text, posix=True)
+        words = shlex.split(text, posix=True)
     except ValueError as exc:
-        raise PodError("InvalidSlurmFlags", f"{source}: cannot parse {text!r}: {exc}",
-                       hint="quote values with spaces like --comment=\"my run\"") from exc
+        raise PodError("InvalidSlurmFlags", f"{source}: cannot split {text!r} into shell words: {exc}",
+                       hint="close every quote; quote values with spaces like --comment=\"my run\"") from exc
     options: list[SlurmOption] = []
     i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if not tok.startswith("-") or tok in ("-", "--"):
-            raise PodError("InvalidSlurmFlags", f"{source}: {tok!r} is not an sbatch option",
-                           hint="write options like --nodes=2 or -N 2; values with spaces need quotes")
-        if tok.startswith("--"):
-            name, eq, value = tok.partition("=")
-            if not eq:
-                if name in _LONG_BOOL:
-                    value_opt: str | None = None
-                elif i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
-                    i += 1
-                    value_opt = tokens[i]
-                else:
-                    value_opt = None
-            else:
-                value_opt = value
+    while i < len(words):
+        word = words[i]
+        value: str | None = None
+        if not word.startswith("-") or word in ("-", "--"):
+            what = ("srun launches the pod's container: a program or its arguments cannot be given here"
+                    if command == "srun" else "the annotation holds sbatch options only")
+            raise _fail(source, word, f"not an option ({what})",
+                        "write options like --nodes=2 or -N 2; quote a value with spaces: --comment='my run'")
+        if word.startswith("--"):
+            name, eq, attached = word.partition("=")
+            spec = _lookup(table, name, command=command, source=source, word=word)
+            if eq:
+                if spec.arg == NONE:
+                    raise _fail(source, word, f"{spec.name} takes no value", f"write {spec.name} alone")
+                value = attached
+            elif spec.arg != NONE and spec.arg != OPTIONAL:
+                if i + 1 >= len(words) or words[i + 1].startswith("-"):
+                    raise _fail(source, word, f"{spec.name} needs a value", f"write {spec.name}=VALUE")
+                i += 1
+                value = words[i]
         else:
-            short, attached = tok[:2], tok[2:]
-            if short in _SHORT_BOOL and not attached:
-                name, value_opt = _SHORT_BOOL[short], None
-            elif short in _SHORT:
-                name = _SHORT[short]
+            short, attached = word[:2], word[2:]
+            found = short_forms.get(short)
+            if found is None:
+                raise _fail(source, word, f"{short} is not a short option of {command}",
+                            f"use the long form (see 'man {command}')")
+            spec = _lookup(table, found.name, command=command, source=source, word=word)
+            if spec.arg == NONE:
                 if attached:
-                    value_opt = attached.removeprefix("=")
-                elif i + 1 < len(tokens):
-                    i += 1
-                    value_opt = tokens[i]
-                else:
-                    raise PodError("InvalidSlurmFlags", f"{source}: option {short} needs a value",
-                                   hint=f"write {short} VALUE or {_SHORT[short]}=VALUE")
+                    raise _fail(source, word, f"{short} takes no value (and one word is one option)",
+                                f"write {short} alone, and each further option as a word of its own")
+            elif spec.arg == OPTIONAL:
+                value = attached.removeprefix("=") if attached else None
+            elif attached:
+                value = attached.removeprefix("=")
+            elif i + 1 >= len(words) or words[i + 1].startswith("-"):
+                raise _fail(source, word, f"{short} needs a value", f"write {short} VALUE or {spec.name}=VALUE")
             else:
-                raise PodError("InvalidSlurmFlags", f"{source}: unknown short option {short!r}",
-                               hint="use the long form (see 'man sbatch')")
-        if name in _FORBIDDEN:
-            raise PodError("InvalidSlurmFlags", f"{source}: {name} is not allowed: {_FORBIDDEN[name]}",
-                           hint=f"remove {name} from the annotation")
-        if value_opt is not None and ("\n" in value_opt or "\r" in value_opt or "\0" in value_opt):
-            raise PodError("InvalidSlurmFlags", f"{source}: the value of {name} contains a line break",
-                           hint="Slurm options are single-line; remove the newline")
-        options.append(SlurmOption(name, value_opt))
+                i += 1
+                value = words[i]
+        if value is not None:
+            _check_value(spec, value, source=source, word=word)
+        options.append(SlurmOption(spec.name, value))
         i += 1
     return options
+
+
+def parse_srun_options(text: str, *, source: str) -> list[SlurmOption]:
+    """The mpi-flags annotation: ``srun`` options only (see :func:`parse_options`)."""
+    return parse_options(text, source=source, command="srun")
+
+
+def job_comment(uid: str, *, namespace: str, name: str, user: str | None = None) -> str:
+    """The job's ``--comment``: ``hpk-uid=<uid> hpk-pod=<namespace>/<name>``, then the user's own
+    comment if the pod gave one, so a job can be traced to its pod when its record is gone."""
+    own = f"{COMMENT_UID}{uid} hpk-pod={namespace}/{name}"
+    return f"{own} {user}" if user else own
+
+
+def uid_from_comment(comment: str) -> str | None:
+    """The pod uid in a job comment written by :func:`job_comment`, else ``None``."""
+    first = comment.strip().split(maxsplit=1)[0] if comment.strip() else ""
+    uid = first[len(COMMENT_UID):] if first.startswith(COMMENT_UID) else ""
+    return uid or None
 
 
 def merge_options(generated: list[SlurmOption], user: list[SlurmOption]) -> list[SlurmOption]:

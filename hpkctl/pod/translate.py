@@ -7,7 +7,6 @@ This module decides; :mod:`hpkctl.pod.render` only writes. Problems with the pod
 from __future__ import annotations
 
 import posixpath
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +22,10 @@ from hpkctl.pod.flags import (
     MPI_FLAGS_ANNOTATIONS,
     SlurmOption,
     annotation,
+    job_comment,
     merge_options,
     parse_options,
+    parse_srun_options,
 )
 from hpkctl.pod.images import ImageRef, parse_image
 from hpkctl.pod.objects import ObjectSource, StaticObjects
@@ -277,11 +278,23 @@ def _plan_container(ctx: Ctx, c: Mapping[str, Any], *, index: int, init: bool, w
 def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list[str], bool]:
     profile = ctx.profile
     s = profile.slurm
+    annotations = ctx.meta.get("annotations") or {}
+    site_opts = parse_options(" ".join(s.extra_directives), source="profile [slurm].extra_directives")
+    user: list[SlurmOption] = []
+    found = annotation(annotations, FLAGS_ANNOTATIONS)
+    if found:
+        user = parse_options(found[1], source=f"metadata.annotations[{found[0]}]")
+    # The comment carries the pod's uid first (see flags.job_comment); a comment of the site or
+    # the pod follows it instead of replacing it.
+    comments = [o.value for o in site_opts + user if o.name == "--comment" and o.value]
+    site_opts = [o for o in site_opts if o.name != "--comment"]
+    user = [o for o in user if o.name != "--comment"]
     gen: list[SlurmOption] = [
-        SlurmOption("--job-name", f"{ctx.namespace}_{ctx.name}"),
+        SlurmOption("--job-name", ctx.name),  # squeue shows the pod's name
         SlurmOption("--output", posixpath.join(ctx.pod_dir, "logs", "slurm.out")),
         SlurmOption("--chdir", ctx.pod_dir),
-        SlurmOption("--comment", f"hpk pod {ctx.namespace}/{ctx.name} uid {ctx.uid}"),
+        SlurmOption("--comment", job_comment(ctx.uid, namespace=ctx.namespace, name=ctx.name,
+                                             user=comments[-1] if comments else None)),
         SlurmOption("--cpus-per-task", str(res.cpus)),
     ]
     if res.mem_mib:
@@ -308,13 +321,6 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
         gen.append(SlurmOption("--exclusive", None))
     if res.gres and profile.gpu.flags_per_gpu:
         gen += parse_options(" ".join(profile.gpu.flags_per_gpu), source="profile [gpu].flags_per_gpu")
-    site_opts = parse_options(" ".join(s.extra_directives), source="profile [slurm].extra_directives")
-
-    annotations = ctx.meta.get("annotations") or {}
-    user: list[SlurmOption] = []
-    found = annotation(annotations, FLAGS_ANNOTATIONS)
-    if found:
-        user = parse_options(found[1], source=f"metadata.annotations[{found[0]}]")
     chosen = {o.name for o in user} | {o.name for o in site_opts}
     for group in _EXCLUSIVE_GROUPS:
         if chosen & group:
@@ -331,10 +337,8 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
     mpi_found = annotation(annotations, MPI_FLAGS_ANNOTATIONS)
     mpi_flags: list[str] = []
     if mpi_found:
-        try:
-            mpi_flags = shlex.split(mpi_found[1])
-        except ValueError as exc:
-            raise PodError("InvalidSlurmFlags", f"metadata.annotations[{mpi_found[0]}]: cannot parse: {exc}") from exc
+        srun = parse_srun_options(mpi_found[1], source=f"metadata.annotations[{mpi_found[0]}]")
+        mpi_flags = [o.word for o in srun]
     multi = any(o.name in ("--nodes", "--ntasks", "--ntasks-per-node") and o.value not in (None, "1")
                 for o in options)
     return options, mpi_flags, bool(mpi_found) or multi

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpkctl.pod import render_pod, write_pod_dir
+from hpkctl.pod.flags import control_character
 from hpkctl.pod.objects import StaticObjects
 from tests.support.pods import make_stub, pod_doc, records, run_script
 
@@ -97,7 +98,8 @@ def test_env_values_and_configmap_data_reach_the_container_exactly(tmp_path_fact
 
 
 @SETTINGS
-@given(comment=ARB.filter(lambda s: "\n" not in s and "\r" not in s), mpi_value=ARB)
+@given(comment=ARB.filter(lambda s: control_character(s) is None),
+       mpi_value=ARB.filter(lambda s: control_character(s) is None))
 def test_annotation_flag_values_are_data(tmp_path_factory, comment, mpi_value) -> None:  # type: ignore[no-untyped-def]
     """sbatch directives read back exactly (sbatch's parser), MPI flags reach srun exactly."""
     import shlex
@@ -108,7 +110,7 @@ def test_annotation_flag_values_are_data(tmp_path_factory, comment, mpi_value) -
     tmp = stub["tmp"]
     annotations = {
         "slurm-job.hpk.io/flags": f"--ntasks=2 --comment={shlex.quote(comment)}",
-        "slurm-job.hpk.io/mpi-flags": f"--label --export-env={shlex.quote(mpi_value)}",
+        "slurm-job.hpk.io/mpi-flags": f"--label --comment={shlex.quote(mpi_value)}",
     }
     pod = pod_doc({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36",
                                                               "command": ["true"]}]}, annotations=annotations)
@@ -116,8 +118,9 @@ def test_annotation_flag_values_are_data(tmp_path_factory, comment, mpi_value) -
     script = (root / "job" / "job.sh").read_text()
     # bash and sbatch split lines on "\n" only (not on U+0085 and friends, as str.splitlines does)
     directives = [parse_sbatch_directive(line) for line in script.split("\n") if line.startswith("#SBATCH ")]
-    assert [f"--comment={comment}"] in directives
-    assert json.loads(recs[0]["srun"])[:2] == ["--label", f"--export-env={mpi_value}"]
+    assert [f"--comment=hpk-uid={pod['metadata']['uid']} hpk-pod=default/{pod['metadata']['name']}"
+            + (f" {comment}" if comment else "")] in directives
+    assert json.loads(recs[0]["srun"])[:2] == ["--label", f"--comment={mpi_value}"]
     assert not list(tmp.rglob("CANARY"))
 
 

@@ -42,7 +42,7 @@ spec:
 def test_render_job_template_dry_run_warns_and_shows_missing(manifest, capsys) -> None:  # type: ignore[no-untyped-def]
     assert main(["render", "-f", manifest(JOB), "--site", "ci"]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith("#!/bin/bash\n#SBATCH --job-name=default_train\n")
+    assert out.startswith("#!/bin/bash\n#SBATCH --job-name=train\n")
     assert "#SBATCH --qos=long" in out and "#SBATCH --nodes=1" in out
     assert re.search(r"\bmain\W+Never\b", out)  # container main runs with restartPolicy Never
     assert 'configmap "absent" not found' in err and "dry run" in err

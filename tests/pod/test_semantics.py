@@ -116,7 +116,7 @@ def test_flags_are_shell_words_normalised_and_user_wins() -> None:
 
 @pytest.mark.parametrize("flags, message", [
     ("--output=/tmp/x", "--output is not allowed"), ("--array=1-3", "--array is not allowed"),
-    ("nodes=2", "is not an sbatch option"), ("--comment='unclosed", "cannot parse"), ("-Z 1", "unknown short"),
+    ("nodes=2", "not an option"), ("--comment='unclosed", "cannot split"), ("-Z 1", "not a short option of sbatch"),
 ])
 def test_bad_flags_are_pod_errors_naming_the_annotation(flags: str, message: str) -> None:
     pod = pod_doc({"containers": [{"name": "a", "image": "x"}]}, annotations={"slurm.hpk.io/flags": flags})
