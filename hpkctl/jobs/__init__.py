@@ -16,7 +16,7 @@ from hpkctl.jobs.errors import (
     SubmitError,
     TimeLimitTooLong,
 )
-from hpkctl.jobs.info import JobInfo
+from hpkctl.jobs.info import JobInfo, UserJob
 from hpkctl.jobs.slurm import Slurm
 from hpkctl.jobs.states import TERMINAL_STATES
 
@@ -33,4 +33,5 @@ __all__ = [
     "SubmitError",
     "TERMINAL_STATES",
     "TimeLimitTooLong",
+    "UserJob",
 ]

@@ -44,6 +44,19 @@ class JobInfo:
     source: Source = "squeue"
 
 
+@dataclass(frozen=True)
+class UserJob:
+    """One job of the calling user as squeue lists it, with its comment (``""`` when it has none).
+
+    The comment is whatever the job was submitted with (free text); what it means is the
+    caller's business (hpkctl's pod jobs start theirs with ``hpk-uid=<pod uid>``).
+    """
+
+    job_id: str
+    state: str
+    comment: str
+
+
 def is_job_id(value: str) -> bool:
     """True for ``123`` and ``123_4`` (array task); the only ids this package passes to Slurm."""
     return bool(_JOB_ID.match(value))

@@ -11,13 +11,26 @@ from __future__ import annotations
 
 import re
 
-from hpkctl.jobs.info import JobInfo, base_state, parse_exit_code, parse_nodes, parse_reason, parse_time
+from hpkctl.jobs.info import (
+    JobInfo,
+    UserJob,
+    base_state,
+    is_job_id,
+    parse_exit_code,
+    parse_nodes,
+    parse_reason,
+    parse_time,
+)
 
 # squeue: job id, state (%T: long form), nodes, start, end, reason. Reason goes last: it is the only
 # free-text field, so even if a future Slurm put a '|' in one, split(maxsplit=5) keeps it whole.
 # No job name, work dir or comment: those are user text and could contain the separator.
 SQUEUE_FORMAT = "%i|%T|%N|%S|%e|%r"
 _SQUEUE_FIELDS = SQUEUE_FORMAT.count("|") + 1
+
+# squeue of the user's own jobs: job id, state, comment. The comment is free text (it may hold '|'),
+# so it goes last and split(maxsplit=2) keeps it whole.
+USER_JOBS_FORMAT = "%i|%T|%k"
 
 # sacct --parsable2: '|' separated, no trailing separator; NodeList last for the same reason.
 SACCT_FORMAT = "JobID,State,ExitCode,Start,End,NodeList"
@@ -53,6 +66,20 @@ def parse_squeue(text: str) -> dict[str, JobInfo]:
             end_time=parse_time(end),
             source="squeue",
         )
+    return jobs
+
+
+def parse_user_jobs(text: str) -> list[UserJob]:
+    """Parse ``squeue --noheader --format=USER_JOBS_FORMAT`` output, in squeue's order. A line
+    that does not start with a job id (a comment someone changed to hold a line break) is skipped."""
+    jobs: list[UserJob] = []
+    for line in text.splitlines():
+        parts = line.split("|", 2)
+        if len(parts) != 3 or not is_job_id(parts[0].strip()):
+            continue
+        comment = parts[2].rstrip()
+        jobs.append(UserJob(job_id=parts[0].strip(), state=base_state(parts[1]),
+                            comment="" if comment == "(null)" else comment))
     return jobs
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hpkctl.jobs.command import Commands, failure
-from hpkctl.jobs.info import JobInfo, is_job_id
-from hpkctl.jobs.parse import SQUEUE_FORMAT, parse_squeue
+from hpkctl.jobs.info import JobInfo, UserJob, is_job_id
+from hpkctl.jobs.parse import SQUEUE_FORMAT, USER_JOBS_FORMAT, parse_squeue, parse_user_jobs
 
 # Job ids per squeue/sacct call: keeps the command line far below ARG_MAX and each answer small.
 QUERY_CHUNK = 500
@@ -42,3 +42,11 @@ def squeue(commands: Commands, job_ids: Iterable[str]) -> dict[str, JobInfo]:
         wanted = set(chunk)
         found.update({j: info for j, info in parse_squeue(done.stdout).items() if j in wanted})
     return found
+
+
+def user_jobs(commands: Commands) -> list[UserJob]:
+    """Every job of the calling user that slurmctld still knows, with its comment (see ``Slurm.user_jobs``)."""
+    done = commands.run("squeue", ["--noheader", "--me", "--all", "--states=all", f"--format={USER_JOBS_FORMAT}"])
+    if done.returncode != 0:
+        raise failure(done)
+    return parse_user_jobs(done.stdout)

@@ -20,9 +20,9 @@ from pathlib import Path
 from hpkctl.jobs.cancel import scancel
 from hpkctl.jobs.command import Commands
 from hpkctl.jobs.final import FinalStates
-from hpkctl.jobs.info import JobInfo
+from hpkctl.jobs.info import JobInfo, UserJob
 from hpkctl.jobs.poll import DEFAULT_BACKOFF, poll
-from hpkctl.jobs.query import squeue, unique_ids
+from hpkctl.jobs.query import squeue, unique_ids, user_jobs
 from hpkctl.jobs.states import TERMINAL_STATES
 from hpkctl.jobs.submit import sbatch
 from hpkctl.sites.schema import SlurmSection
@@ -75,6 +75,16 @@ class Slurm:
         squeue never reports exit codes: ``exit_code`` is ``None`` here.
         """
         return squeue(self._commands, job_ids)
+
+    def user_jobs(self) -> list[UserJob]:
+        """Every job of the calling user slurmctld knows (pending, running, and finished ones until
+        ``MinJobAge``), with its comment, from one call:
+        ``squeue --noheader --me --all --states=all --format=USER_JOBS_FORMAT``.
+
+        For finding jobs by their comment when nothing else points to them (hpkctl's pod jobs
+        carry ``hpk-uid=<pod uid>`` as the first word, see ``hpkctl.pod.flags.uid_from_comment``).
+        """
+        return user_jobs(self._commands)
 
     def final(self, job_id: str) -> JobInfo | None:
         """State and exit code of a job that finished (or left squeue); ``None`` if nobody knows it.

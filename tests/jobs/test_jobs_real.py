@@ -198,3 +198,17 @@ def test_final_sources_on_this_cluster(as_hpk, job_script, cluster) -> None:
         time.sleep(0.1)
     assert record is not None, f"job {job} not in {path}"
     assert (record["source"], record["state"], record["exit_code"]) == ("jobcomp", "FAILED", 7)
+
+
+def test_user_jobs_lists_this_users_jobs_with_their_comments(as_hpk, job_script) -> None:
+    script = job_script("held", "exit 0")
+    comment = "hpk-uid=0f0e-test hpk-pod=default/x a|b \"quoted\" #not-a-comment"
+    job, listed, _ = as_hpk(
+        [
+            submit(script, "--hold", f"--comment={comment}"),
+            {"method": "user_jobs"},
+            {"method": "cancel", "args": ["$0"]},
+        ]
+    )
+    mine = [j for j in listed if j["job_id"] == job]
+    assert mine == [{"job_id": job, "state": "PENDING", "comment": comment}], listed

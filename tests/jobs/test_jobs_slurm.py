@@ -23,7 +23,7 @@ from hpkctl.jobs import (
     TimeLimitTooLong,
 )
 from hpkctl.jobs import slurm as slurm_module
-from hpkctl.jobs.parse import SACCT_FORMAT, SQUEUE_FORMAT
+from hpkctl.jobs.parse import SACCT_FORMAT, SQUEUE_FORMAT, USER_JOBS_FORMAT
 from hpkctl.jobs.submit import SUBMIT_ERRORS
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -472,3 +472,24 @@ def test_finals_asks_sacct_once_for_the_rest(fp, section, fixture_text) -> None:
     assert fp.call_count([fp.program("sacct"), fp.any()]) == 1  # one call for all three, probing included
     assert rec.calls[0].args[-1] == "--jobs=7,8,9"
     assert got["8"] is None and fp.call_count([fp.program("scontrol"), fp.any()]) == 2  # unknown: scontrol only
+
+
+def test_user_jobs_one_call_with_comments(fp, section) -> None:
+    out = ("12|RUNNING|hpk-uid=u1 hpk-pod=default/a my|own comment\n"
+           "13|PENDING|(null)\n"
+           "14_2|COMPLETED|hpk-uid=u2 hpk-pod=team/b\n"
+           "a line break in a changed comment\n")
+    rec = fp.register(cmd(fp, "squeue"), stdout=out)
+    jobs = Slurm(section()).user_jobs()
+    assert [(j.job_id, j.state, j.comment) for j in jobs] == [
+        ("12", "RUNNING", "hpk-uid=u1 hpk-pod=default/a my|own comment"), ("13", "PENDING", ""),
+        ("14_2", "COMPLETED", "hpk-uid=u2 hpk-pod=team/b")]
+    assert rec.calls[0].args == ["/fake/slurm/bin/squeue", "--noheader", "--me", "--all", "--states=all",
+                                 f"--format={USER_JOBS_FORMAT}"]
+
+
+def test_user_jobs_failure_is_typed(fp, section) -> None:
+    fp.register(cmd(fp, "squeue"), stderr="squeue: error: Unable to contact slurm controller (connect failure)\n",
+                returncode=1)
+    with pytest.raises(SlurmUnavailable):
+        Slurm(section()).user_jobs()
