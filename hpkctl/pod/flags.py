@@ -87,7 +87,7 @@ def _lookup(table: dict[str, Spec], name: str, *, command: str, source: str, wor
     spec = resolve(table, spec)
     if spec.refused:
         raise _fail(source, word, f"{spec.name} is not allowed: {spec.refused}",
-                    f"remove {spec.name} from the annotation")
+                    f"remove {spec.name} from {source}")
     return spec
 
 
@@ -199,7 +199,8 @@ def sbatch_directive_word(value: str) -> str:
 
     sbatch's directive parser (``_get_argument`` in src/sbatch/opt.c) honours double quotes and
     backslash escapes and treats an unquoted ``#`` as a comment, so a double-quoted string with
-    ``\\`` and ``"`` escaped is read back verbatim. Newlines cannot be expressed (rejected earlier).
+    ``\\`` and ``"`` escaped is read back verbatim. Line breaks cannot be expressed (user values
+    with any control character are refused by ``parse_options``; this is the last line of defence).
     """
     if "\n" in value or "\r" in value or "\0" in value:
         raise ValueError("Slurm directives cannot contain line breaks")
