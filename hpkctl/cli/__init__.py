@@ -11,14 +11,30 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from hpkctl import __version__
 from hpkctl.cli import local, render, sites
 from hpkctl.errors import HpkError
 
 
+# Exit statuses of every command (README.md, "Exit status"): 0 success; 125 hpkctl's own error
+# (usage, invalid manifest or profile, Slurm refused or unreachable), as `docker run` uses it;
+# `hpkctl run` otherwise exits with the pod's exit code (hpkctl.local.runs.exit_status).
+EXIT_ERROR = 125
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error exits 125 (hpkctl's own error) instead of argparse's 2, which a
+    pod's exit code could be too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="hpkctl",
         description="High-Performance Kubernetes: run Kubernetes pods as Slurm jobs with Apptainer.",
     )
@@ -36,9 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except HpkError as exc:
         print(f"hpkctl: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
 
 
-__all__ = ["build_parser", "main"]
+__all__ = ["EXIT_ERROR", "Parser", "build_parser", "main"]

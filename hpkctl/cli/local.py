@@ -6,24 +6,39 @@ import argparse
 import json
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpkctl.cli.common import add_site, site_of
 from hpkctl.errors import HpkError, PodError
+
+if TYPE_CHECKING:
+    from hpkctl.jobs import Slurm
+    from hpkctl.local.records import RunRecord
+
+
+def add_namespace(p: argparse.ArgumentParser, *, default: str | None = "default") -> None:
+    p.add_argument("-n", "--namespace", default=default, metavar="NS",
+                   help="the pod's namespace" + (" (default: default)" if default else
+                                                 " (default: the manifest's, else default)"))
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("run", help="run a manifest's pod as a Slurm job, stream its logs, exit with its result")
     p.add_argument("-f", "--filename", required=True)
     add_site(p)
+    add_namespace(p, default=None)
     p.add_argument("--pod", help="which pod template to use when the file holds several")
     p.add_argument("-d", "--detach", action="store_true", help="return once the job is submitted")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the containers' logs")
+    p.add_argument("--replace", action="store_true",
+                   help="delete an existing run of the same name first (cancel its job, remove its directory)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("status", help="show the state of runs started with 'hpkctl run'")
-    p.add_argument("name", nargs="?", help="pod name (all runs when omitted)")
+    p.add_argument("name", nargs="?", help="pod name (all runs of the namespace when omitted)")
     add_site(p)
+    add_namespace(p)
+    p.add_argument("-A", "--all-namespaces", action="store_true", help="runs of every namespace")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
 
@@ -33,84 +48,116 @@ def register(sub: Any) -> None:
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the container ends")
     p.add_argument("-p", "--previous", action="store_true", help="the run before the last restart")
     add_site(p)
+    add_namespace(p)
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser("delete", help="cancel a run's Slurm job and forget the run")
     p.add_argument("name")
     add_site(p)
+    add_namespace(p)
     p.set_defaults(func=cmd_delete)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+def _say(text: str) -> None:
+    """A line on stderr that must not fail: after SIGHUP the terminal may be gone."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _cancel(slurm: Slurm, rec: RunRecord, why: str) -> None:
+    """Cancel the run's job once; a failure is reported with what to do, never raised."""
+    from hpkctl.jobs import SlurmError
+
+    _say(f"{why}: cancelling Slurm job {rec.job_id}")
+    try:
+        slurm.cancel(rec.job_id)
+    except SlurmError as exc:
+        _say(f"hpkctl: error: cannot cancel Slurm job {rec.job_id}: {exc}\n  then: scancel {rec.job_id}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from hpkctl.cli import EXIT_ERROR
     from hpkctl.jobs import Slurm
     from hpkctl.local.follow import follow_run, result_line, settle
-    from hpkctl.local.submit import submit_pod
+    from hpkctl.local.records import forget_run
+    from hpkctl.local.runs import NeverStarts, exit_status, wait_ended
+    from hpkctl.local.signals import Interrupted, Interrupts
+    from hpkctl.local.submit import prepare_run, submit_prepared
     from hpkctl.sites import load_site
 
     profile = load_site(site_of(args, announce=not args.quiet))
     out = sys.stderr
-    try:
-        rec, _ = submit_pod(profile, args.filename, pod_name=args.pod, out=out)
-    except PodError as exc:
-        print(f"hpkctl: pod cannot run: {exc.reason}: {exc}", file=out)
-        return 1
-    if not args.quiet:
-        print(f"pod {rec.namespace}/{rec.name}: submitted as Slurm job {rec.job_id} (pod directory {rec.pod_dir})",
-              file=out)
-    if args.detach:
-        print(rec.job_id)
-        return 0
     slurm = Slurm(profile.slurm)
-    # SIGTERM (a closing terminal, a kill from a batch system) cancels the job like Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # SIGINT, SIGTERM (a batch system, `timeout`, `runuser`) and SIGHUP (a closing terminal) cancel
+    # the job once; sbatch and the record of its job id are never interrupted (hpkctl.local.signals).
+    interrupts = Interrupts().install()
+    rec = None
     try:
+        try:
+            prep = prepare_run(profile, args.filename, pod_name=args.pod, namespace=args.namespace,
+                               replace=args.replace, slurm=slurm, out=out)
+            with interrupts.deferred():
+                rec = submit_prepared(slurm, prep)
+        except PodError as exc:
+            print(f"hpkctl: pod cannot run: {exc.reason}: {exc}", file=out)
+            return EXIT_ERROR
+        if not args.quiet:
+            print(f"pod {rec.namespace}/{rec.name}: submitted as Slurm job {rec.job_id} "
+                  f"(pod directory {rec.pod_dir})", file=out)
+        if args.detach:
+            print(rec.job_id)
+            return 0
         st = follow_run(slurm, rec, out=out, log_out=sys.stdout, quiet=args.quiet)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: cancelling Slurm job {rec.job_id}", file=out)
-        slurm.cancel(rec.job_id)
+    except Interrupted as exc:
+        name = "interrupted" if exc.signum == signal.SIGINT else f"got {exc}"
+        if rec is None:
+            _say(f"\nhpkctl: {name} before a job was submitted; nothing to cancel")
+            return exc.exit_status
+        _cancel(slurm, rec, f"\nhpkctl: {name}")
         st = settle(slurm, rec)
-        print(result_line(rec, st), file=out)
-        return 130
+        _say(result_line(rec, st))
+        return exc.exit_status
+    except NeverStarts as exc:
+        _cancel(slurm, exc.record, "hpkctl: the job can never start")
+        wait_ended(slurm, exc.record.job_id, timeout=10)
+        forget_run(profile, exc.record)
+        raise
+    finally:
+        interrupts.restore()
     print(result_line(rec, st), file=out)
-    if st.phase == "Succeeded":
-        return 0
-    return st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
+    return exit_status(rec, st)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.local.records import all_records, load_record
-    from hpkctl.local.submit import job_states
-    from hpkctl.pod.status import containers_of, read_pod_status
+    from hpkctl.local.runs import job_states, run_status
     from hpkctl.sites import load_site
 
     profile = load_site(site_of(args))
-    records = [load_record(profile, args.name)] if args.name else all_records(profile)
+    if args.name and args.all_namespaces:
+        raise HpkError("a pod name cannot be given with -A/--all-namespaces", hint="use -n NAMESPACE NAME")
+    if args.name:
+        records = [load_record(profile, args.name, args.namespace)]
+    else:
+        records = all_records(profile, None if args.all_namespaces else args.namespace)
     jobs = job_states(Slurm(profile.slurm), [r.job_id for r in records])
-    rows = []
-    for rec in records:
-        try:
-            pod = rec.pod()
-        except OSError:  # deleted by a concurrent 'hpkctl delete'
-            if args.name:
-                raise HpkError(f"run {rec.name} is being deleted") from None
-            continue
-        rows.append((rec, read_pod_status(rec.dir.root, containers_of(pod), jobs[rec.job_id])))
+    rows = [(rec, run_status(rec, jobs[rec.job_id])) for rec in records]
     if args.json:
         print(json.dumps([{"name": r.name, "namespace": r.namespace, "uid": r.uid, "jobId": r.job_id,
                            "podDir": r.pod_dir, "status": st.as_k8s()} for r, st in rows], indent=2))
         return 0
     if not rows:
-        print("no runs")
+        print("no runs" + ("" if args.all_namespaces else f" in namespace {args.namespace}"))
         return 0
-    print(f"{'NAME':24} {'JOB':>8} {'PHASE':10} {'REASON':18} {'NODE':10} MESSAGE")
+    head = f"{'NAMESPACE':16} " if args.all_namespaces else ""
+    print(f"{head}{'NAME':24} {'JOB':>8} {'PHASE':10} {'REASON':18} {'NODE':10} MESSAGE")
     for rec, st in rows:
         msg = st.message if st.phase != "Running" else ""
-        print(f"{rec.name:24} {rec.job_id:>8} {st.phase:10} {st.reason or '-':18} {st.node or '-':10} {msg}")
+        ns = f"{rec.namespace:16} " if args.all_namespaces else ""
+        print(f"{ns}{rec.name:24} {rec.job_id or '-':>8} {st.phase:10} {st.reason or '-':18} {st.node or '-':10} {msg}")
     return 0
 
 
@@ -118,12 +165,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.local.follow import follow_logs
     from hpkctl.local.records import load_record
+    from hpkctl.local.runs import job_states, run_status
     from hpkctl.pod.status import containers_of
     from hpkctl.sites import load_site
 
     profile = load_site(site_of(args))
-    rec = load_record(profile, args.name)
-    names = containers_of(rec.pod())
+    rec = load_record(profile, args.name, args.namespace)
+    try:
+        names = containers_of(rec.pod())
+    except (OSError, ValueError):
+        st = run_status(rec, job_states(Slurm(profile.slurm), [rec.job_id])[rec.job_id])
+        raise HpkError(f"pod {rec.namespace}/{rec.name} has no logs: {st.reason}: {st.message}") from None
     container = args.container or next(n for n, init in names if not init)
     if container not in [n for n, _ in names]:
         raise HpkError(f"pod {rec.name} has no container {container!r}",
@@ -141,18 +193,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
-    from hpkctl.local.follow import wait_ended
-    from hpkctl.local.records import forget_run, load_record
-    from hpkctl.local.submit import ended
+    from hpkctl.local.records import load_record
+    from hpkctl.local.runs import delete_run
     from hpkctl.sites import load_site
 
     profile = load_site(site_of(args))
-    rec = load_record(profile, args.name)
-    slurm = Slurm(profile.slurm)
-    if not ended(slurm.query([rec.job_id]).get(rec.job_id)):
-        slurm.cancel(rec.job_id)
-        print(f"pod {rec.namespace}/{rec.name}: cancelled Slurm job {rec.job_id}", file=sys.stderr)
-        wait_ended(slurm, rec.job_id)  # let the job end before its directory goes (KillWait is short)
-    forget_run(profile, rec)
+    rec = load_record(profile, args.name, args.namespace)
+    delete_run(Slurm(profile.slurm), profile, rec, out=sys.stderr)
     print(f"pod {rec.namespace}/{rec.name} deleted")
     return 0

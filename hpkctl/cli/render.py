@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpkctl.cli.common import add_site, site_of
@@ -19,7 +20,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("render", help="print the sbatch script for a manifest (dry run, submits nothing)")
     p.add_argument("-f", "--filename", required=True, help="manifest: Pod, Job or Deployment (+ ConfigMaps/Secrets)")
     add_site(p)
-    p.add_argument("--out", help="also write the pod directory here (as the job would see it)")
+    p.add_argument("--out", help="also write the pod directory here (as the job would see it); must be new, "
+                                 "empty, or a pod directory an earlier --out wrote (nothing else is ever removed)")
     p.add_argument("--pod", help="which pod template to use when the file holds several")
     p.set_defaults(func=cmd_render)
 
@@ -39,22 +41,26 @@ def _dry_run_profile(site: str) -> SiteProfile:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from hpkctl.local.manifest import load_manifest, select_pod, validate_pod_shape, with_api_defaults
+    from hpkctl.cli import EXIT_ERROR
+    from hpkctl.local.manifest import load_manifest, pod_warnings, select_pod, with_api_defaults
+    from hpkctl.local.outdir import check_out_dir, mark_out_dir
     from hpkctl.pod import render_pod, write_pod_dir
 
     profile = _dry_run_profile(site_of(args, announce=True))
     manifest = load_manifest(args.filename)
     pod = select_pod(manifest, args.pod)
-    validate_pod_shape(pod, source=args.filename)
+    warnings = pod_warnings(manifest, pod)  # select_pod validated it; these are the workload's fields
     pod = with_api_defaults(pod)
     pod_dir = os.path.abspath(args.out) if args.out else None
+    if pod_dir is not None:
+        check_out_dir(Path(pod_dir))  # before anything is written, and never after a deletion
     try:
         rendered = render_pod(pod, profile, objects=manifest.objects, pod_dir=pod_dir, strict=False,
                               services=manifest.services)
     except PodError as exc:
         print(f"hpkctl: error: pod {pod['metadata']['name']}: {exc.reason}: {exc}", file=sys.stderr)
-        return 1
-    for warning in rendered.warnings:
+        return EXIT_ERROR
+    for warning in warnings + rendered.warnings:
         print(f"hpkctl: warning: {warning}", file=sys.stderr)
     sys.stdout.write(rendered.script)
     if rendered.files:
@@ -63,7 +69,9 @@ def cmd_render(args: argparse.Namespace) -> int:
             missing = dict(rendered.missing).get(rel)
             note = f"  <- MISSING: {missing}" if missing else ""
             print(f"#   {rendered.plan.pod_dir}/{rel} ({len(data)} bytes, mode {mode:o}){note}")
-    if args.out:
+    if pod_dir is not None:
+        check_out_dir(Path(pod_dir))  # again: a job may have started there while we rendered
         write_pod_dir(rendered, pod_json=json.dumps(pod, indent=2).encode())
+        mark_out_dir(Path(pod_dir), uid=pod["metadata"]["uid"], files=[*rendered.files, "job/pod.json"])
         print(f"hpkctl: pod directory written to {rendered.plan.pod_dir}", file=sys.stderr)
     return 0

@@ -15,7 +15,7 @@ from typing import TextIO
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError
 from hpkctl.jobs.poll import Backoff, poll
 from hpkctl.local.records import RunRecord
-from hpkctl.local.submit import ended, pod_status
+from hpkctl.local.runs import NeverStarts, ended, never_starts, pod_status
 from hpkctl.pod import paths as f
 from hpkctl.pod.status import PodStatus, container_done, containers_of, read_pod_status, restart_policies
 
@@ -70,7 +70,10 @@ def result_line(rec: RunRecord, st: PodStatus) -> str:
 
 def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, quiet: bool = False,
                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> PodStatus:
-    """Stream logs and progress until the pod finishes; return its final status."""
+    """Stream logs and progress until the pod finishes; return its final status.
+
+    ``NeverStarts`` when Slurm keeps the job pending for a reason waiting cannot clear (the caller
+    cancels it)."""
     containers = containers_of(rec.pod())
     names = [n for n, _ in containers]
     mains = [n for n, init in containers if not init]
@@ -95,6 +98,8 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
             tail.pump(final=True)
             return final
         st = read_pod_status(rec.dir.root, containers, job, job_known=bool(state["asked"]))
+        if never_starts(job):
+            raise NeverStarts(rec, st)
         line = describe(st)
         if not quiet and line != state["line"]:
             extra = f" on {st.node}" if st.phase == "Running" and st.node else ""
@@ -137,13 +142,3 @@ def follow_logs(slurm: Slurm, rec: RunRecord, container: str, *, out: TextIO,
         return None
 
     poll(step, every=FILE_POLL, sleep=sleep, clock=clock)
-
-
-def wait_ended(slurm: Slurm, job_id: str, *, timeout: float = 30.0,
-               sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> bool:
-    """Wait (with back-off) until Slurm says the job ended; False if it still runs after ``timeout``."""
-    try:
-        return poll(lambda: True if ended(slurm.query([job_id]).get(job_id)) else None,
-                    timeout=timeout, sleep=sleep, clock=clock)
-    except TimeoutError:
-        return False

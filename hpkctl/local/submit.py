@@ -1,4 +1,4 @@
-"""``hpkctl run``'s first half: a manifest → a pod directory → a submitted Slurm job."""
+"""``hpkctl run``'s first half: a manifest → a run record → a pod directory → a submitted Slurm job."""
 
 from __future__ import annotations
 
@@ -7,37 +7,21 @@ import os
 import shutil
 import sys
 import time
-from typing import TextIO
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
 
-from hpkctl.errors import HpkError
-from hpkctl.jobs import (TERMINAL_STATES, InvalidAccount, InvalidPartition, InvalidQos, JobInfo,
-                         ResourcesUnavailable, Slurm, SubmitError, TimeLimitTooLong)
-from hpkctl.local.manifest import load_manifest, select_pod, validate_pod_shape, with_api_defaults
-from hpkctl.local.records import RunRecord, read_record, record_path, save_record
+from hpkctl.errors import HpkError, ManifestError
+from hpkctl.jobs import (InvalidAccount, InvalidPartition, InvalidQos, ResourcesUnavailable, Slurm, SlurmTimeout,
+                         SubmitError, TimeLimitTooLong)
+from hpkctl.local.manifest import load_manifest, pod_warnings, select_pod, with_api_defaults
+from hpkctl.local.records import (SUBMITTED, SUBMITTING, RunExists, RunRecord, check_name, create_record,
+                                  forget_run, owns_pod_dir, read_record, record_path, save_record)
+from hpkctl.local.runs import delete_run, ended, job_states, pod_status
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir
-from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.runtime import ImageToPull, pull_images
 from hpkctl.sites import require_submittable
 from hpkctl.sites.schema import SiteProfile
-
-
-def ended(job: JobInfo | None) -> bool:
-    """Whether Slurm is done with the job (or has forgotten it)."""
-    return job is None or job.state in TERMINAL_STATES
-
-
-def job_states(slurm: Slurm, job_ids: list[str]) -> dict[str, JobInfo | None]:
-    """Slurm's view of jobs: one squeue call, then one batched final-state lookup for those that ended."""
-    jobs: dict[str, JobInfo | None] = dict(slurm.query(job_ids)) if job_ids else {}
-    gone = [j for j in job_ids if ended(jobs.get(j))]
-    finals = slurm.finals(gone) if gone else {}
-    return {j: finals.get(j) or jobs.get(j) for j in job_ids}
-
-
-def pod_status(slurm: Slurm, rec: RunRecord) -> PodStatus:
-    """Status of one run: its status files combined with Slurm's view of its job."""
-    job = job_states(slurm, [rec.job_id])[rec.job_id]
-    return read_pod_status(rec.dir.root, containers_of(rec.pod()), job)
 
 
 def images_to_pull(rendered: RenderedPod) -> list[ImageToPull]:
@@ -71,41 +55,126 @@ def pod_submit_hint(exc: SubmitError, *, manifest: str, site: str) -> str:
     return "; ".join(part for part in (where, exc.hint, show) if part)
 
 
-def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None = None,
-               out: TextIO = sys.stderr) -> tuple[RunRecord, RenderedPod]:
-    """Render, write the pod directory, submit. Returns the run record and the rendered pod."""
+def resolve_namespace(pod: dict[str, Any], option: str | None, *, source: str) -> str:
+    """The pod's namespace: its own ``metadata.namespace``, else ``-n``, else ``default``; both given
+    and different is an error, as ``kubectl apply -n`` makes it."""
+    own = (pod.get("metadata") or {}).get("namespace")
+    if own and option and own != option:
+        raise ManifestError(f"the namespace from the provided object {own!r} does not match the namespace "
+                            f"{option!r} ({source})",
+                            hint=f"pass --namespace={own}, or remove metadata.namespace from the manifest")
+    return str(own or option or "default")
+
+
+@dataclass
+class PreparedRun:
+    """A run whose record exists (state ``submitting``) and whose pod directory is written."""
+
+    profile: SiteProfile
+    record: RunRecord
+    rendered: RenderedPod
+    manifest_path: str
+
+
+def _discard(profile: SiteProfile, rec: RunRecord) -> None:
+    """Undo a run that submitted nothing: its pod directory and its record."""
+    forget_run(profile, rec)
+
+
+def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | None = None,
+                namespace: str | None = None, replace: bool = False, slurm: Slurm | None = None,
+                out: TextIO = sys.stderr) -> PreparedRun:
+    """Render the pod, create its run record exclusively, write its pod directory; submit nothing.
+
+    An existing run of the name is refused (``RunExists``), unless ``replace``: then it is deleted
+    first (its job cancelled, its directory removed). Whatever fails after the record was created
+    removes the record and the pod directory again.
+    """
     require_submittable(profile)
     manifest = load_manifest(manifest_path)
     pod = select_pod(manifest, pod_name)
-    validate_pod_shape(pod, source=manifest_path)
-    pod = with_api_defaults(pod, create=True)
-    name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
-    slurm = Slurm(profile.slurm)
-    path = record_path(profile, namespace, name)
-    old = read_record(path) if path.exists() else None
-    if old is not None:
-        st = pod_status(slurm, old)
-        if not st.finished:
-            raise HpkError(f"pod {namespace}/{name} already exists (Slurm job {old.job_id}, {st.phase})",
-                           hint=f"wait for it, or 'hpkctl delete {name} --site {profile.name}'")
-        shutil.rmtree(old.pod_dir, ignore_errors=True)
+    warnings = pod_warnings(manifest, pod)  # select_pod validated it; these are the workload's fields
+    pod = with_api_defaults(pod, namespace=resolve_namespace(pod, namespace, source=manifest_path), create=True)
+    name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
+    check_name(name, namespace=ns)
+    slurm = slurm or Slurm(profile.slurm)
+    path = record_path(profile, ns, name)
+    if path.exists():
+        if not replace:
+            raise RunExists(f"pod {name!r} already exists in namespace {ns}; delete it first",
+                            hint=f"'hpkctl delete {name} -n {ns} --site {profile.name}', or run with --replace")
+        delete_run(slurm, profile, read_record(path), out=out)
+        print(f"pod {ns}/{name}: deleted the previous run (--replace)", file=out)
     rendered = render_pod(pod, profile, objects=manifest.objects, services=manifest.services)
-    for w in rendered.warnings:
+    for w in warnings + rendered.warnings:
         print(f"hpkctl: warning: {w}", file=out)
-    if profile.apptainer.pull == "submit":
-        pull_images(images_to_pull(rendered), apptainer=profile.apptainer.binary,
-                    window=profile.apptainer.always_pull_window, timeout=profile.apptainer.pull_timeout, out=out)
-    root = write_pod_dir(rendered, pod_json=json.dumps(pod, indent=2).encode())
+    rec = RunRecord(name=name, namespace=ns, uid=pod["metadata"]["uid"], job_id="",
+                    pod_dir=rendered.plan.pod_dir, site=profile.name, submitted=time.time(),
+                    state=SUBMITTING, pid=os.getpid())
+    create_record(profile, rec)  # exclusive: a concurrent run of this name stops here
+    try:
+        if profile.apptainer.pull == "submit":
+            pull_images(images_to_pull(rendered), apptainer=profile.apptainer.binary,
+                        window=profile.apptainer.always_pull_window, timeout=profile.apptainer.pull_timeout,
+                        out=out)
+        write_pod_dir(rendered, pod_json=json.dumps(pod, indent=2).encode())
+    except BaseException:
+        _discard(profile, rec)
+        raise
+    return PreparedRun(profile=profile, record=rec, rendered=rendered, manifest_path=manifest_path)
+
+
+def submit_prepared(slurm: Slurm, prep: PreparedRun) -> RunRecord:
+    """``sbatch`` the prepared pod and write the job id into its record.
+
+    Run this with signals deferred (:meth:`hpkctl.local.signals.Interrupts.deferred`): between
+    ``sbatch`` and the record there is a job only this process knows. A refusal removes the record
+    and the pod directory; a Slurm timeout keeps both (the job may exist, and carries the pod's uid
+    in its comment); a record that cannot be written, or was deleted meanwhile, cancels the job.
+    """
+    profile, rec = prep.profile, prep.record
+    root = Path(rec.pod_dir)
     try:
         job_id = slurm.submit(root / "job" / "job.sh", workdir=root)
+    except SlurmTimeout as exc:
+        exc.hint = (f"{exc.hint}; the job may have been created: 'hpkctl status {rec.name} -n {rec.namespace} "
+                    f"--site {profile.name}' looks for it (uid {rec.uid}), 'hpkctl delete' cancels it")
+        raise
     except SubmitError as exc:
-        shutil.rmtree(root, ignore_errors=True)  # nothing was submitted: leave nothing behind
-        exc.hint = pod_submit_hint(exc, manifest=manifest_path, site=profile.name)
+        _discard(profile, rec)  # nothing was submitted: leave nothing behind
+        exc.hint = pod_submit_hint(exc, manifest=prep.manifest_path, site=profile.name)
         raise
     except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
+        _discard(profile, rec)
         raise
-    rec = RunRecord(name=name, namespace=namespace, uid=pod["metadata"]["uid"], job_id=job_id,
-                    pod_dir=os.fspath(root), site=profile.name, submitted=time.time())
-    save_record(profile, rec)
-    return rec, rendered
+    try:
+        current = read_record(record_path(profile, rec.namespace, rec.name))
+    except (OSError, ValueError, TypeError):
+        current = None
+    try:
+        if current is None or current.uid != rec.uid:
+            raise HpkError(f"pod {rec.namespace}/{rec.name} was deleted while it was being submitted")
+        rec.job_id, rec.state = job_id, SUBMITTED
+        save_record(profile, rec)
+    except BaseException:
+        slurm.cancel(job_id)  # a job no record names would be one nobody sees
+        if current is not None and current.uid == rec.uid:
+            _discard(profile, rec)
+        elif owns_pod_dir(profile, rec):
+            shutil.rmtree(rec.pod_dir, ignore_errors=True)
+        raise
+    return rec
+
+
+def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None = None,
+               namespace: str | None = None, replace: bool = False,
+               out: TextIO = sys.stderr) -> tuple[RunRecord, RenderedPod]:
+    """Render, write the pod directory, submit. Returns the run record and the rendered pod."""
+    slurm = Slurm(profile.slurm)
+    prep = prepare_run(profile, manifest_path, pod_name=pod_name, namespace=namespace, replace=replace,
+                       slurm=slurm, out=out)
+    return submit_prepared(slurm, prep), prep.rendered
+
+
+__all__ = ["PreparedRun", "ended", "job_states", "pod_status", "prepare_run", "resolve_namespace", "submit_pod",
+           "submit_prepared"]

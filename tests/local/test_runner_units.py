@@ -35,7 +35,7 @@ def test_failed_submission_leaves_no_pod_directory(fp, profile: SiteProfile, tmp
         submit_pod(profile, str(manifest), out=io.StringIO())
     assert "partition" in err.value.hint
     assert not list((tmp_path / "state" / "pods").iterdir())
-    assert not (tmp_path / "state" / "runs").exists()
+    assert not list((tmp_path / "state" / "runs").rglob("*.json")), "a record of a run that submitted nothing"
 
 
 def test_following_survives_a_slurm_hiccup(fp, profile: SiteProfile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -115,7 +115,7 @@ spec:
 ])
 def test_bad_manifests_name_file_and_field(manifest, capsys, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
     path = manifest(text)
-    assert main(["render", "-f", path, "--site", "ci"]) == 2
+    assert main(["render", "-f", path, "--site", "ci"]) == 125
     err = capsys.readouterr().err
     assert message in err and path in err
 
@@ -123,7 +123,7 @@ def test_bad_manifests_name_file_and_field(manifest, capsys, text: str, message:
 def test_pod_level_problem_is_reported_with_reason(manifest, capsys) -> None:  # type: ignore[no-untyped-def]
     text = ("kind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: b, volumeMounts: "
             "[{name: v, mountPath: /v}]}]\n  volumes: [{name: v, nfs: {server: s, path: /}}]\n")
-    assert main(["render", "-f", manifest(text), "--site", "ci"]) == 1
+    assert main(["render", "-f", manifest(text), "--site", "ci"]) == 125  # hpkctl's own error: the pod cannot run as written
     err = capsys.readouterr().err
     assert "UnsupportedVolume" in err and "spec.volumes[0]" in err and "fix:" in err
 

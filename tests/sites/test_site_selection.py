@@ -211,7 +211,7 @@ def test_sites_show_from_config(capsys: pytest.CaptureFixture[str], user_dir: Pa
 
 @pytest.mark.usefixtures("nowhere")
 def test_sites_show_with_nothing_selected_fails(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["sites", "show"]) == 2
+    assert main(["sites", "show"]) == 125
     err = capsys.readouterr().err
     assert err.startswith("hpkctl: error: no site profile selected:")
     assert "export HPK_SITE=NAME" in err
@@ -232,7 +232,7 @@ def test_sites_list_says_what_is_used_here(capsys: pytest.CaptureFixture[str], m
     [["render", "-f", "pod.yaml"], ["run", "-f", "pod.yaml"], ["status"], ["logs", "p"], ["delete", "p"]],
 )
 def test_commands_have_no_default_site(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(argv) == 2
+    assert main(argv) == 125
     assert "hpkctl: error: no site profile selected:" in capsys.readouterr().err
 
 
@@ -243,7 +243,7 @@ def test_render_says_which_profile_it_chose(
     pod = tmp_path / "pod.yaml"
     pod.write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: 00000000-0000-0000-0000-000000000001}\n"
-        "spec:\n  restartPolicy: Never\n  containers: [{name: c, image: busybox, command: [true]}]\n"
+        "spec:\n  restartPolicy: Never\n  containers: [{name: c, image: busybox, command: ['true']}]\n"
     )
     monkeypatch.setenv("HPK_SITE", "ci")
     assert main(["render", "-f", str(pod)]) == 0

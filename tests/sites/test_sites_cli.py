@@ -68,11 +68,11 @@ def test_show_toml_round_trips(name: str, capsys: pytest.CaptureFixture[str], tm
 
 
 def test_show_errors_exit_2(capsys: pytest.CaptureFixture[str], write) -> None:
-    assert main(["sites", "show", "nope"]) == 2
+    assert main(["sites", "show", "nope"]) == 125  # hpkctl's own error (README: exit status)
     err = capsys.readouterr().err
     assert err.startswith("hpkctl: error: unknown site profile 'nope'") and "fix: available: " in err
     write("bad", '[apptainer]\npull = "always"\n')
-    assert main(["sites", "show", "bad"]) == 2
+    assert main(["sites", "show", "bad"]) == 125
     err = capsys.readouterr().err
     assert '[apptainer].pull: expected one of "job", "submit"; got "always"' in err
     assert 'fix: set pull = "job" or "submit" under [apptainer]' in err

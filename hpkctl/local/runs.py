@@ -1,0 +1,176 @@
+"""A run's state as ``hpkctl status`` shows it, how ``delete`` ends it, and ``run``'s exit status.
+
+Everything here takes a :class:`~hpkctl.local.records.RunRecord` and Slurm's view of its job; a
+record whose pod directory vanished, or whose job id was never written (hpkctl killed during
+``sbatch``), still gets a status with a reason, never a traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+from hpkctl.errors import HpkError
+from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm
+from hpkctl.jobs.poll import poll
+from hpkctl.local.records import SUBMITTING, RunRecord, forget_run
+from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
+from hpkctl.sites.schema import SiteProfile
+
+# ---------------------------------------------------------------------------- exit statuses of 'hpkctl run'
+# As `docker run` and `podman run` do: the pod's own exit code, except for these, which say that
+# hpkctl (or the runtime around the container) failed. README.md has the table.
+EXIT_HPKCTL = 125  # hpkctl's own error: usage, invalid manifest or profile, Slurm refused the job
+EXIT_CANNOT_INVOKE = 126  # the container's command cannot be invoked (permission denied)
+EXIT_NOT_FOUND = 127  # the container's command was not found
+EXIT_NO_CODE = 1  # the pod failed without an exit code of its own (cancelled, node lost...)
+
+# Pod failure reasons (status/pod.failed) that mean no container of the pod ever ran: setting the
+# pod up failed (docker run answers 125 for these too: a failed pull, a missing bind source).
+SETUP_REASONS = frozenset({"ErrImagePull", "ErrImageNeverPull", "HostPathCheckFailed", "CreateContainerError",
+                           "PodSetupFailed", "ParentContainerFailed", "PodDirectoryMissing"})
+
+# Pending reasons with which Slurm will never start the job: no node of the partition can hold it,
+# or its limits forbid it (squeue(1), JOB REASON CODES). Slurm 22.05 with EnforcePartLimits=NO
+# (the default) keeps such a job pending for ever instead of refusing it at submission.
+NEVER_STARTS = frozenset({"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
+                          "DependencyNeverSatisfied"})
+
+
+class NeverStarts(HpkError):
+    """Slurm accepted the job but will never start it (``NEVER_STARTS``); ``status`` says why."""
+
+    def __init__(self, rec: RunRecord, status: PodStatus) -> None:
+        reason = status.job.reason if status.job is not None else status.reason
+        super().__init__(f"Slurm will never start job {rec.job_id} of pod {rec.namespace}/{rec.name}: {reason}: "
+                         f"{status.message}",
+                         hint="lower the pod's resources (cpu → --cpus-per-task, memory → --mem) or node count, "
+                              "or choose a partition whose nodes can hold it; 'sinfo -o \"%P %c %m %G %l\"' "
+                              "shows what the partitions offer")
+        self.record = rec
+        self.status = status
+
+
+def ended(job: JobInfo | None) -> bool:
+    """Whether Slurm is done with the job (or has forgotten it)."""
+    return job is None or job.state in TERMINAL_STATES
+
+
+def never_starts(job: JobInfo | None) -> bool:
+    """Whether Slurm keeps the job pending for a reason that waiting cannot clear."""
+    if job is None or job.state != "PENDING":
+        return False
+    if job.reason in NEVER_STARTS:
+        return True
+    # "ReqNodeNotAvail, UnavailableNodes:" with no node after it: no node can ever be chosen
+    head, sep, nodes = job.reason.partition("UnavailableNodes:")
+    return head.startswith("ReqNodeNotAvail") and bool(sep) and not nodes.strip()
+
+
+def job_states(slurm: Slurm, job_ids: list[str]) -> dict[str, JobInfo | None]:
+    """Slurm's view of jobs: one squeue call, then one batched final-state lookup for those that ended.
+    Empty ids (runs still being submitted) are answered ``None`` without asking."""
+    ids = [j for j in dict.fromkeys(job_ids) if j]
+    jobs: dict[str, JobInfo | None] = dict(slurm.query(ids)) if ids else {}
+    gone = [j for j in ids if ended(jobs.get(j))]
+    finals = slurm.finals(gone) if gone else {}
+    out: dict[str, JobInfo | None] = {j: finals.get(j) or jobs.get(j) for j in ids}
+    out.update({j: None for j in job_ids if not j})
+    return out
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    return True
+
+
+def run_status(rec: RunRecord, job: JobInfo | None, *, job_known: bool = True) -> PodStatus:
+    """Status of one run: its status files combined with Slurm's ``job``; a reason for the odd cases."""
+    if rec.state == SUBMITTING and not rec.job_id:
+        if pid_alive(rec.pid):
+            return PodStatus("Pending", "Submitting", f"hpkctl (process {rec.pid}) is submitting the job",
+                             None, None, None, None)
+        return PodStatus("Unknown", "SubmissionUnknown",
+                         f"hpkctl stopped while submitting (no job id was recorded); a job for it, if any, "
+                         f"carries uid {rec.uid} in its comment ('squeue --me --format=\"%i %k\"'); "
+                         f"'hpkctl delete {rec.name} -n {rec.namespace}' forgets the run",
+                         None, None, None, None)
+    try:
+        pod = rec.pod()
+    except (OSError, ValueError):
+        state = f"Slurm job {rec.job_id} is {job.state}" if job else f"Slurm no longer knows job {rec.job_id}"
+        return PodStatus("Unknown", "PodDirectoryMissing",
+                         f"the pod directory {rec.pod_dir} is gone (deleted by hand?); {state}; "
+                         f"'hpkctl delete {rec.name} -n {rec.namespace}' cancels the job and forgets the run",
+                         None, None, job.nodes if job else None, None, [], job)
+    return read_pod_status(rec.dir.root, containers_of(pod), job, job_known=job_known)
+
+
+def pod_status(slurm: Slurm, rec: RunRecord) -> PodStatus:
+    """Status of one run, asking Slurm about its job."""
+    return run_status(rec, job_states(slurm, [rec.job_id])[rec.job_id])
+
+
+def wait_ended(slurm: Slurm, job_id: str, *, timeout: float = 30.0,
+               sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> bool:
+    """Wait (with back-off) until Slurm says the job ended; False if it still runs after ``timeout``."""
+    try:
+        return poll(lambda: True if ended(slurm.query([job_id]).get(job_id)) else None,
+                    timeout=timeout, sleep=sleep, clock=clock)
+    except TimeoutError:
+        return False
+
+
+def delete_run(slurm: Slurm, profile: SiteProfile, rec: RunRecord, *, out: TextIO) -> None:
+    """Cancel the run's job if it is still queued or running, wait for it to end, forget the run."""
+    if rec.state == SUBMITTING and not rec.job_id and pid_alive(rec.pid) and rec.pid != os.getpid():
+        raise HpkError(f"pod {rec.namespace}/{rec.name} is being submitted right now (hpkctl process {rec.pid})",
+                       hint="try again in a moment, once it has a Slurm job")
+    if rec.job_id and not ended(slurm.query([rec.job_id]).get(rec.job_id)):
+        slurm.cancel(rec.job_id)
+        print(f"pod {rec.namespace}/{rec.name}: cancelled Slurm job {rec.job_id}", file=out)
+        wait_ended(slurm, rec.job_id)  # let the job end before its directory goes (KillWait is short)
+    forget_run(profile, rec)
+
+
+def _apptainer_fatal(rec: RunRecord, container: str) -> int | None:
+    """126/127 when the container's log ends with Apptainer's FATAL for a command it could not start."""
+    try:
+        with open(rec.dir.log(container), "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 4096))
+            tail = fh.read().decode("utf-8", "replace").lower()
+    except OSError:
+        return None
+    lines = [ln for ln in tail.splitlines() if ln.strip()]
+    last = lines[-1] if lines else ""
+    if "fatal:" not in last:
+        return None
+    if "executable file not found" in last or "no such file or directory" in last:
+        return EXIT_NOT_FOUND
+    if "permission denied" in last:
+        return EXIT_CANNOT_INVOKE
+    return None
+
+
+def exit_status(rec: RunRecord, st: PodStatus) -> int:
+    """What ``hpkctl run`` exits with for a pod that ended (README.md, "Exit status")."""
+    if st.phase == "Succeeded":
+        return 0
+    if st.reason in SETUP_REASONS:
+        return EXIT_HPKCTL
+    for c in st.containers:
+        if c.state == "terminated" and c.exit_code == 255:
+            fatal = _apptainer_fatal(rec, c.name)
+            if fatal is not None:
+                return fatal
+    code = st.exit_code
+    return code if code is not None and 0 < code < 256 else EXIT_NO_CODE
