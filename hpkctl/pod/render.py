@@ -236,7 +236,9 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "host_aliases": [quote(f"{ip}\t{' '.join(hosts)}") for ip, hosts in plan.host_aliases],
         "dns_mode": plan.dns_mode,
         "resolv_conf": quote(plan.resolv_conf),
-        "subdirs": [words.path(s) for c in plan.containers for s in c.subdirs],
+        "subpaths": [{"root": words.path(b.root), "path": words.path(b.source), "create": int(b.source in c.subdirs),
+                      "what": quote(f"container {c.name}: volumeMount {b.dest}")}
+                     for c in plan.containers for b in c.binds if b.root],
         "images": [_image_args(words, img, sif, pol) for img, sif, pol in plan.images],
         "hostpath_checks": [{"path": quote(h.path), "type": quote(h.type), "volume": quote(h.volume)}
                             for h in plan.volumes.hostpath_checks],

@@ -22,7 +22,7 @@ from hpkctl.pod.env import field_value
 from hpkctl.pod.expansion import expand
 from hpkctl.pod.quantity import parse_quantity
 from hpkctl.pod.resources import PodResources, resource_field
-from hpkctl.pod.shell import Value, concat, is_static, literal, static_text
+from hpkctl.pod.shell import Value, concat, has_secret, is_static, literal, static_text
 
 HOSTPATH_TYPES = ("", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice", "BlockDevice")
 CLUSTER_CA_CONFIGMAP = "kube-root-ca.crt"
@@ -61,6 +61,7 @@ class Bind:
     source: Value
     dest: str
     read_only: bool
+    root: str = ""  # the volume's directory when subPath/subPathExpr picks a path in it (checked by the job)
 
 
 @dataclass
@@ -262,7 +263,7 @@ def container_binds(ctx: Ctx, plan: VolumePlan, container: Mapping[str, Any], *,
             sub = literal(_relative(mount["subPath"], where=f"{mw}.subPath"))
         elif mount.get("subPathExpr"):
             sub = expand(mount["subPathExpr"], env)
-            if is_static(sub):
+            if is_static(sub) and not has_secret(sub):
                 sub = literal(_relative(static_text(sub), where=f"{mw}.subPathExpr"))
         if sub:
             source = concat(literal(host + "/"), sub)
@@ -271,5 +272,5 @@ def container_binds(ctx: Ctx, plan: VolumePlan, container: Mapping[str, Any], *,
         if is_static(source):
             _check_path(static_text(source), where=f"{mw}.subPath")
         ro = bool(mount.get("readOnly")) or kind in _READ_ONLY_KINDS or intrinsic_ro
-        binds.append(Bind(source, dest, ro))
+        binds.append(Bind(source, dest, ro, root=host if sub else ""))
     return binds, subdirs

@@ -96,8 +96,8 @@ hpk_pod_setup() {
 search default.svc.cluster.local svc.cluster.local cluster.local
 options ndots:5
 ' >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
-  hpk_mkdir /srv/data/sub/dir subPath
-  hpk_mkdir "$HPK_POD_DIR"/volumes/scratch/nested/x subPath
+  hpk_subpath /srv/data /srv/data/sub/dir 1 'container app: volumeMount /data-sub'
+  hpk_subpath "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr'
   hpk_image /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif docker://docker.io/library/debian:bookworm IfNotPresent
   hpk_watch_sizes "$$" &
 }
@@ -157,6 +157,20 @@ hpk_hostpath() {
 # hpk_mkdir PATH VOLUME: create a volume's directory (emptyDir, PVC, subPath).
 hpk_mkdir() {
   mkdir -p -- "$1" || hpk_fail CreateContainerError "cannot create the directory of volume $2 at $1"
+}
+
+# hpk_subpath ROOT PATH CREATE WHAT: a volumeMount's subPath or subPathExpr, expanded and with
+# symlinks resolved, must stay inside its volume (Kubernetes' rule); CREATE=1 makes the directory.
+hpk_subpath() {
+  local root path
+  root=$(realpath -m -- "$1") && path=$(realpath -m -- "$2") \
+    || hpk_fail CreateContainerConfigError "$4: cannot resolve the path $2"
+  case $path/ in
+    "$root"/*) ;;
+    *) hpk_fail CreateContainerConfigError "$4: the subPath resolves to $path, outside its volume $root" ;;
+  esac
+  [ "$3" = 1 ] || return 0
+  mkdir -p -- "$2" || hpk_fail CreateContainerError "$4: cannot create the directory $2"
 }
 
 # hpk_fresh SIF: the cached image is younger than HPK_ALWAYS_PULL_WINDOW seconds.

@@ -117,6 +117,20 @@ hpk_mkdir() {
   mkdir -p -- "$1" || hpk_fail CreateContainerError "cannot create the directory of volume $2 at $1"
 }
 
+# hpk_subpath ROOT PATH CREATE WHAT: a volumeMount's subPath or subPathExpr, expanded and with
+# symlinks resolved, must stay inside its volume (Kubernetes' rule); CREATE=1 makes the directory.
+hpk_subpath() {
+  local root path
+  root=$(realpath -m -- "$1") && path=$(realpath -m -- "$2") \
+    || hpk_fail CreateContainerConfigError "$4: cannot resolve the path $2"
+  case $path/ in
+    "$root"/*) ;;
+    *) hpk_fail CreateContainerConfigError "$4: the subPath resolves to $path, outside its volume $root" ;;
+  esac
+  [ "$3" = 1 ] || return 0
+  mkdir -p -- "$2" || hpk_fail CreateContainerError "$4: cannot create the directory $2"
+}
+
 # hpk_fresh SIF: the cached image is younger than HPK_ALWAYS_PULL_WINDOW seconds.
 # (Apptainer has no cheap digest check; hpkctl's own pull on the submit host uses the same rule.)
 hpk_fresh() {
