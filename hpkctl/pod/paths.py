@@ -3,8 +3,8 @@
 ``<state_dir>/pods/<uid>/`` belongs to one pod. hpkctl writes ``job/`` and ``env/`` before
 submission; the job writes ``status/``, ``logs/``, ``run/``, ``etc/`` and ``tmp/``. Status files are
 text, one value and a trailing newline, written as temp file + ``mv`` so readers never see half a
-value (DEVELOPERS.md lists what each one means). The job script uses the same names: they are
-handed to the template from here, so the protocol cannot drift between writer and reader.
+value (DEVELOPERS.md lists what each one means). The job script (``sbatch/runtime.sh``) writes
+them under the same names; tests/pod/test_status_protocol.py checks that writer and reader agree.
 """
 
 from __future__ import annotations
@@ -52,21 +52,6 @@ class PodDir:
     # -- relative names, also used by the renderer
     JOB_SCRIPT = "job/job.sh"
     POD_JSON = "job/pod.json"
-    SLURM_OUT = "logs/slurm.out"
-
-    @staticmethod
-    def rel_env_file(container: str) -> str:
-        """The container's static environment (Apptainer ``--env-file``), 0600, written by hpkctl."""
-        return f"env/{container}.env"
-
-    @staticmethod
-    def rel_run_env_file(container: str) -> str:
-        """The env file plus values only the job knows (``status.podIP``), written by the job."""
-        return f"run/{container}.env"
-
-    @staticmethod
-    def rel_pull_credentials(index: int) -> str:
-        return f"env/pull-{index}.cred"
 
     # -- absolute paths for readers
     @property
