@@ -21,6 +21,7 @@ import yaml
 
 from hpkctl.errors import ManifestError
 from hpkctl.pod.objects import StaticObjects
+from hpkctl.pod.validation import describe, validate_object, validate_pod
 
 # libyaml's C parser when present: several times faster for a burst of manifests.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -41,6 +42,22 @@ class Manifest:
     pods: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (description, pod)
     objects: StaticObjects = field(default_factory=StaticObjects)
     services: list[dict[str, Any]] = field(default_factory=list)
+    #: per entry of ``pods``: where it is ("m.yaml: document 2 (Job train)"), the pod's field path
+    #: prefix in that document ("spec.template."), and warnings about the workload's own fields
+    origins: list[tuple[str, str, list[str]]] = field(default_factory=list)
+
+    def origin(self, pod: Mapping[str, Any]) -> tuple[str, str, list[str]]:
+        """Where ``pod`` (one of :attr:`pods`, as :func:`select_pod` returned it) comes from."""
+        for (_, p), origin in zip(self.pods, self.origins):
+            if p is pod:
+                return origin
+        return (self.path, "", [])
+
+
+def _name_of(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -49,6 +66,9 @@ def load_manifest(path: str | Path) -> Manifest:
         text = p.read_text() if str(path) != "-" else sys.stdin.read()
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror}", hint="check the path given to -f") from exc
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                            hint="save the manifest as UTF-8") from exc
     try:
         docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
     except yaml.YAMLError as exc:
@@ -56,44 +76,110 @@ def load_manifest(path: str | Path) -> Manifest:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         raise ManifestError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}",
                             hint="check indentation and quoting at that line") from exc
+    except RecursionError as exc:
+        raise ManifestError(f"{path}: nested too deeply to be a Kubernetes object") from exc
     manifest = Manifest(path=str(path))
-    flat: list[tuple[int, dict[str, Any]]] = []
+    flat: list[tuple[str, str, Any]] = []  # (document label, field prefix, object)
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict):
-            raise ManifestError(f"{path}: document {i + 1} is not a Kubernetes object (a mapping)")
-        if doc.get("kind") == "List" or str(doc.get("kind", "")).endswith("List"):
-            flat += [(i, item) for item in doc.get("items") or []]
-        else:
-            flat.append((i, doc))
-    for i, doc in flat:
+            raise ManifestError(f"{path}: document {i + 1} is not a Kubernetes object (a mapping)",
+                                hint="each YAML document needs kind:, metadata: and spec: keys")
         kind = doc.get("kind")
-        name = (doc.get("metadata") or {}).get("name", "")
-        where = f"{path}: document {i + 1} ({kind} {name!r})"
+        if isinstance(kind, str) and kind.endswith("List"):
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise ManifestError(f"{path}: document {i + 1}: items: must be a list")
+            flat += [(f"document {i + 1}", f"items[{k}].", item) for k, item in enumerate(items)]
+        else:
+            flat.append((f"document {i + 1}", "", doc))
+    for label, at, doc in flat:
+        if not isinstance(doc, dict):
+            raise ManifestError(f"{path}: {label}: {at.rstrip('.')}: not a Kubernetes object (a mapping)")
+        kind = doc.get("kind")
+        name = _name_of(doc)
+        source = f"{path}: {label} ({kind} {name!r})"
         if not kind:
-            raise ManifestError(f"{path}: document {i + 1}: missing 'kind'", hint="add kind: Pod (or Job, Deployment...)")
+            raise ManifestError(f"{path}: {label}: {at}kind: missing", hint="add kind: Pod (or Job, Deployment...)")
+        if not isinstance(kind, str):
+            raise ManifestError(f"{path}: {label}: {at}kind: must be a string, got {describe(kind)}")
         if kind == "Pod":
             manifest.pods.append((f"Pod {name}", doc))
+            manifest.origins.append((source, at, []))
         elif kind in _TEMPLATE_KINDS:
             node: Any = doc
             for key in _TEMPLATE_KINDS[kind]:
-                node = (node or {}).get(key) if isinstance(node, dict) else None
+                node = node.get(key) if isinstance(node, dict) else None
             if not isinstance(node, dict):
-                raise ManifestError(f"{where}: no pod template at {'.'.join(_TEMPLATE_KINDS[kind])}")
+                raise ManifestError(f"{source}: {at}{'.'.join(_TEMPLATE_KINDS[kind])}: no pod template (a mapping)",
+                                    hint=f"a {kind} needs its pod under {'.'.join(_TEMPLATE_KINDS[kind])}")
+            template_at = at + "".join(f"{k}." for k in _TEMPLATE_KINDS[kind])
             manifest.pods.append((f"{kind} {name}", _pod_from_template(doc, node, kind=kind)))
+            manifest.origins.append((source, template_at, workload_warnings(doc, kind=kind, at=at)))
         elif kind in ("ConfigMap", "Secret"):
+            validate_object(doc, source=source)
             manifest.objects.add(doc)
         elif kind == "Service":
+            validate_object(doc, source=source)
             manifest.services.append(doc)
     return manifest
 
 
+#: Workload fields hpkctl does not act on: (kind, path below the object, when to warn, why).
+_WORKLOAD_FIELDS: tuple[tuple[tuple[str, ...], tuple[str, ...], Any, str], ...] = (
+    (("Job",), ("spec", "backoffLimit"), None, "a failed pod is not retried as a new pod"),
+    (("Job",), ("spec", "backoffLimitPerIndex"), None, "a failed pod is not retried as a new pod"),
+    (("Job",), ("spec", "completions"), 1, "one pod runs, once"),
+    (("Job",), ("spec", "parallelism"), 1, "one pod runs"),
+    (("Job",), ("spec", "completionMode"), "NonIndexed", "one pod runs, without an index"),
+    (("Job",), ("spec", "activeDeadlineSeconds"), None,
+     "the Job's deadline is not applied (the pod's spec.template.spec.activeDeadlineSeconds becomes "
+     "Slurm's --time)"),
+    (("Job",), ("spec", "ttlSecondsAfterFinished"), None, "finished runs stay until 'hpkctl delete'"),
+    (("Job",), ("spec", "podFailurePolicy"), None, "a failed pod is not retried as a new pod"),
+    (("Job",), ("spec", "successPolicy"), None, "the pod's own result counts"),
+    (("Job",), ("spec", "suspend"), False, "the pod is submitted at once"),
+    (("Deployment", "StatefulSet", "ReplicaSet"), ("spec", "replicas"), 1, "exactly one pod runs"),
+    (("CronJob",), ("spec", "schedule"), None, "the pod runs once, now; use scrontab or cron for a schedule"),
+    (("CronJob",), ("spec", "jobTemplate", "spec", "backoffLimit"), None, "a failed pod is not retried as a new pod"),
+    (("CronJob",), ("spec", "jobTemplate", "spec", "completions"), 1, "one pod runs, once"),
+    (("CronJob",), ("spec", "jobTemplate", "spec", "parallelism"), 1, "one pod runs"),
+    (("CronJob",), ("spec", "jobTemplate", "spec", "activeDeadlineSeconds"), None,
+     "the Job's deadline is not applied (the pod's activeDeadlineSeconds becomes Slurm's --time)"),
+    (("DaemonSet",), ("spec",), None, "one pod runs, not one per node"),
+)
+
+
+def workload_warnings(doc: Mapping[str, Any], *, kind: str, at: str = "") -> list[str]:
+    """Warnings for the fields of a Job/Deployment/... that ``hpkctl run`` does not act on."""
+    out = []
+    for kinds, keys, harmless, why in _WORKLOAD_FIELDS:
+        if kind not in kinds:
+            continue
+        node: Any = doc
+        for key in keys:
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is None or (harmless is not None and node == harmless):
+            continue
+        if keys == ("spec",):
+            out.append(f"{kind} {_name_of(doc)!r}: runs as a single pod: {why}")
+        else:
+            out.append(f"{at}{'.'.join(keys)}: {describe(node)} is not honoured: {why}")
+    return out
+
+
 def _pod_from_template(owner: Mapping[str, Any], template: Mapping[str, Any], *, kind: str) -> dict[str, Any]:
-    meta = dict(template.get("metadata") or {})
-    owner_meta = owner.get("metadata") or {}
-    meta.setdefault("name", owner_meta.get("name", "pod"))
-    meta.setdefault("namespace", owner_meta.get("namespace"))
-    spec = dict(template.get("spec") or {})
-    if kind in ("Job", "CronJob") and not spec.get("restartPolicy"):
+    tmeta, tspec = template.get("metadata"), template.get("spec")
+    if tmeta is not None and not isinstance(tmeta, dict):  # left as it is, for validation to name it
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": tmeta, "spec": tspec}
+    meta = dict(tmeta or {})
+    owner_meta = owner.get("metadata")
+    if isinstance(owner_meta, dict):
+        meta.setdefault("name", owner_meta.get("name", "pod"))
+        meta.setdefault("namespace", owner_meta.get("namespace"))
+    else:
+        meta.setdefault("name", "pod")
+    spec: Any = dict(tspec) if isinstance(tspec, dict) else tspec
+    if kind in ("Job", "CronJob") and isinstance(spec, dict) and not spec.get("restartPolicy"):
         spec["restartPolicy"] = "Never"  # the API server requires Never/OnFailure for Job pods
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
@@ -106,12 +192,23 @@ def select_pod(manifest: Manifest, name: str | None = None) -> dict[str, Any]:
         if len(manifest.pods) > 1:
             names = ", ".join(d for d, _ in manifest.pods)
             raise ManifestError(f"{manifest.path}: holds several pods ({names})", hint="choose one with --pod NAME")
-        return manifest.pods[0][1]
+        return _validated(manifest, manifest.pods[0][1])
     for desc, pod in manifest.pods:
-        if (pod.get("metadata") or {}).get("name") == name or desc.split(" ", 1)[1] == name:
-            return pod
+        if _name_of(pod) == name or desc.split(" ", 1)[1] == name:
+            return _validated(manifest, pod)
     raise ManifestError(f"{manifest.path}: no pod named {name!r}",
                         hint="choose one of " + ", ".join(d for d, _ in manifest.pods))
+
+
+def _validated(manifest: Manifest, pod: dict[str, Any]) -> dict[str, Any]:
+    source, at, _ = manifest.origin(pod)
+    validate_pod(pod, source=source, prefix=at)
+    return pod
+
+
+def pod_warnings(manifest: Manifest, pod: Mapping[str, Any]) -> list[str]:
+    """Warnings about the fields of the workload ``pod`` came from (``Job.spec.backoffLimit``...)."""
+    return list(manifest.origin(pod)[2])
 
 
 def _container_defaults(c: dict[str, Any]) -> None:
@@ -167,31 +264,5 @@ def with_api_defaults(pod: Mapping[str, Any], *, namespace: str | None = None, c
 
 
 def validate_pod_shape(pod: Mapping[str, Any], *, source: str) -> None:
-    """Structural checks that the API server would do, with the field named."""
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        raise ManifestError(f"{source}: spec: a pod needs a spec mapping")
-    for key in ("containers", "initContainers", "volumes"):
-        val = spec.get(key)
-        if val is not None and not isinstance(val, list):
-            raise ManifestError(f"{source}: spec.{key}: must be a list", hint=f"write {key}: [ ... ] or a '- ' list")
-    if not spec.get("containers"):
-        raise ManifestError(f"{source}: spec.containers: at least one container is required")
-    for key in ("containers", "initContainers"):
-        for i, c in enumerate(spec.get(key) or []):
-            if not isinstance(c, dict):
-                raise ManifestError(f"{source}: spec.{key}[{i}]: must be a mapping")
-            for req in ("name", "image"):
-                if not c.get(req):
-                    raise ManifestError(f"{source}: spec.{key}[{i}].{req}: required")
-            for lst in ("command", "args"):
-                if c.get(lst) is not None and (not isinstance(c[lst], list) or
-                                               not all(isinstance(a, (str, int, float)) for a in c[lst])):
-                    raise ManifestError(f"{source}: spec.{key}[{i}].{lst}: must be a list of strings",
-                                        hint=f'write {lst}: ["sh", "-c", "..."]')
-            for j, e in enumerate(c.get("env") or []):
-                if not isinstance(e, dict) or not e.get("name"):
-                    raise ManifestError(f"{source}: spec.{key}[{i}].env[{j}].name: required")
-                if "value" in e and e["value"] is not None and not isinstance(e["value"], str):
-                    raise ManifestError(f"{source}: spec.{key}[{i}].env[{j}].value: must be a string",
-                                        hint=f'quote it: value: "{e["value"]}"')
+    """The API server's checks (:func:`hpkctl.pod.validation.validate_pod`), errors naming ``source``."""
+    validate_pod(pod, source=source)

@@ -153,10 +153,7 @@ def container_env(ctx: Ctx, container: Mapping[str, Any], *, where: str, resourc
 
     for i, item in enumerate(container.get("env") or []):
         w = f"{where}.env[{i}]"
-        name = item.get("name", "")
-        if not is_identifier(name):
-            raise PodError("CreateContainerConfigError", f"{w}.name: {name!r} cannot be passed to Apptainer",
-                           hint="use letters, digits and underscores, not starting with a digit")
+        name = item["name"]  # a shell identifier (hpkctl.pod.model: Apptainer's --env-file needs one)
         source = item.get("valueFrom")
         if not source:
             env[name] = expand(str(item.get("value") or ""), lookup())
@@ -168,6 +165,8 @@ def container_env(ctx: Ctx, container: Mapping[str, Any], *, where: str, resourc
 
     for key, val in services.items():
         env.setdefault(key, literal(val))
+    # The container runtime sets HOSTNAME to the pod's hostname, below anything the pod sets.
+    env.setdefault("HOSTNAME", literal(ctx.hostname))
     return env
 
 

@@ -28,10 +28,12 @@ from hpkctl.pod.flags import (
     parse_srun_options,
 )
 from hpkctl.pod.images import ImageRef, parse_image
+from hpkctl.pod.model import Pod
 from hpkctl.pod.objects import ObjectSource, StaticObjects
 from hpkctl.pod.pullsecrets import pull_credentials
 from hpkctl.pod.resources import PodResources, pod_resources
 from hpkctl.pod.shell import Value, is_static, literal, static_text
+from hpkctl.pod.validation import PodValidationError, unhonoured_fields, validate_pod
 from hpkctl.pod.volumes import (
     Bind,
     PvcResolver,
@@ -125,6 +127,19 @@ class PodPlan:
         return list(seen.values())
 
 
+def _validated(pod: Mapping[str, Any]) -> Pod:
+    """The API server's rules (:mod:`hpkctl.pod.validation`), as a pod error with a reason."""
+    meta = pod.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    try:
+        return validate_pod(pod, source=f"pod {name}" if isinstance(name, str) and name else "pod")
+    except PodValidationError as exc:
+        first = exc.problems[0].path if exc.problems else ""
+        reason = ("InvalidVolume" if "volumes[" in first or "volumeMounts[" in first else
+                  "InvalidResources" if ".resources." in first else "InvalidPod")
+        raise PodError(reason, exc.message, hint=exc.hint) from exc
+
+
 def pod_dir_for(profile: SiteProfile, uid: str) -> str:
     return paths.pod_dir_for(posixpath.expanduser(profile.pods.state_dir), uid)
 
@@ -143,23 +158,22 @@ def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSou
              pvc_resolver: PvcResolver | None = None) -> PodPlan:
     """Translate ``pod`` for ``profile``. ``strict=False`` is a dry run (missing objects warn)."""
     pod = dict(pod)
+    model = _validated(pod)
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    if not meta.get("name"):
+    if not model.metadata.name:
         raise PodError("InvalidPod", "metadata.name: a pod needs a name")
     if not meta.get("uid"):
         raise PodError("InvalidPod", "metadata.uid: a pod needs a uid (the API server sets one)")
-    if not spec.get("containers"):
-        raise PodError("InvalidPod", "spec.containers: a pod needs at least one container")
     pdir = pod_dir or pod_dir_for(profile, meta["uid"])
     if not bindable(pdir):
         raise PodError("InvalidPodDirectory", f"pod directory {pdir!r} contains ':', ',' or a line break",
                        hint="choose a [pods].state_dir without those characters in the site profile")
     ctx = Ctx(pod=pod, profile=profile, objects=objects or StaticObjects(), pod_dir=pdir, strict=strict)
+    for warning in unhonoured_fields(pod):
+        ctx.warn(warning)
 
-    restart = spec.get("restartPolicy") or "Always"
-    if restart not in RESTART_POLICIES:
-        raise PodError("InvalidPod", f"spec.restartPolicy: {restart!r} is not one of {', '.join(RESTART_POLICIES)}")
+    restart = model.spec.restart_policy or "Always"
 
     resources = pod_resources(ctx)
     volumes = plan_volumes(ctx, resources, pvc_resolver=pvc_resolver or default_pvc_resolver(
@@ -180,10 +194,6 @@ def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSou
             containers.append(_plan_container(ctx, c, index=i, init=init, where=f"spec.{key}[{i}]",
                                               resources=resources, volumes=volumes, services=svc_env,
                                               pod_sc=pod_sc, restart=restart))
-    names = [c.name for c in containers]
-    dupes = {n for n in names if names.count(n) > 1}
-    if dupes:
-        raise PodError("InvalidPod", f"container names must be unique; repeated: {', '.join(sorted(dupes))}")
     if mpi:
         mains = [c for c in containers if not c.init]
         mains[0].mpi = True
@@ -217,17 +227,13 @@ def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSou
 def _plan_container(ctx: Ctx, c: Mapping[str, Any], *, index: int, init: bool, where: str,
                     resources: PodResources, volumes: VolumePlan, services: Mapping[str, str],
                     pod_sc: Mapping[str, Any], restart: str) -> ContainerPlan:
-    name = c.get("name", "")
-    if not name or not all(ch.isalnum() or ch == "-" for ch in name) or not name.isascii():
-        raise PodError("InvalidPod", f"{where}.name: {name!r} must be a DNS label (lowercase letters, digits, '-')")
+    name = c["name"]  # a DNS label (validated)
     try:
         image = parse_image(c.get("image") or "")
     except ValueError as exc:
         raise PodError("InvalidImageName", f"{where}.image: {exc}",
                        hint="use a reference like busybox:1.36 or ghcr.io/org/app@sha256:...") from exc
-    pull = c.get("imagePullPolicy") or ("Always" if image.tag == "latest" else "IfNotPresent")
-    if pull not in PULL_POLICIES:
-        raise PodError("InvalidPod", f"{where}.imagePullPolicy: {pull!r} is not one of {', '.join(PULL_POLICIES)}")
+    pull = c.get("imagePullPolicy") or ("Always" if image.tag == "latest" else "IfNotPresent")  # validated
     profile = ctx.profile
     sif = image_sif(profile, image)
 

@@ -128,13 +128,8 @@ def plan_volumes(ctx: Ctx, resources: PodResources, *, pvc_resolver: PvcResolver
             plan.job_dirs.append(JobDir(name, path, kib))
             plan.sources[name] = (kind, path, False)
         elif kind == "hostPath":
-            path = src.get("path", "")
+            path = src["path"]  # absolute, and type one of HOSTPATH_TYPES (hpkctl.pod.model)
             htype = src.get("type") or ""
-            if htype not in HOSTPATH_TYPES:
-                raise PodError("InvalidVolume", f"{where}.hostPath.type: {htype!r} is not a hostPath type",
-                               hint="use one of " + ", ".join(t or '""' for t in HOSTPATH_TYPES))
-            if not path.startswith("/"):
-                raise PodError("InvalidVolume", f"{where}.hostPath.path: {path!r} must be absolute")
             _check_path(path, where=f"{where}.hostPath.path")
             plan.hostpath_checks.append(HostPathCheck(name, path, htype))
             plan.sources[name] = (kind, path, False)
@@ -253,9 +248,7 @@ def container_binds(ctx: Ctx, plan: VolumePlan, container: Mapping[str, Any], *,
         if vname not in plan.sources:
             raise PodError("InvalidVolume", f"{mw}.name: no volume named {vname!r} in spec.volumes")
         kind, host, intrinsic_ro = plan.sources[vname]
-        dest = mount.get("mountPath", "")
-        if not dest.startswith("/"):
-            raise PodError("InvalidVolume", f"{mw}.mountPath: {dest!r} must be absolute")
+        dest = mount["mountPath"]  # absolute (hpkctl.pod.model)
         _check_path(dest, where=f"{mw}.mountPath")
         source: Value = literal(host)
         sub: Value = ()

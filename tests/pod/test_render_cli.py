@@ -107,9 +107,9 @@ spec:
 @pytest.mark.parametrize("text, message", [
     ("kind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c}]}\n", "spec.containers[0].image: required"),
     ("kind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - {name: c, image: b, command: sh -c x}\n",
-     "spec.containers[0].command: must be a list of strings"),
+     "spec.containers[0].command: 'sh -c x': must be a list of strings"),
     ("kind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: b, env: [{name: A, value: 1}]}]\n",
-     "spec.containers[0].env[0].value: must be a string"),
+     "spec.containers[0].env[0].value: 1: must be a string"),
     ("kind: Pod\nmetadata: {name: x}\nspec: {containers: [\n", "not valid YAML"),
     ("kind: Service\nmetadata: {name: x}\n", "no Pod, Job, Deployment"),
 ])

@@ -1,0 +1,484 @@
+"""The typed pod: every field hpkctl reads, with the API server's validation rules.
+
+One model for every way a pod arrives (``hpkctl run``/``render`` from a file, the kubelet from the
+API server). Field names are Kubernetes' (camelCase aliases); unknown fields are allowed, as
+Kubernetes has hundreds, but every field modelled here is typed and checked. The rules follow
+``k8s.io/apimachinery/pkg/util/validation`` and ``k8s.io/kubernetes/pkg/apis/core/validation``;
+where hpkctl is stricter (env var names, absolute ``mountPath``, names of referenced objects) the
+message says why. :func:`hpkctl.pod.validation.validate_pod` turns errors into messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import math
+import re
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from hpkctl.pod.quantity import parse_quantity
+
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+SHELL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+PORT_NAME = re.compile(r"[-a-z0-9]+")
+#: Quantities above this are refused (Kubernetes keeps them in an int64 of milli-units, roughly).
+MAX_QUANTITY = Decimal(2) ** 63
+
+
+def rule(message: str, hint: str = "") -> PydanticCustomError:
+    """A broken rule: ``message`` says what the value must be, ``hint`` how to fix it."""
+    return PydanticCustomError("k8s_rule", message, {"hint": hint} if hint else {})
+
+
+def _checked(check: Callable[[Any], None]) -> AfterValidator:
+    def run(value: Any) -> Any:
+        check(value)
+        return value
+    return AfterValidator(run)
+
+
+def _text(value: str) -> None:
+    if "\0" in value:
+        raise rule("must not contain a NUL byte (no argument, file name or variable can hold one)")
+
+
+def _dns_label(value: str) -> None:
+    if len(value) > 63:
+        raise rule("must be no more than 63 characters (a DNS-1123 label)")
+    if not DNS1123_LABEL.fullmatch(value):
+        raise rule("must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a "
+                   "letter or digit (regex [a-z0-9]([-a-z0-9]*[a-z0-9])?)", "e.g. 'my-name' or 'abc-123'")
+
+
+def _dns_subdomain(value: str) -> None:
+    if len(value) > 253:
+        raise rule("must be no more than 253 characters (a DNS-1123 subdomain)")
+    if not DNS1123_SUBDOMAIN.fullmatch(value):
+        raise rule("must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', each part starting "
+                   "and ending with a letter or digit", "e.g. 'example.com' or 'my-app'")
+
+
+def _port_name(value: str) -> None:
+    if len(value) > 15:
+        raise rule("must be no more than 15 characters (an IANA service name)")
+    if not PORT_NAME.fullmatch(value) or not re.search("[a-z]", value) or "--" in value \
+            or value.startswith("-") or value.endswith("-"):
+        raise rule("must be an IANA service name: lowercase letters, digits and '-', at least one letter, "
+                   "no '--', not starting or ending with '-'", "e.g. 'http' or 'metrics-1'")
+
+
+def _config_key(value: str) -> None:
+    if len(value) > 253:
+        raise rule("must be no more than 253 characters (a ConfigMap/Secret key)")
+    if not CONFIG_KEY.fullmatch(value):
+        raise rule("must be a ConfigMap/Secret key: letters, digits, '-', '_' and '.' (regex [-._a-zA-Z0-9]+)",
+                   "e.g. 'key.name', 'KEY_NAME' or 'key-name'")
+    if value in (".", "..") or value.startswith(".."):
+        raise rule("must not be '.' or '..' and must not start with '..'")
+
+
+def _env_name(value: str) -> None:
+    if not SHELL_IDENTIFIER.fullmatch(value):
+        raise rule("must be letters, digits and '_', not starting with a digit: Apptainer reads the "
+                   "environment as a shell --env-file, which takes no other names (Kubernetes itself allows "
+                   "any printable ASCII but '=')", "rename the variable, e.g. 'MY_VAR'")
+
+
+def _absolute_path(value: str) -> None:
+    if not value.startswith("/"):
+        raise rule("must be an absolute path (starting with '/')", "e.g. '/data'")
+
+
+def _relative_path(value: str) -> None:
+    """``validateLocalDescendingPath``: relative, no ``..`` element."""
+    if value.startswith("/"):
+        raise rule("must be a relative path (not starting with '/')")
+    if ".." in value.split("/"):
+        raise rule("must not contain '..' as a path element (it would leave the volume)")
+
+
+def _item_path(value: str) -> None:
+    """``validateLocalNonReservedPath``: a relative path below the volume, not starting with ``..``."""
+    if not value:
+        raise rule("must not be empty")
+    _relative_path(value)
+    if value.startswith(".."):
+        raise rule("must not start with '..' (reserved for the volume's own files)")
+
+
+def _ip(value: str) -> None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise rule("must be a valid IP address (e.g. 10.9.8.7)") from None
+
+
+def _one_line(value: str) -> None:
+    if any(ch in value for ch in "\n\r\0") or not value.strip() == value or " " in value or "\t" in value:
+        raise rule("must be one word, without spaces or line breaks")
+
+
+def _quantity(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise rule("must be a quantity: a string like '500m', '2', '512Mi' or a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise rule("must be a finite quantity")
+    if (value.strip().startswith("-") if isinstance(value, str) else value < 0):
+        raise rule("must not be negative (resource quantities cannot be)")
+    try:
+        parsed = parse_quantity(value)
+    except (ValueError, ArithmeticError):
+        raise rule("is not a Kubernetes quantity: a number with an optional suffix (m, k, M, G, T, P, E, "
+                   "Ki, Mi, Gi, Ti, Pi, Ei) or exponent", "e.g. '500m', '2', '512Mi', '1Gi', '1e3'") from None
+    if parsed > MAX_QUANTITY:
+        raise rule("is too large for a quantity")
+    return value
+
+
+Text = Annotated[str, _checked(_text)]
+Label = Annotated[str, _checked(_dns_label)]
+Subdomain = Annotated[str, _checked(_dns_subdomain)]
+PortName = Annotated[str, _checked(_port_name)]
+ConfigKey = Annotated[str, _checked(_config_key)]
+EnvName = Annotated[str, _checked(_env_name)]
+AbsolutePath = Annotated[str, _checked(_text), _checked(_absolute_path)]
+RelativePath = Annotated[str, _checked(_text), _checked(_relative_path)]
+ItemPath = Annotated[str, _checked(_text), _checked(_item_path)]
+IP = Annotated[str, _checked(_ip)]
+Word = Annotated[str, _checked(_one_line)]
+#: A quantity as written (string or number); checked against the grammar, never negative.
+Quantity = Annotated[Any, BeforeValidator(_quantity)]
+Mode = Annotated[int, Field(ge=0, le=0o777)]
+
+
+class K8sModel(BaseModel):
+    """Kubernetes' JSON: camelCase names, unknown fields kept (and ignored), modelled ones strict."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, alias_generator=to_camel, strict=True,
+                              frozen=True)
+
+
+# --- metadata ---------------------------------------------------------------------------------------
+class ObjectMeta(K8sModel):
+    name: Subdomain | None = None
+    namespace: Label | None = None
+    uid: Text | None = None
+    labels: dict[str, Text] | None = None
+    annotations: dict[str, Text] | None = None
+
+
+# --- containers ---------------------------------------------------------------------------------------
+class ObjectFieldSelector(K8sModel):
+    field_path: Text
+    api_version: Text | None = None
+
+
+class ResourceFieldSelector(K8sModel):
+    resource: Text
+    container_name: Label | None = None
+    divisor: Quantity | None = None
+
+
+class KeySelector(K8sModel):
+    key: ConfigKey
+    name: Subdomain | None = None
+    optional: bool | None = None
+
+
+class EnvVarSource(K8sModel):
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+    config_map_key_ref: KeySelector | None = None
+    secret_key_ref: KeySelector | None = None
+
+
+class EnvVar(K8sModel):
+    name: EnvName
+    value: Text | None = None
+    value_from: EnvVarSource | None = None
+
+
+class ObjectRef(K8sModel):
+    name: Subdomain | None = None
+    optional: bool | None = None
+
+
+class EnvFromSource(K8sModel):
+    prefix: Text | None = None
+    config_map_ref: ObjectRef | None = None
+    secret_ref: ObjectRef | None = None
+
+
+class ResourceRequirements(K8sModel):
+    requests: dict[str, Quantity] | None = None
+    limits: dict[str, Quantity] | None = None
+
+
+class VolumeMount(K8sModel):
+    name: Label
+    mount_path: AbsolutePath
+    sub_path: RelativePath | None = None
+    sub_path_expr: RelativePath | None = None
+    read_only: bool | None = None
+
+
+class Capabilities(K8sModel):
+    add: list[Text] | None = None
+    drop: list[Text] | None = None
+
+
+class SecurityContext(K8sModel):
+    run_as_user: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    run_as_group: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    run_as_non_root: bool | None = None
+    read_only_root_filesystem: bool | None = None
+    privileged: bool | None = None
+    capabilities: Capabilities | None = None
+
+
+class ContainerPort(K8sModel):
+    container_port: Annotated[int, Field(ge=1, le=65535)]
+    host_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    name: PortName | None = None
+    protocol: Literal["TCP", "UDP", "SCTP"] | None = None
+
+
+class Container(K8sModel):
+    name: Label
+    image: Annotated[Text, Field(min_length=1)]
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    command: list[Text] | None = None
+    args: list[Text] | None = None
+    working_dir: Text | None = None
+    env: list[EnvVar] | None = None
+    env_from: list[EnvFromSource] | None = None
+    resources: ResourceRequirements | None = None
+    volume_mounts: list[VolumeMount] | None = None
+    security_context: SecurityContext | None = None
+    ports: list[ContainerPort] | None = None
+    restart_policy: Literal["Always"] | None = None  # init containers only: a sidecar
+    stdin: bool | None = None
+    stdin_once: bool | None = None
+    tty: bool | None = None
+
+
+# --- volumes --------------------------------------------------------------------------------------------
+class KeyToPath(K8sModel):
+    key: ConfigKey
+    path: ItemPath
+    mode: Mode | None = None
+
+
+class ConfigMapVolume(K8sModel):
+    name: Subdomain | None = None
+    items: list[KeyToPath] | None = None
+    default_mode: Mode | None = None
+    optional: bool | None = None
+
+
+class SecretVolume(K8sModel):
+    secret_name: Subdomain | None = None
+    items: list[KeyToPath] | None = None
+    default_mode: Mode | None = None
+    optional: bool | None = None
+
+
+class DownwardAPIFile(K8sModel):
+    path: ItemPath
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+    mode: Mode | None = None
+
+
+class DownwardAPIVolume(K8sModel):
+    items: list[DownwardAPIFile] | None = None
+    default_mode: Mode | None = None
+
+
+class DownwardAPIProjection(K8sModel):
+    items: list[DownwardAPIFile] | None = None
+
+
+class ServiceAccountTokenProjection(K8sModel):
+    path: ItemPath
+    expiration_seconds: int | None = None
+    audience: Text | None = None
+
+
+class ConfigMapProjection(K8sModel):
+    name: Subdomain | None = None
+    items: list[KeyToPath] | None = None
+    optional: bool | None = None
+
+
+class SecretProjection(K8sModel):
+    name: Subdomain | None = None
+    items: list[KeyToPath] | None = None
+    optional: bool | None = None
+
+
+class VolumeProjection(K8sModel):
+    config_map: ConfigMapProjection | None = None
+    secret: SecretProjection | None = None
+    downward_api: DownwardAPIProjection | None = Field(None, alias="downwardAPI")
+    service_account_token: ServiceAccountTokenProjection | None = None
+
+
+class ProjectedVolume(K8sModel):
+    sources: list[VolumeProjection] | None = None
+    default_mode: Mode | None = None
+
+
+class EmptyDirVolume(K8sModel):
+    medium: Text | None = None
+    size_limit: Quantity | None = None
+
+
+class HostPathVolume(K8sModel):
+    path: AbsolutePath
+    type: Literal["", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice",
+                  "BlockDevice"] | None = None
+
+
+class PVCVolume(K8sModel):
+    claim_name: Subdomain
+    read_only: bool | None = None
+
+
+class Volume(K8sModel):
+    name: Label
+    empty_dir: EmptyDirVolume | None = None
+    host_path: HostPathVolume | None = None
+    persistent_volume_claim: PVCVolume | None = None
+    config_map: ConfigMapVolume | None = None
+    secret: SecretVolume | None = None
+    downward_api: DownwardAPIVolume | None = Field(None, alias="downwardAPI")
+    projected: ProjectedVolume | None = None
+
+
+# --- the pod -------------------------------------------------------------------------------------------
+class PodDNSConfigOption(K8sModel):
+    name: Word | None = None
+    value: Word | None = None
+
+
+class PodDNSConfig(K8sModel):
+    nameservers: Annotated[list[IP], Field(max_length=3)] | None = None
+    searches: Annotated[list[Word], Field(max_length=32)] | None = None
+    options: list[PodDNSConfigOption] | None = None
+
+
+class HostAlias(K8sModel):
+    ip: IP
+    hostnames: list[Subdomain] | None = None
+
+
+class LocalObjectReference(K8sModel):
+    name: Subdomain | None = None
+
+
+class PodSecurityContext(K8sModel):
+    run_as_user: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    run_as_group: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    run_as_non_root: bool | None = None
+    read_only_root_filesystem: bool | None = None  # not in Kubernetes' pod context, but read if given
+    privileged: bool | None = None
+    capabilities: Capabilities | None = None
+
+
+class PodSpec(K8sModel):
+    containers: Annotated[list[Container], Field(min_length=1)]
+    init_containers: list[Container] | None = None
+    volumes: list[Volume] | None = None
+    restart_policy: Literal["Always", "OnFailure", "Never"] | None = None
+    active_deadline_seconds: Annotated[int, Field(ge=1)] | None = None
+    termination_grace_period_seconds: Annotated[int, Field(ge=0)] | None = None
+    hostname: Label | None = None
+    subdomain: Label | None = None
+    dns_policy: Literal["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"] | None = None
+    dns_config: PodDNSConfig | None = None
+    host_aliases: list[HostAlias] | None = None
+    image_pull_secrets: list[LocalObjectReference] | None = None
+    enable_service_links: bool | None = None
+    service_account_name: Subdomain | None = None
+    node_name: Subdomain | None = None
+    security_context: PodSecurityContext | None = None
+
+
+class Pod(K8sModel):
+    metadata: ObjectMeta
+    spec: PodSpec
+
+
+
+
+# --- the objects a pod refers to ------------------------------------------------------------------------
+def _base64(value: str) -> None:
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise rule("must be base64 (Secret data and ConfigMap binaryData are base64-encoded)",
+                   "encode it (base64 -w0), or put plain text under stringData (Secret) or data (ConfigMap)") from None
+
+
+Base64 = Annotated[str, _checked(_base64)]
+
+
+class NamedMeta(K8sModel):
+    name: Subdomain
+    namespace: Label | None = None
+
+
+class ConfigMapObject(K8sModel):
+    metadata: NamedMeta
+    data: dict[ConfigKey, str] | None = None
+    binary_data: dict[ConfigKey, Base64] | None = None
+
+
+class SecretObject(K8sModel):
+    metadata: NamedMeta
+    data: dict[ConfigKey, Base64] | None = None
+    string_data: dict[ConfigKey, str] | None = None
+
+
+
+def _dns1035_label(value: str) -> None:
+    if len(value) > 63 or not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", value):
+        raise rule("must be a DNS-1035 label of at most 63 characters: lowercase letters, digits and '-', starting "
+                   "with a letter and ending with a letter or digit", "e.g. 'my-service'")
+
+
+class ServicePort(K8sModel):
+    port: Annotated[int, Field(ge=1, le=65535)]
+    name: Label | None = None
+    protocol: Literal["TCP", "UDP", "SCTP"] | None = None
+
+
+class ServiceSpec(K8sModel):
+    cluster_ip: Text | None = Field(None, alias="clusterIP")
+    ports: list[ServicePort] | None = None
+
+
+class ServiceMeta(K8sModel):
+    name: Annotated[str, _checked(_dns1035_label)]
+    namespace: Label | None = None
+
+
+class ServiceObject(K8sModel):
+    """A Service of the manifest: its name and ports become service-link variables."""
+
+    metadata: ServiceMeta
+    spec: ServiceSpec | None = None
+
+
+__all__ = ["ConfigMapObject", "Container", "K8sModel", "Pod", "PodSpec", "Quantity", "SecretObject", "ServiceObject",
+           "Volume", "rule"]
