@@ -14,6 +14,14 @@ from hpkctl.errors import HpkError, PodError
 if TYPE_CHECKING:
     from hpkctl.jobs import Slurm
     from hpkctl.local.records import RunRecord
+    from hpkctl.local.runs import Unrecorded
+    from hpkctl.sites import SiteProfile
+
+
+def _profile(args: argparse.Namespace) -> SiteProfile:
+    from hpkctl.sites import load_site
+
+    return load_site(site_of(args))
 
 
 def add_namespace(p: argparse.ArgumentParser, *, default: str | None = "default") -> None:
@@ -130,34 +138,58 @@ def cmd_run(args: argparse.Namespace) -> int:
     return exit_status(rec, st)
 
 
+def _unrecorded(profile: SiteProfile, slurm: Slurm, records: list[RunRecord]) -> list[Unrecorded]:
+    """Jobs of pods no record names (a failed Slurm query is a warning: the records still show)."""
+    from hpkctl.jobs import SlurmError
+    from hpkctl.local.runs import unrecorded_jobs
+
+    try:
+        return unrecorded_jobs(profile, slurm, records)
+    except SlurmError as exc:
+        print(f"hpkctl: warning: cannot list your Slurm jobs to find pods without a record: {exc.message}",
+              file=sys.stderr)
+        return []
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.local.records import all_records, load_record
     from hpkctl.local.runs import job_states, run_status
-    from hpkctl.sites import load_site
 
-    profile = load_site(site_of(args))
+    profile = _profile(args)
+    slurm = Slurm(profile.slurm)
     if args.name and args.all_namespaces:
         raise HpkError("a pod name cannot be given with -A/--all-namespaces", hint="use -n NAMESPACE NAME")
+    everything = all_records(profile)
+    orphans = _unrecorded(profile, slurm, everything)  # first: it may write a job id into a record
     if args.name:
-        records = [load_record(profile, args.name, args.namespace)]
+        orphans = [o for o in orphans if (o.namespace, o.name) == (args.namespace, args.name)]
+        try:
+            records = [load_record(profile, args.name, args.namespace)]
+        except HpkError:
+            if not orphans:
+                raise
+            records = []
     else:
         records = all_records(profile, None if args.all_namespaces else args.namespace)
-    jobs = job_states(Slurm(profile.slurm), [r.job_id for r in records])
-    rows = [(rec, run_status(rec, jobs[rec.job_id])) for rec in records]
+        if not args.all_namespaces:
+            orphans = [o for o in orphans if o.namespace == args.namespace]
+    jobs = job_states(slurm, [r.job_id for r in records])
+    rows = [(r.namespace, r.name, r.job_id, r.uid, r.pod_dir, run_status(r, jobs[r.job_id])) for r in records]
+    rows += [(o.namespace, o.name, o.job.job_id, o.uid, "", o.status()) for o in orphans]
     if args.json:
-        print(json.dumps([{"name": r.name, "namespace": r.namespace, "uid": r.uid, "jobId": r.job_id,
-                           "podDir": r.pod_dir, "status": st.as_k8s()} for r, st in rows], indent=2))
+        print(json.dumps([{"name": name, "namespace": ns, "uid": uid, "jobId": job, "podDir": pod_dir,
+                           "status": st.as_k8s()} for ns, name, job, uid, pod_dir, st in rows], indent=2))
         return 0
     if not rows:
         print("no runs" + ("" if args.all_namespaces else f" in namespace {args.namespace}"))
         return 0
     head = f"{'NAMESPACE':16} " if args.all_namespaces else ""
     print(f"{head}{'NAME':24} {'JOB':>8} {'PHASE':10} {'REASON':18} {'NODE':10} MESSAGE")
-    for rec, st in rows:
+    for ns, name, job, _, _, st in rows:
         msg = st.message if st.phase != "Running" else ""
-        ns = f"{rec.namespace:16} " if args.all_namespaces else ""
-        print(f"{ns}{rec.name:24} {rec.job_id or '-':>8} {st.phase:10} {st.reason or '-':18} {st.node or '-':10} {msg}")
+        col = f"{ns:16} " if args.all_namespaces else ""
+        print(f"{col}{name:24} {job or '-':>8} {st.phase:10} {st.reason or '-':18} {st.node or '-':10} {msg}")
     return 0
 
 
@@ -193,12 +225,26 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
-    from hpkctl.local.records import load_record
-    from hpkctl.local.runs import delete_run
-    from hpkctl.sites import load_site
+    from hpkctl.local.records import all_records, load_record
+    from hpkctl.local.runs import delete_run, wait_ended
 
-    profile = load_site(site_of(args))
-    rec = load_record(profile, args.name, args.namespace)
-    delete_run(Slurm(profile.slurm), profile, rec, out=sys.stderr)
+    profile = _profile(args)
+    slurm = Slurm(profile.slurm)
+    try:
+        rec = load_record(profile, args.name, args.namespace)
+    except HpkError:
+        # no record: a job that still names the pod in its comment is cancelled all the same
+        orphans = [o for o in _unrecorded(profile, slurm, all_records(profile))
+                   if (o.namespace, o.name) == (args.namespace, args.name)]
+        if not orphans:
+            raise
+        for o in orphans:
+            slurm.cancel(o.job.job_id)
+            print(f"pod {o.namespace}/{o.name}: cancelled Slurm job {o.job.job_id} (it had no run record)",
+                  file=sys.stderr)
+            wait_ended(slurm, o.job.job_id)
+        print(f"pod {args.namespace}/{args.name} deleted")
+        return 0
+    delete_run(slurm, profile, rec, out=sys.stderr)
     print(f"pod {rec.namespace}/{rec.name} deleted")
     return 0

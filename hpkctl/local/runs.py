@@ -10,13 +10,15 @@ from __future__ import annotations
 import errno
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TextIO
 
 from hpkctl.errors import HpkError
-from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm
+from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, UserJob
 from hpkctl.jobs.poll import poll
-from hpkctl.local.records import SUBMITTING, RunRecord, forget_run
+from hpkctl.local.records import SUBMITTED, SUBMITTING, RunRecord, forget_run, save_record
+from hpkctl.pod.flags import uid_from_comment
 from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.sites.schema import SiteProfile
 
@@ -134,11 +136,69 @@ def delete_run(slurm: Slurm, profile: SiteProfile, rec: RunRecord, *, out: TextI
     if rec.state == SUBMITTING and not rec.job_id and pid_alive(rec.pid) and rec.pid != os.getpid():
         raise HpkError(f"pod {rec.namespace}/{rec.name} is being submitted right now (hpkctl process {rec.pid})",
                        hint="try again in a moment, once it has a Slurm job")
+    if rec.state == SUBMITTING and not rec.job_id:  # hpkctl stopped during sbatch: a job may carry the uid
+        rec.job_id = next((job.job_id for uid, job in pod_jobs(slurm) if uid == rec.uid), "")
     if rec.job_id and not ended(slurm.query([rec.job_id]).get(rec.job_id)):
         slurm.cancel(rec.job_id)
         print(f"pod {rec.namespace}/{rec.name}: cancelled Slurm job {rec.job_id}", file=out)
         wait_ended(slurm, rec.job_id)  # let the job end before its directory goes (KillWait is short)
     forget_run(profile, rec)
+
+
+# ---------------------------------------------------------------------------- jobs no record names
+
+
+@dataclass(frozen=True)
+class Unrecorded:
+    """A job of this user whose comment names a pod (``hpk-uid=UID hpk-pod=NS/NAME``) no run record has."""
+
+    job: UserJob
+    uid: str
+    namespace: str
+    name: str
+
+    def status(self) -> PodStatus:
+        return PodStatus("Unknown", "RecordMissing",
+                         f"Slurm job {self.job.job_id} ({self.job.state}) carries this pod's uid {self.uid} but no "
+                         f"run record names it; 'hpkctl delete {self.name} -n {self.namespace}' cancels it",
+                         None, None, None, None)
+
+
+def _pod_of_comment(comment: str) -> tuple[str, str]:
+    for word in comment.split()[1:2]:
+        if word.startswith("hpk-pod=") and "/" in word:
+            ns, _, name = word[len("hpk-pod="):].partition("/")
+            return ns, name
+    return "", ""
+
+
+def pod_jobs(slurm: Slurm) -> list[tuple[str, UserJob]]:
+    """(pod uid, job) for every job of this user that Slurm knows and whose comment names a pod."""
+    out = []
+    for job in slurm.user_jobs():
+        uid = uid_from_comment(job.comment)
+        if uid:
+            out.append((uid, job))
+    return out
+
+
+def unrecorded_jobs(profile: SiteProfile, slurm: Slurm, records: Sequence[RunRecord]) -> list[Unrecorded]:
+    """Jobs of pods that no record in ``records`` (all of them, every namespace) names, still queued or
+    running; records stuck in ``submitting`` whose job turns up get its id written in (adopted)."""
+    by_uid = {r.uid: r for r in records}
+    found = []
+    for uid, job in pod_jobs(slurm):
+        rec = by_uid.get(uid)
+        if rec is not None:
+            if rec.state == SUBMITTING and not rec.job_id and not pid_alive(rec.pid):
+                rec.job_id, rec.state = job.job_id, SUBMITTED
+                save_record(profile, rec)
+            continue
+        if job.state in TERMINAL_STATES:
+            continue
+        ns, name = _pod_of_comment(job.comment)
+        found.append(Unrecorded(job=job, uid=uid, namespace=ns, name=name))
+    return found
 
 
 def _apptainer_fatal(rec: RunRecord, container: str) -> int | None:

@@ -34,10 +34,15 @@ def images_to_pull(rendered: RenderedPod) -> list[ImageToPull]:
 FLAGS_ANNOTATION = "slurm-job.hpk.io/flags"
 
 
-def pod_submit_hint(exc: SubmitError, *, manifest: str, site: str) -> str:
+def pod_submit_hint(exc: SubmitError, *, manifest: str, site: str, removed: str = "") -> str:
     """Where a refused sbatch option came from, in the pod's terms, followed by the jobs layer's own
-    hint (which knows Slurm, not pods: "the job's sbatch options", the ``slurm.*`` profile keys)."""
-    show = f"'hpkctl render -f {manifest} --site {site}' shows the #SBATCH lines"
+    hint (which knows Slurm, not pods: "the job's sbatch options", the ``slurm.*`` profile keys).
+
+    Parts of that hint naming ``removed`` (the pod directory, deleted after the refusal, e.g. sbatch's
+    command line to reproduce it) are left out: a hint names only files that still exist; ``render
+    --out`` writes the script again for whoever wants to run sbatch by hand."""
+    show = (f"'hpkctl render -f {manifest} --site {site}' shows the #SBATCH lines "
+            f"(--out DIR writes the pod directory, to try 'sbatch DIR/job/job.sh' by hand)")
     if isinstance(exc, (InvalidPartition, InvalidAccount, InvalidQos)):
         option = {InvalidPartition: "partition", InvalidAccount: "account", InvalidQos: "qos"}[type(exc)]
         where = (f"set --{option}=NAME in the pod's annotation {FLAGS_ANNOTATION} ({manifest}), "
@@ -52,7 +57,8 @@ def pod_submit_hint(exc: SubmitError, *, manifest: str, site: str) -> str:
     else:
         where = (f"the options come from the pod's resources, its annotation {FLAGS_ANNOTATION} ({manifest}) "
                  f"and site profile {site}")
-    return "; ".join(part for part in (where, exc.hint, show) if part)
+    slurm_hint = "; ".join(p for p in exc.hint.split("; ") if not (removed and removed in p))
+    return "; ".join(part for part in (where, slurm_hint, show) if part)
 
 
 def resolve_namespace(pod: dict[str, Any], option: str | None, *, source: str) -> str:
@@ -142,7 +148,7 @@ def submit_prepared(slurm: Slurm, prep: PreparedRun) -> RunRecord:
         raise
     except SubmitError as exc:
         _discard(profile, rec)  # nothing was submitted: leave nothing behind
-        exc.hint = pod_submit_hint(exc, manifest=prep.manifest_path, site=profile.name)
+        exc.hint = pod_submit_hint(exc, manifest=prep.manifest_path, site=profile.name, removed=rec.pod_dir)
         raise
     except BaseException:
         _discard(profile, rec)

@@ -45,10 +45,8 @@ class Ctx:
 
     @property
     def hostname(self) -> str:
-        """The pod's hostname: ``spec.hostname`` or its name cut to a DNS label's 63 characters, without a
-        trailing '-' or '.' (Kubernetes' ``GeneratePodHostnameAndDomain``)."""
-        hostname = self.spec.get("hostname")
-        return hostname if hostname else self.name[:63].rstrip("-.")
+        """The pod's hostname: ``spec.hostname`` or its name, cut to a DNS label's 63 characters."""
+        return (self.spec.get("hostname") or self.name)[:63]
 
     @property
     def node_name(self) -> str:
@@ -62,5 +60,6 @@ class Ctx:
         """A required ConfigMap/Secret (or key) is absent: fatal in a real run, a warning in a dry run."""
         if self.strict:
             raise PodError("CreateContainerConfigError", f"{where}: {what}",
-                           hint="create it (kubectl apply -f) or mark the reference optional: true")
+                           hint="add it to the manifest file as another document (after a '---' line), "
+                                "or mark the reference optional: true")
         self.warn(f"{where}: {what} (dry run: its content is left out)")

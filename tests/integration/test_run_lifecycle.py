@@ -286,3 +286,20 @@ def test_state_directories_and_records_are_private(hpk: Hpk) -> None:
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
     record = state / "runs" / "default" / f"{name}.json"
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
+
+
+def test_a_job_whose_record_is_gone_is_shown_and_can_be_deleted(hpk: Hpk) -> None:
+    name = unique("orphan")
+    r = hpk.run(pod(name, [c("main", "sleep 300")]), extra=("--detach",))
+    assert r.rc == 0, r.output
+    job_id = r.stdout.strip()
+    (hpk.home / ".hpk" / "runs" / "default" / f"{name}.json").unlink()  # lost, however that happened
+    table = hpk.hpkctl("status", "--site", "ci")
+    row = next((ln for ln in table.stdout.splitlines() if ln.split()[:1] == [name]), "")
+    assert job_id in row and "RecordMissing" in row, table.output
+    one = hpk.hpkctl("status", name, "--site", "ci", "--json")
+    assert one.rc == 0 and json.loads(one.stdout)[0]["jobId"] == job_id, one.output
+    d = hpk.hpkctl("delete", name, "--site", "ci")
+    assert d.rc == 0 and f"cancelled Slurm job {job_id} (it had no run record)" in d.stderr, d.output
+    assert jobcomp_states(job_id) == ["CANCELLED"]
+    assert hpk.hpkctl("status", name, "--site", "ci").rc == 125

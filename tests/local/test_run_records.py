@@ -286,3 +286,22 @@ def test_render_out_rewrites_its_own_pod_directory_but_not_a_job_s_traces(tmp_pa
     assert main(["render", "-f", str(manifest), "--site", "ci", "--out", str(out)]) == 125
     assert "a job has run in this pod directory (logs/c.log)" in capsys.readouterr().err
     assert (out / "logs" / "c.log").exists()
+
+
+def test_a_record_stuck_in_submitting_adopts_its_job_and_unrecorded_jobs_are_found(  # type: ignore[no-untyped-def]
+        fp, profile: SiteProfile) -> None:
+    from hpkctl.jobs import Slurm
+    from hpkctl.local.runs import unrecorded_jobs
+
+    stuck = rec(job_id="", state=SUBMITTING, pid=2**22 + 12345, uid="u-stuck")
+    create_record(profile, stuck)
+    fp.register(["/fake/bin/squeue", "--noheader", "--me", fp.any()],
+                stdout="51|RUNNING|hpk-uid=u-stuck hpk-pod=default/p\n"
+                       "52|PENDING|hpk-uid=u-lost hpk-pod=team/lost my own words\n"
+                       "53|COMPLETED|hpk-uid=u-old hpk-pod=team/old\n"
+                       "54|RUNNING|not a pod of hpkctl\n")
+    found = unrecorded_jobs(profile, Slurm(profile.slurm), all_records(profile))
+    assert [(o.job.job_id, o.namespace, o.name, o.uid) for o in found] == [("52", "team", "lost", "u-lost")]
+    assert found[0].status().reason == "RecordMissing"
+    adopted = load_record(profile, "p")
+    assert (adopted.job_id, adopted.state) == ("51", "submitted")

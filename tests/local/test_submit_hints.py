@@ -44,3 +44,18 @@ def test_submit_error_hint_names_the_pod_field_and_the_manifest(  # type: ignore
     assert str(manifest) in hint and f"hpkctl render -f {manifest} --site t" in hint
     for word in words:
         assert word in hint, (word, hint)
+
+
+def test_hint_names_no_file_of_the_removed_pod_directory(fp, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """sbatch's own "reproduce with: sbatch ... <pod dir>/job/job.sh" would name a deleted file."""
+    profile = SiteProfile.model_validate({"name": "t", "slurm": {"bin_dir": "/fake/bin", "use_sacct": "no"},
+                                          "pods": {"state_dir": str(tmp_path / "state")}})
+    fp.register(["/fake/bin/sbatch", fp.any()], returncode=1,
+                stderr="sbatch: error: Batch job submission failed: Something Slurm has never said before\n")
+    manifest = tmp_path / "pod.json"
+    manifest.write_text(json.dumps(POD))
+    with pytest.raises(SubmitError) as err:
+        submit_pod(profile, str(manifest), out=io.StringIO())
+    assert str(tmp_path / "state" / "pods") not in str(err.value), str(err.value)
+    assert not list((tmp_path / "state" / "pods").iterdir())
+    assert f"hpkctl render -f {manifest} --site t" in err.value.hint and "--out DIR" in err.value.hint
