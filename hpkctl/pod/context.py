@@ -45,8 +45,10 @@ class Ctx:
 
     @property
     def hostname(self) -> str:
-        """The pod's hostname: ``spec.hostname`` or its name, cut to a DNS label's 63 characters."""
-        return (self.spec.get("hostname") or self.name)[:63]
+        """The pod's hostname: ``spec.hostname`` or its name cut to a DNS label's 63 characters, without a
+        trailing '-' or '.' (Kubernetes' ``GeneratePodHostnameAndDomain``)."""
+        hostname = self.spec.get("hostname")
+        return hostname if hostname else self.name[:63].rstrip("-.")
 
     @property
     def node_name(self) -> str:
