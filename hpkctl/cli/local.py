@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
@@ -127,6 +128,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         st = settle(slurm, rec)
         _say(result_line(rec, st))
         return exc.exit_status
+    except BrokenPipeError:  # `hpkctl run ... | head`: nobody reads the logs any more, as SIGPIPE would end it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        if rec is not None:
+            _cancel(slurm, rec, "hpkctl: the output was closed")
+        return 128 + signal.SIGPIPE
     except NeverStarts as exc:
         _cancel(slurm, exc.record, "hpkctl: the job can never start")
         wait_ended(slurm, exc.record.job_id, timeout=10)

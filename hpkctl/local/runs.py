@@ -33,7 +33,7 @@ EXIT_NO_CODE = 1  # the pod failed without an exit code of its own (cancelled, n
 # Pod failure reasons (status/pod.failed) that mean no container of the pod ever ran: setting the
 # pod up failed (docker run answers 125 for these too: a failed pull, a missing bind source).
 SETUP_REASONS = frozenset({"ErrImagePull", "ErrImageNeverPull", "HostPathCheckFailed", "CreateContainerError",
-                           "PodSetupFailed", "ParentContainerFailed", "PodDirectoryMissing"})
+                           "PodSetupFailed", "ParentContainerFailed"})
 
 # Pending reasons with which Slurm will never start the job: no node of the partition can hold it,
 # or its limits forbid it (squeue(1), JOB REASON CODES). Slurm 22.05 with EnforcePartLimits=NO

@@ -303,3 +303,17 @@ def test_a_job_whose_record_is_gone_is_shown_and_can_be_deleted(hpk: Hpk) -> Non
     assert d.rc == 0 and f"cancelled Slurm job {job_id} (it had no run record)" in d.stderr, d.output
     assert jobcomp_states(job_id) == ["CANCELLED"]
     assert hpk.hpkctl("status", name, "--site", "ci").rc == 125
+
+
+def test_closed_output_cancels_the_job(hpk: Hpk) -> None:
+    """``hpkctl run ... | head -1``: once nobody reads the logs, the job is cancelled, not left running."""
+    name = unique("pipe")
+    manifest = str(hpk.manifest(pod(name, [c("main", "while true; do echo line; sleep 0.2; done")])))
+    proc = start(hpk, "run", "-f", manifest, "--site", "ci")
+    assert proc.stdout is not None and proc.stdout.readline() == "line\n"
+    proc.stdout.close()
+    proc.wait(timeout=120)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in err, err
+    _assert_cancelled_once(err)

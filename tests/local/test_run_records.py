@@ -305,3 +305,23 @@ def test_a_record_stuck_in_submitting_adopts_its_job_and_unrecorded_jobs_are_fou
     assert found[0].status().reason == "RecordMissing"
     adopted = load_record(profile, "p")
     assert (adopted.job_id, adopted.state) == ("51", "submitted")
+
+
+def test_a_slurm_timeout_during_sbatch_keeps_the_record_for_status_and_delete(tmp_path: Path) -> None:
+    """sbatch killed after its timeout may still have created the job: the run stays visible."""
+    from hpkctl.jobs import SlurmTimeout
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\nsleep 10\n")  # a slurmctld that does not answer
+    (bin_dir / "sbatch").chmod(0o755)
+    profile = SiteProfile.model_validate({"name": "t", "slurm": {"bin_dir": str(bin_dir), "use_sacct": "no",
+                                                                 "command_timeout": 0.5},
+                                          "pods": {"state_dir": str(tmp_path / "state")}})
+    manifest = tmp_path / "pod.json"
+    manifest.write_text(json.dumps(POD))
+    with pytest.raises(SlurmTimeout) as err:
+        submit_pod(profile, str(manifest), out=io.StringIO())
+    assert "hpkctl status p -n default --site t" in err.value.hint
+    kept = load_record(profile, "p")
+    assert (kept.state, kept.job_id) == (SUBMITTING, "") and Path(kept.pod_dir, "job", "job.sh").is_file()
