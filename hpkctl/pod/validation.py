@@ -17,7 +17,8 @@ from typing import Any, NoReturn, TypeVar
 import pydantic
 
 from hpkctl.errors import ManifestError
-from hpkctl.pod.model import ConfigMapObject, Container, K8sModel, Pod, SecretObject, ServiceObject
+from hpkctl.pod.fieldtypes import K8sModel
+from hpkctl.pod.model import ConfigMapObject, Container, Pod, SecretObject, ServiceObject
 from hpkctl.pod.quantity import parse_quantity
 
 M = TypeVar("M", bound=K8sModel)
