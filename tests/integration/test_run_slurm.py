@@ -11,6 +11,7 @@ import random
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -223,9 +224,7 @@ def test_interrupting_hpkctl_run_cancels_the_job(hpk: Hpk) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline() == "up\n"  # the container is running
-    child = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-    python = subprocess.run(["pgrep", "-P", child[0]], capture_output=True, text=True).stdout.split() or child
-    os.kill(int(python[0]), signal.SIGINT)
+    os.kill(_hpkctl_process(proc.pid), signal.SIGINT)  # as Ctrl-C would: hpkctl itself, not a Slurm command it runs
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "cancelling Slurm job" in err and "Cancelled" in err
@@ -233,6 +232,19 @@ def test_interrupting_hpkctl_run_cancels_the_job(hpk: Hpk) -> None:
     q = subprocess.run(["squeue", "--noheader", "--jobs", job_id, "--format=%T"], capture_output=True, text=True)
     assert q.stdout.strip() in ("", "CANCELLED", "COMPLETING")
     assert _jobcomp_state(job_id) == "CANCELLED"  # cancelled, not left to finish or time out
+
+
+def _hpkctl_process(root: int) -> int:
+    """The python process running hpkctl under ``root`` (runuser), never one of its children
+    (a squeue it is running at that moment)."""
+    todo = [root]
+    while todo:
+        pid = todo.pop(0)
+        if Path(f"/proc/{pid}/comm").read_text().strip().startswith("python"):
+            return pid
+        todo += [int(c) for c in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                                                text=True).stdout.split()]
+    raise AssertionError(f"no hpkctl process under {root}")
 
 
 def _jobcomp_state(job_id: str, timeout: float = 30) -> str | None:
