@@ -9,6 +9,7 @@ them under the same names; tests/pod/test_status_protocol.py checks that writer 
 
 from __future__ import annotations
 
+import os
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,13 @@ LAST_FINISHED = "last-finished"
 #: Secret values the script refers to as ``"${HPK_SECRETS[i]}"`` (``$(VAR)`` of a Secret-backed
 #: variable in command/args/workingDir): NUL-separated, 0600, loaded by the job; never in job.sh.
 SECRETS_FILE = "env/secrets"
+
+
+def inside(root: Path, path: Path) -> bool:
+    """Whether ``path``, with ``..`` and every existing symlink resolved, lies in ``root`` (or is it)."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    return real == real_root or real.startswith(real_root + os.sep)
 
 
 def pod_dir_for(state_dir: str, uid: str) -> str:

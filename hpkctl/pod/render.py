@@ -19,7 +19,7 @@ import jinja2
 from hpkctl.pod.flags import sbatch_directive_word
 from hpkctl.pod.images import ImageRef
 from hpkctl.errors import PodError
-from hpkctl.pod.paths import SECRETS_FILE
+from hpkctl.pod.paths import SECRETS_FILE, inside
 from hpkctl.pod.shell import RuntimeRef, SecretText, Shell, Value, concat, env_file_line, literal, quote, shell_word
 from hpkctl.pod.translate import ContainerPlan, PodPlan
 from hpkctl.resources import data_dir
@@ -280,6 +280,23 @@ def _pod_files(plan: PodPlan, rendered: RenderedPod) -> None:
         rendered.files[rel] = (p.data, p.mode)
 
 
+def _write_inside(root: Path, rel: str, data: bytes, mode: int) -> None:
+    """Write one file of the pod directory atomically. Names are validated, but the directory may
+    hold what an earlier job left (a symlink in a volume): the resolved path is checked before
+    anything is created, and no link is followed."""
+    target = root / rel
+    if not inside(root, target):
+        raise PodError("CreateContainerConfigError", f"{rel} would be written outside the pod directory {root}",
+                       hint="remove the symlink or the path from the pod directory, or delete and re-run the pod")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, target)
+
+
 def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Path:
     """Create the pod directory with every file the job expects (before submission).
 
@@ -292,15 +309,9 @@ def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Pa
     for sub in ("job", "env", "logs", "status", "volumes"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o700)
-    for rel, (data, mode) in rendered.files.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+    files = dict(rendered.files)
     if pod_json is not None:
-        (root / "job" / "pod.json").write_bytes(pod_json)
+        files["job/pod.json"] = (pod_json, 0o600)
+    for rel, (data, mode) in files.items():
+        _write_inside(root, rel, data, mode)
     return root
