@@ -19,6 +19,7 @@ from hpkctl.local.records import (SUBMITTED, SUBMITTING, RunExists, RunRecord, c
                                   forget_run, owns_pod_dir, read_record, record_path, save_record)
 from hpkctl.local.runs import delete_run, ended, job_states, pod_status
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir
+from hpkctl.pod.flags import FLAGS_ANNOTATIONS
 from hpkctl.runtime import ImageToPull, pull_images
 from hpkctl.sites import require_submittable
 from hpkctl.sites.schema import SiteProfile
@@ -31,7 +32,7 @@ def images_to_pull(rendered: RenderedPod) -> list[ImageToPull]:
             for image, sif, policy in plan.images]
 
 
-FLAGS_ANNOTATION = "slurm-job.hpk.io/flags"
+FLAGS_ANNOTATION = FLAGS_ANNOTATIONS[0]  # the name hints show; the others are aliases
 
 
 def pod_submit_hint(exc: SubmitError, *, manifest: str, site: str, removed: str = "") -> str:

@@ -7,6 +7,7 @@ reach a script even by mistake.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import shutil
@@ -51,8 +52,9 @@ def _finalize(value: Any) -> Any:
 _ENV: jinja2.Environment | None = None
 
 
+@functools.cache
 def _runtime() -> Shell:
-    """``sbatch/runtime.sh``: the generic part of every job script, plain bash (checked on its own)."""
+    """``sbatch/runtime.sh``: the generic part of every job script, plain bash; read once per process."""
     return Shell((data_dir("sbatch") / "runtime.sh").read_text())
 
 
@@ -71,19 +73,6 @@ def _environment() -> jinja2.Environment:
     return _ENV
 
 
-def _in_pod(plan: PodPlan, value: Value) -> Value:
-    """A path under the pod directory (or its memory directory) as ``"$HPK_POD_DIR"/rel``: the
-    script shows the pod's layout instead of one long absolute path repeated on every line."""
-    if not value or not isinstance(value[0], str):
-        return value
-    head = value[0]
-    roots = sorted(((plan.pod_dir, "HPK_POD_DIR"), (plan.memory_dir, "HPK_MEMORY_DIR")), key=lambda r: -len(r[0]))
-    for root, variable in roots:
-        if head == root or head.startswith(root + "/"):
-            return concat((RuntimeRef(variable),), literal(head[len(root):]), value[1:])
-    return value
-
-
 class ScriptWords:
     """Shell words for one pod's script. Paths in the pod directory read ``"$HPK_POD_DIR"/rel``;
     Secret text never appears: each distinct value becomes ``"${HPK_SECRETS[i]}"``, which the job
@@ -92,9 +81,23 @@ class ScriptWords:
     def __init__(self, plan: PodPlan) -> None:
         self.plan = plan
         self.secrets: list[str] = []
+        # the longer root first, should one ever lie inside the other
+        self._roots = sorted(((plan.pod_dir, "HPK_POD_DIR"), (plan.memory_dir, "HPK_MEMORY_DIR")),
+                             key=lambda r: -len(r[0]))
 
     def word(self, value: Value) -> Shell:
-        return shell_word(self._hide(_in_pod(self.plan, value)))
+        return shell_word(self._hide(self._in_pod(value)))
+
+    def _in_pod(self, value: Value) -> Value:
+        """A path under the pod directory (or its memory directory) as ``"$HPK_POD_DIR"/rel``: the
+        script shows the pod's layout instead of one long absolute path repeated on every line."""
+        if not value or not isinstance(value[0], str):
+            return value
+        head = value[0]
+        for root, variable in self._roots:
+            if head == root or head.startswith(root + "/"):
+                return concat((RuntimeRef(variable),), literal(head[len(root):]), value[1:])
+        return value
 
     def path(self, path: str | Value) -> Shell:
         return self.word(literal(path) if isinstance(path, str) else path)
