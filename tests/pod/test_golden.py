@@ -14,6 +14,7 @@ import pytest
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from hpkctl.pod import render_pod
+from tests.support.ci import REPO
 from tests.support.pods import PODS, load_pod, make_profile
 
 CASES = sorted(p.name for p in PODS.glob("*.yaml"))
@@ -41,10 +42,18 @@ def _render(case: str, mode: str) -> str:
     return rendered.script
 
 
+RUNTIME = (REPO / "sbatch" / "runtime.sh").read_text()
+RUNTIME_MARK = "# <<< sbatch/runtime.sh, pasted here verbatim (checked by test_golden_script) >>>\n"
+
+
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("mode", ["host", "cni"])
 def test_golden_script(case: str, mode: str, snapshot_sh) -> None:  # type: ignore[no-untyped-def]
-    assert _render(case, mode) == snapshot_sh
+    # The golden file holds the pod's own part; the runtime, the same in every script, is reviewed
+    # once as sbatch/runtime.sh and must appear exactly once, byte for byte, where the mark stands.
+    script = _render(case, mode)
+    assert script.count(RUNTIME) == 1
+    assert script.replace(RUNTIME, RUNTIME_MARK) == snapshot_sh
 
 
 def _shellcheck() -> str:
