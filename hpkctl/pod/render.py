@@ -140,9 +140,30 @@ def container_command(words: ScriptWords, c: ContainerPlan) -> Shell:
         # srun sets each rank's SLURM_*/PMI* variables per task; HPK_MPI_ENV (the runtime) hands
         # them to the container.
         lines.append(["srun", *(quote(f) for f in plan.mpi_flags), "/bin/bash", "-c", '"$HPK_MPI_ENV"', "hpk-mpi"])
+    lines += _apptainer_lines(words, c, c.verb)
+    if c.argv:
+        lines.append([words.word(a) for a in c.argv])
+    return Shell(CONTINUE.join(" ".join(line) for line in lines))
+
+
+def container_exec_command(words: ScriptWords, c: ContainerPlan) -> Shell:
+    """``apptainer exec`` of the function's arguments in the container's image, env and mounts.
+
+    What exec probes and lifecycle hooks run. It is a new Apptainer process, not the running one:
+    it shares the pod's network, the container's volumes and its /tmp, but not files written to a
+    writable-tmpfs root (DEVELOPERS.md says so). An MPI container's hooks run once, without srun.
+    """
+    lines = _apptainer_lines(words, c, "exec")
+    lines.append(['"$@"'])
+    return Shell(CONTINUE.join(" ".join(line) for line in lines))
+
+
+def _apptainer_lines(words: ScriptWords, c: ContainerPlan, verb: str) -> list[list[str]]:
+    plan = words.plan
+    lines: list[list[str]] = []
     # --no-eval: without it Apptainer runs injected env values (and run's args) through a shell in
     # the container once more, so `$(...)`, backticks and `$VAR` in a manifest would be executed.
-    lines.append(['"$HPK_APPTAINER"', c.verb, "--cleanenv", "--no-eval", "--no-mount", NO_MOUNT])
+    lines.append(['"$HPK_APPTAINER"', verb, "--cleanenv", "--no-eval", "--no-mount", NO_MOUNT])
     lines += _flag_lines(c.flags)
     lines.append(["--env-file", words.path(posixpath.join(plan.pod_dir, c.run_env_file if c.env_runtime
                                                           else c.env_file))])
@@ -157,9 +178,7 @@ def container_command(words: ScriptWords, c: ContainerPlan) -> Shell:
     if c.workdir:
         lines.append(["--pwd", words.word(c.workdir)])
     lines.append([quote(c.sif)])
-    if c.argv:
-        lines.append([words.word(a) for a in c.argv])
-    return Shell(CONTINUE.join(" ".join(line) for line in lines))
+    return lines
 
 
 def _parent(words: ScriptWords) -> dict[str, Shell]:
@@ -206,6 +225,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
             "function": Shell(f"hpk_{'init' if c.init else 'main'}_{c.index}"),
             "policy": Shell(c.restart_policy),
             "command": container_command(words, c),
+            "exec_command": container_exec_command(words, c) if c.exec_needed else None,
             "env_file": Shell(c.env_file),
             "run_env_file": Shell(c.run_env_file),
             "runtime_env": [(Shell(k), words.word(v)) for k, v in c.env_runtime],

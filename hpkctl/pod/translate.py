@@ -72,6 +72,7 @@ class ContainerPlan:
     workdir: Value
     restart_policy: str
     mpi: bool = False
+    exec_needed: bool = False  # an exec probe or hook: the script gets a <function>_exec too
 
     @property
     def env_file(self) -> str:
@@ -278,7 +279,15 @@ def _plan_container(ctx: Ctx, c: Mapping[str, Any], *, index: int, init: bool, w
         policy = "OnFailure"  # Kubernetes retries failed init containers of Always pods
     return ContainerPlan(name=name, init=init, index=index, image=image, sif=sif, pull_policy=pull, verb=verb,
                          argv=argv, env_static=env_static, env_runtime=env_runtime, binds=binds, subdirs=subdirs,
-                         flags=flags, workdir=workdir, restart_policy=policy)
+                         flags=flags, workdir=workdir, restart_policy=policy, exec_needed=_runs_exec(c))
+
+
+def _runs_exec(c: Mapping[str, Any]) -> bool:
+    """Whether a probe or lifecycle hook of the container runs a command in it."""
+    lifecycle = c.get("lifecycle") or {}
+    handlers = [c.get(p) for p in ("startupProbe", "livenessProbe", "readinessProbe")]
+    handlers += [lifecycle.get("postStart"), lifecycle.get("preStop")]
+    return any(isinstance(h, Mapping) and h.get("exec") is not None for h in handlers)
 
 
 def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list[str], bool]:
