@@ -17,6 +17,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from hpkctl.pod.handlers import Lifecycle
+
 from hpkctl.pod.fieldtypes import (
     IP,
     AbsolutePath,
@@ -122,6 +124,17 @@ class ContainerPort(K8sModel):
     protocol: Literal["TCP", "UDP", "SCTP"] | None = None
 
 
+def _bindable_path(value: str) -> None:
+    if any(ch in value for ch in ":,\n\r"):
+        raise rule("must not contain ':', ',' or a line break (Apptainer's --bind cannot express them)")
+    if len(value) > 4096:
+        raise rule("must be no more than 4096 characters")
+
+
+#: terminationMessagePath: an absolute path the job binds a host file to.
+TerminationMessagePath = Annotated[AbsolutePath, checked(_bindable_path)]
+
+
 class Container(K8sModel):
     name: Label
     image: Annotated[Text, Field(min_length=1)]
@@ -136,6 +149,9 @@ class Container(K8sModel):
     security_context: SecurityContext | None = None
     ports: list[ContainerPort] | None = None
     restart_policy: Literal["Always"] | None = None  # init containers only: a sidecar
+    lifecycle: Lifecycle | None = None
+    termination_message_path: TerminationMessagePath | None = None  # default /dev/termination-log
+    termination_message_policy: Literal["File", "FallbackToLogsOnError"] | None = None
     stdin: bool | None = None
     stdin_once: bool | None = None
     tty: bool | None = None

@@ -18,6 +18,7 @@ import pydantic
 
 from hpkctl.errors import ManifestError
 from hpkctl.pod.fieldtypes import K8sModel
+from hpkctl.pod.handlers import handler_problems
 from hpkctl.pod.model import ConfigMapObject, Container, Pod, SecretObject, ServiceObject
 from hpkctl.pod.quantity import parse_quantity
 
@@ -162,6 +163,7 @@ def _cross_field(model: Pod, raw: Mapping[str, Any], *, prefix: str) -> Iterable
                 yield Problem(f"{where}.restartPolicy", c.restart_policy,
                               "may only be set on init containers (sidecars)", "remove it")
             yield from _container(c, where=where)
+            yield from _lifecycle(c, where=where, grace=_grace(spec.termination_grace_period_seconds))
     volumes: dict[str, int] = {}
     for i, v in enumerate(spec.volumes or []):
         where = f"{at}.volumes[{i}]"
@@ -194,6 +196,23 @@ def _cross_field(model: Pod, raw: Mapping[str, Any], *, prefix: str) -> Iterable
                     yield Problem(f"{at}.{key}[{i}].volumeMounts[{j}].name", m.name,
                                   "not found: no volume of that name in spec.volumes",
                                   "add the volume to spec.volumes or fix the name")
+
+
+def _grace(value: int | None) -> int:
+    return 30 if value is None else value
+
+
+def _lifecycle(c: Container, *, where: str, grace: int) -> Iterable[Problem]:
+    """postStart/preStop: one handler each (exec, httpGet, tcpSocket, sleep), named ports that exist."""
+    if c.lifecycle is None:
+        return
+    ports = [p.name for p in c.ports or [] if p.name]
+    for key, handler in (("postStart", c.lifecycle.post_start), ("preStop", c.lifecycle.pre_stop)):
+        if handler is not None:
+            for path, value, message, hint in handler_problems(
+                    handler, where=f"{where}.lifecycle.{key}", port_names=ports, grace=grace,
+                    allowed=("exec", "http_get", "tcp_socket", "sleep")):
+                yield Problem(path, value, message, hint, missing=value is None)
 
 
 def _container(c: Container, *, where: str) -> Iterable[Problem]:
@@ -242,7 +261,6 @@ _CONTAINER_IGNORED = {
     "livenessProbe": "probes are not run yet",
     "readinessProbe": "probes are not run yet",
     "startupProbe": "probes are not run yet",
-    "lifecycle": "postStart/preStop hooks are not run yet",
     "stdin": "containers get no stdin",
     "stdinOnce": "containers get no stdin",
     "tty": "containers get no terminal",
@@ -290,10 +308,6 @@ def unhonoured_fields(pod: Mapping[str, Any]) -> list[str]:
             value = [t for t in value if not (isinstance(t, dict) and t.get("key") in _DEFAULT_TOLERATIONS)]
         if value not in (None, False, "", [], {}) and (key not in _API_DEFAULTS or value != _API_DEFAULTS[key]):
             out.append(f"spec.{key}: not honoured, ignored: {why}")
-    grace = spec.get("terminationGracePeriodSeconds")
-    if grace not in (None, 30):
-        out.append(f"spec.terminationGracePeriodSeconds: {grace} is not honoured: containers are stopped as "
-                   "Slurm stops the job (KillWait)")
     if spec.get("schedulerName") not in (None, "", "default-scheduler"):
         out.append(f"spec.schedulerName: {spec['schedulerName']!r} is not honoured: Slurm schedules the pod")
     psc = spec.get("securityContext") or {}
@@ -306,9 +320,8 @@ def unhonoured_fields(pod: Mapping[str, Any]) -> list[str]:
             for key, why in _CONTAINER_IGNORED.items():
                 if c.get(key) not in (None, False, {}, []):
                     out.append(f"{where}.{key}: not honoured, ignored: {why}")
-            if group == "initContainers" and c.get("restartPolicy") == "Always":
-                out.append(f"{where}.restartPolicy: Always (a sidecar) is not honoured yet: it runs as an "
-                           "ordinary init container and must exit before the main containers start")
+            if (c.get("lifecycle") or {}).get("stopSignal"):
+                out.append(f"{where}.lifecycle.stopSignal: not honoured, ignored: containers get SIGTERM")
             for j, p in enumerate(c.get("ports") or []):
                 if p.get("hostPort"):
                     out.append(f"{where}.ports[{j}].hostPort: not honoured: the container listens on "
