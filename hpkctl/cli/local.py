@@ -37,6 +37,8 @@ def register(sub: Any) -> None:
     add_site(p)
     add_namespace(p, default=None)
     p.add_argument("--pod", help="which pod template to use when the file holds several")
+    p.add_argument("--now", action="store_true",
+                   help="a CronJob: run its Job once, now (hpkctl runs no schedules; see 'scrontab')")
     p.add_argument("-d", "--detach", action="store_true", help="return once the job is submitted")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the containers' logs")
     p.add_argument("--replace", action="store_true",
@@ -106,18 +108,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         try:
             prep = prepare_run(profile, args.filename, pod_name=args.pod, namespace=args.namespace,
-                               replace=args.replace, slurm=slurm, out=out)
+                               replace=args.replace, slurm=slurm, now=args.now, out=out)
             with interrupts.deferred():
                 rec = submit_prepared(slurm, prep)
         except PodError as exc:
             print(f"hpkctl: pod cannot run: {exc.reason}: {exc}", file=out)
             return EXIT_ERROR
+        what = f"{rec.kind.lower()} {rec.namespace}/{rec.name}"
         if not args.quiet:
-            print(f"pod {rec.namespace}/{rec.name}: submitted as Slurm job {rec.job_id} "
-                  f"(pod directory {rec.pod_dir})", file=out)
+            print(f"{what}: submitted as Slurm job {'array ' if rec.is_array else ''}{rec.job_id} "
+                  f"({'workload' if rec.is_array else 'pod'} directory {rec.pod_dir})", file=out)
         if args.detach:
             print(rec.job_id)
             return 0
+        if rec.is_array:
+            return _follow_array(slurm, rec, quiet=args.quiet)
         st = follow_run(slurm, rec, out=out, log_out=sys.stdout, quiet=args.quiet)
     except Interrupted as exc:
         name = "interrupted" if exc.signum == signal.SIGINT else f"got {exc}"
@@ -144,6 +149,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     return exit_status(rec, st)
 
 
+def _follow_array(slurm: Slurm, rec: RunRecord, *, quiet: bool) -> int:
+    """``hpkctl run`` of a workload: progress until it finished; 0 when every pod succeeded."""
+    from hpkctl.local.arrays import follow_array
+    from hpkctl.local.runs import job_states
+
+    st = follow_array(slurm, rec, lambda ids: job_states(slurm, ids), quiet=quiet)
+    for i in st.indexes:
+        if i.result != "Succeeded" and not quiet:
+            _say(f"  {i.name} (Slurm job {i.job_id}, {i.attempts} run(s)): {i.pod.phase} "
+                 f"{i.pod.reason}: {i.pod.message}".rstrip(": "))
+    why = (f" ({st.reason})" if st.reason else "") + (f": {st.message}" if st.message else "")
+    _say(f"{rec.kind.lower()} {rec.namespace}/{rec.name} (Slurm job array {rec.job_id}): {st.phase}{why}; "
+         f"{st.summary()}")
+    return 0 if st.phase in ("Complete", "Succeeded") else 1
+
+
 def _unrecorded(profile: SiteProfile, slurm: Slurm, records: list[RunRecord]) -> list[Unrecorded]:
     """Jobs of pods no record names (a failed Slurm query is a warning: the records still show)."""
     from hpkctl.jobs import SlurmError
@@ -160,6 +181,7 @@ def _unrecorded(profile: SiteProfile, slurm: Slurm, records: list[RunRecord]) ->
 def cmd_status(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.local.records import all_records, load_record
+    from hpkctl.local.arrays import ArrayStatus, array_status, element_ids
     from hpkctl.local.runs import job_states, run_status
 
     profile = _profile(args)
@@ -180,12 +202,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         records = all_records(profile, None if args.all_namespaces else args.namespace)
         if not args.all_namespaces:
             orphans = [o for o in orphans if o.namespace == args.namespace]
-    jobs = job_states(slurm, [r.job_id for r in records])
-    rows = [(r.namespace, r.name, r.job_id, r.uid, r.pod_dir, run_status(r, jobs[r.job_id])) for r in records]
+    arrays = _array_sizes(records)
+    # one squeue for every pod and every element of every workload
+    jobs = job_states(slurm, [r.job_id for r in records if r.uid not in arrays]
+                      + [j for r in records if r.uid in arrays for j in element_ids(r, arrays[r.uid])])
+    rows: list[tuple[str, str, str, str, str, Any]] = []
+    for r in records:
+        st: Any = array_status(r, jobs) if r.uid in arrays else run_status(r, jobs[r.job_id])
+        rows.append((r.namespace, r.name, r.job_id, r.uid, r.pod_dir, st))
     rows += [(o.namespace, o.name, o.job.job_id, o.uid, "", o.status()) for o in orphans]
     if args.json:
         print(json.dumps([{"name": name, "namespace": ns, "uid": uid, "jobId": job, "podDir": pod_dir,
-                           "status": st.as_k8s()} for ns, name, job, uid, pod_dir, st in rows], indent=2))
+                           "kind": getattr(st, "kind", "Pod"), "status": st.as_k8s()}
+                          for ns, name, job, uid, pod_dir, st in rows], indent=2))
         return 0
     if not rows:
         print("no runs" + ("" if args.all_namespaces else f" in namespace {args.namespace}"))
@@ -193,22 +222,44 @@ def cmd_status(args: argparse.Namespace) -> int:
     head = f"{'NAMESPACE':16} " if args.all_namespaces else ""
     print(f"{head}{'NAME':24} {'JOB':>8} {'PHASE':10} {'REASON':18} {'NODE':10} MESSAGE")
     for ns, name, job, _, _, st in rows:
-        msg = st.message if st.phase != "Running" else ""
         col = f"{ns:16} " if args.all_namespaces else ""
+        if isinstance(st, ArrayStatus):
+            msg = f"{st.kind}: {st.summary()}" + (f"; {st.message}" if st.message else "")
+            print(f"{col}{name:24} {job or '-':>8} {st.phase:10} {st.reason or '-':18} {'-':10} {msg}")
+            for i in st.indexes:
+                p = i.pod
+                pmsg = (p.message if p.phase != "Running" else "") + (f" ({i.attempts} runs)" if i.attempts > 1 else "")
+                print(f"{col}  {i.name:22} {i.job_id.rsplit('_', 1)[-1] if i.job_id else '-':>8} {p.phase:10} "
+                      f"{p.reason or '-':18} {p.node or '-':10} {pmsg.strip()}")
+            continue
+        msg = st.message if st.phase != "Running" else ""
         print(f"{col}{name:24} {job or '-':>8} {st.phase:10} {st.reason or '-':18} {st.node or '-':10} {msg}")
     return 0
+
+
+def _array_sizes(records: list[RunRecord]) -> dict[str, int]:
+    """uid → pods of each workload among ``records`` (one whose directory vanished is shown as a pod)."""
+    from hpkctl.local.arrays import WorkloadFile
+
+    sizes = {}
+    for r in records:
+        if r.is_array:
+            try:
+                sizes[r.uid] = WorkloadFile.read(r.pod_dir).count
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+    return sizes
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.local.follow import follow_logs
-    from hpkctl.local.records import load_record
     from hpkctl.local.runs import job_states, run_status
     from hpkctl.pod.status import containers_of
     from hpkctl.sites import load_site
 
     profile = load_site(site_of(args))
-    rec = load_record(profile, args.name, args.namespace)
+    rec = _pod_record(profile, args.name, args.namespace)
     try:
         names = containers_of(rec.pod())
     except (OSError, ValueError):
@@ -227,6 +278,27 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return 0
     follow_logs(Slurm(profile.slurm), rec, container, out=sys.stdout)
     return 0
+
+
+def _pod_record(profile: SiteProfile, name: str, namespace: str) -> RunRecord:
+    """The run of pod ``name``: its own record, a workload's pod (``train-3``), or a workload's
+    first pod when ``name`` is the workload (as ``kubectl logs job/train`` picks one)."""
+    from hpkctl.local.arrays import find_member, member_record
+    from hpkctl.local.records import all_records, load_record
+
+    try:
+        rec = load_record(profile, name, namespace)
+    except HpkError:
+        member = find_member(all_records(profile, namespace), name, namespace)
+        if member is None:
+            raise
+        return member
+    if rec.is_array:
+        first = member_record(rec, 0)
+        _say(f"{rec.kind.lower()} {namespace}/{name}: showing its pod {first.name} "
+             f"('hpkctl status {name}' lists its pods)")
+        return first
+    return rec
 
 
 def cmd_delete(args: argparse.Namespace) -> int:

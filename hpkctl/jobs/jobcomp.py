@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from hpkctl.jobs.info import JobInfo
-from hpkctl.jobs.parse import parse_jobcomp_line
+from hpkctl.jobs.parse import jobcomp_array_id, parse_jobcomp_line
 
 BLOCK = 64 * 1024
 MAX_SCAN = 64 * 1024 * 1024  # ~130,000 jobs of ~500 bytes each: far older than any job we watch
@@ -59,6 +59,8 @@ def find_many_in_jobcomp(path: Path | str, job_ids: Collection[str], *, max_byte
         if not raw.startswith(b"JobId=") or b" " not in raw:
             continue
         job_id = raw[6 : raw.find(b" ")].decode("ascii", "replace")
+        if b" ArrayTaskId=" in raw:
+            job_id = jobcomp_array_id(raw.decode("utf-8", "replace")) or job_id
         if job_id in wanted and job_id not in found:
             info = parse_jobcomp_line(raw.decode("utf-8", "replace"))
             if info is not None:

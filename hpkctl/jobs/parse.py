@@ -46,6 +46,7 @@ _JOBCOMP = re.compile(
     r"^JobId=(?P<id>\d+) UserId=.*? Name=.*? JobState=(?P<state>\S+) Partition=\S* TimeLimit=\S* "
     r"StartTime=(?P<start>\S*) EndTime=(?P<end>\S*) NodeList=(?P<nodes>\S*) NodeCnt=\d+ "
 )
+_JOBCOMP_ARRAY = re.compile(r" ArrayJobId=(\d+) ArrayTaskId=(\d+) ")
 _JOBCOMP_EXIT = re.compile(r" ExitCode=(?P<exit>\d+:\d+)\s*$")
 
 
@@ -140,6 +141,16 @@ def parse_sacct(text: str, job_id: str) -> JobInfo | None:
     return None
 
 
+def jobcomp_array_id(line: str) -> str | None:
+    """``A_T`` for the line of an array element (``... ArrayJobId=A ArrayTaskId=T ...``), else None.
+
+    Slurm logs an element under its own numeric JobId (the last element even reuses the array's
+    id), so elements are found by these two fields; they follow the free-text WorkDir, so the last
+    occurrence is Slurm's own."""
+    found = _JOBCOMP_ARRAY.findall(line)
+    return f"{found[-1][0]}_{found[-1][1]}" if found else None
+
+
 def parse_jobcomp_line(line: str) -> JobInfo | None:
     """Parse one jobcomp/filetxt line; ``None`` for a line that is not one (or is cut short)."""
     m = _JOBCOMP.match(line)
@@ -148,7 +159,7 @@ def parse_jobcomp_line(line: str) -> JobInfo | None:
         return None
     rc, sig = parse_exit_code(e.group("exit"))
     return JobInfo(
-        job_id=m.group("id"),
+        job_id=jobcomp_array_id(line) or m.group("id"),
         state=base_state(m.group("state")),
         exit_code=rc,
         signal=sig,

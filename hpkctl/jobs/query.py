@@ -33,7 +33,9 @@ def squeue(commands: Commands, job_ids: Iterable[str]) -> dict[str, JobInfo]:
     """Current state of ``job_ids`` from slurmctld (see ``Slurm.query``)."""
     found: dict[str, JobInfo] = {}
     for chunk in chunks(unique_ids(job_ids)):
-        args = ["--noheader", "--all", "--states=all", f"--jobs={','.join(chunk)}", f"--format={SQUEUE_FORMAT}"]
+        # --array: one line per array element, pending ones too (else "123_[0-9%2]" on one line)
+        args = ["--noheader", "--array", "--all", "--states=all", f"--jobs={','.join(chunk)}",
+                f"--format={SQUEUE_FORMAT}"]
         done = commands.run("squeue", args)
         if done.returncode != 0:
             if "invalid job id specified" in done.stderr.lower():

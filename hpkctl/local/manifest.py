@@ -45,6 +45,15 @@ class Manifest:
     #: per entry of ``pods``: where it is ("m.yaml: document 2 (Job train)"), the pod's field path
     #: prefix in that document ("spec.template."), and warnings about the workload's own fields
     origins: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    #: per entry of ``pods``: the workload it is the template of (kind, the whole document), or None
+    owners: list[tuple[str, dict[str, Any]] | None] = field(default_factory=list)
+
+    def owner(self, pod: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """The workload (kind, document) whose template ``pod`` is; None for a Pod."""
+        for (_, p), owner in zip(self.pods, self.owners):
+            if p is pod:
+                return owner
+        return None
 
     def origin(self, pod: Mapping[str, Any]) -> tuple[str, str, list[str]]:
         """Where ``pod`` (one of :attr:`pods`, as :func:`select_pod` returned it) comes from."""
@@ -105,6 +114,7 @@ def load_manifest(path: str | Path) -> Manifest:
         if kind == "Pod":
             manifest.pods.append((f"Pod {name}", doc))
             manifest.origins.append((source, at, []))
+            manifest.owners.append(None)
         elif kind in _TEMPLATE_KINDS:
             node: Any = doc
             for key in _TEMPLATE_KINDS[kind]:
@@ -115,6 +125,7 @@ def load_manifest(path: str | Path) -> Manifest:
             template_at = at + "".join(f"{k}." for k in _TEMPLATE_KINDS[kind])
             manifest.pods.append((f"{kind} {name}", _pod_from_template(doc, node, kind=kind)))
             manifest.origins.append((source, template_at, workload_warnings(doc, kind=kind, at=at)))
+            manifest.owners.append((kind, doc))
         elif kind in ("ConfigMap", "Secret"):
             validate_object(doc, source=source)
             manifest.objects.add(doc)
@@ -125,26 +136,20 @@ def load_manifest(path: str | Path) -> Manifest:
 
 
 #: Workload fields hpkctl does not act on: (kind, path below the object, when to warn, why).
+#: (A Job's completions, parallelism, completionMode, backoff limits and activeDeadlineSeconds and
+#: the replicas of a Deployment, ReplicaSet or StatefulSet are honoured: hpkctl.local.workload.)
 _WORKLOAD_FIELDS: tuple[tuple[tuple[str, ...], tuple[str, ...], Any, str], ...] = (
-    (("Job",), ("spec", "backoffLimit"), None, "a failed pod is not retried as a new pod"),
-    (("Job",), ("spec", "backoffLimitPerIndex"), None, "a failed pod is not retried as a new pod"),
-    (("Job",), ("spec", "completions"), 1, "one pod runs, once"),
-    (("Job",), ("spec", "parallelism"), 1, "one pod runs"),
-    (("Job",), ("spec", "completionMode"), "NonIndexed", "one pod runs, without an index"),
-    (("Job",), ("spec", "activeDeadlineSeconds"), None,
-     "the Job's deadline is not applied (the pod's spec.template.spec.activeDeadlineSeconds becomes "
-     "Slurm's --time)"),
-    (("Job",), ("spec", "ttlSecondsAfterFinished"), None, "finished runs stay until 'hpkctl delete'"),
-    (("Job",), ("spec", "podFailurePolicy"), None, "a failed pod is not retried as a new pod"),
-    (("Job",), ("spec", "successPolicy"), None, "the pod's own result counts"),
-    (("Job",), ("spec", "suspend"), False, "the pod is submitted at once"),
-    (("Deployment", "StatefulSet", "ReplicaSet"), ("spec", "replicas"), 1, "exactly one pod runs"),
-    (("CronJob",), ("spec", "schedule"), None, "the pod runs once, now; use scrontab or cron for a schedule"),
-    (("CronJob",), ("spec", "jobTemplate", "spec", "backoffLimit"), None, "a failed pod is not retried as a new pod"),
-    (("CronJob",), ("spec", "jobTemplate", "spec", "completions"), 1, "one pod runs, once"),
-    (("CronJob",), ("spec", "jobTemplate", "spec", "parallelism"), 1, "one pod runs"),
-    (("CronJob",), ("spec", "jobTemplate", "spec", "activeDeadlineSeconds"), None,
-     "the Job's deadline is not applied (the pod's activeDeadlineSeconds becomes Slurm's --time)"),
+    (("Job", "CronJob"), ("spec", "ttlSecondsAfterFinished"), None, "finished runs stay until 'hpkctl delete'"),
+    (("Job",), ("spec", "podFailurePolicy"), None, "every failed pod counts against the backoff limit"),
+    (("Job",), ("spec", "successPolicy"), None, "the Job succeeds when every index has succeeded"),
+    (("Job",), ("spec", "suspend"), False, "the Job is submitted at once"),
+    (("Job",), ("spec", "podReplacementPolicy"), None, "a failed pod runs again once it has ended"),
+    (("StatefulSet",), ("spec", "podManagementPolicy"), "Parallel",
+     "the pods start together as Slurm schedules them (Parallel), not one after another"),
+    (("StatefulSet",), ("spec", "updateStrategy"), None, "there are no updates: delete and run again"),
+    (("Deployment",), ("spec", "strategy"), None, "there are no updates: delete and run again"),
+    (("CronJob",), ("spec", "jobTemplate", "spec", "podFailurePolicy"), None,
+     "every failed pod counts against the backoff limit"),
     (("DaemonSet",), ("spec",), None, "one pod runs, not one per node"),
 )
 

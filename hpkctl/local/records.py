@@ -53,6 +53,11 @@ class RunRecord:
     submitted: float
     state: str = SUBMITTED
     pid: int = 0  # the hpkctl process that created the record (for a record stuck in 'submitting')
+    kind: str = "Pod"  # or a workload run as a job array (Job, Deployment, ...): hpkctl.local.arrays
+
+    @property
+    def is_array(self) -> bool:
+        return self.kind != "Pod"
 
     @property
     def dir(self) -> PodDir:
@@ -186,9 +191,27 @@ def owns_pod_dir(profile: SiteProfile, rec: RunRecord) -> bool:
     return Path(rec.pod_dir).resolve().parent == pods
 
 
+WORKLOAD_FILE = "job/workload.json"  # in a workload's directory: its rules and pods (hpkctl.local.arrays)
+
+
+def member_dirs(rec: RunRecord) -> list[str]:
+    """The pod directories of a workload's pods (none for a Pod, or when the file is gone)."""
+    if not rec.is_array:
+        return []
+    try:
+        data = json.loads((Path(rec.pod_dir) / WORKLOAD_FILE).read_text())
+        return [str(p["dir"]) for p in data.get("pods", [])]
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
+
+
 def forget_run(profile: SiteProfile, rec: RunRecord) -> None:
     """Remove a run's pod directory and its record (the job must have ended). A pod directory
     outside the profile's ``pods/`` (a hand-edited record) is left alone."""
     if rec.pod_dir and owns_pod_dir(profile, rec):
+        pods = (state_dir(profile) / "pods").resolve()
+        for member in member_dirs(rec):  # a workload's pods
+            if Path(member).resolve().parent == pods:
+                shutil.rmtree(member, ignore_errors=True)
         shutil.rmtree(rec.pod_dir, ignore_errors=True)
     record_path(profile, rec.namespace, rec.name).unlink(missing_ok=True)

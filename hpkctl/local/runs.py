@@ -138,11 +138,31 @@ def delete_run(slurm: Slurm, profile: SiteProfile, rec: RunRecord, *, out: TextI
                        hint="try again in a moment, once it has a Slurm job")
     if rec.state == SUBMITTING and not rec.job_id:  # hpkctl stopped during sbatch: a job may carry the uid
         rec.job_id = next((job.job_id for uid, job in pod_jobs(slurm) if uid == rec.uid), "")
-    if rec.job_id and not ended(slurm.query([rec.job_id]).get(rec.job_id)):
+    if rec.job_id and rec.is_array:
+        _delete_array(slurm, rec, out=out)
+    elif rec.job_id and not ended(slurm.query([rec.job_id]).get(rec.job_id)):
         slurm.cancel(rec.job_id)
         print(f"pod {rec.namespace}/{rec.name}: cancelled Slurm job {rec.job_id}", file=out)
         wait_ended(slurm, rec.job_id)  # let the job end before its directory goes (KillWait is short)
     forget_run(profile, rec)
+
+
+def _delete_array(slurm: Slurm, rec: RunRecord, *, out: TextIO, timeout: float = 30.0) -> None:
+    """Cancel a workload's job array (all its elements) and wait until none of them runs."""
+    from hpkctl.local.arrays import WorkloadFile, element_ids
+
+    try:
+        ids = element_ids(rec, WorkloadFile.read(rec.pod_dir).count)
+    except (OSError, ValueError, TypeError, KeyError):
+        ids = []
+    if ids and all(ended(j) for j in slurm.query(ids).values()):
+        return
+    slurm.cancel(rec.job_id)  # the array's id: every element
+    print(f"{rec.kind.lower()} {rec.namespace}/{rec.name}: cancelled Slurm job array {rec.job_id}", file=out)
+    try:
+        poll(lambda: True if all(ended(j) for j in slurm.query(ids).values()) else None, timeout=timeout)
+    except TimeoutError:
+        pass
 
 
 # ---------------------------------------------------------------------------- jobs no record names

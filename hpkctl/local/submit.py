@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from hpkctl.errors import HpkError, ManifestError
 from hpkctl.jobs import (InvalidAccount, InvalidPartition, InvalidQos, ResourcesUnavailable, Slurm, SlurmTimeout,
                          SubmitError, TimeLimitTooLong)
+from hpkctl.local.arrays import prepare_array, workload_of
 from hpkctl.local.manifest import load_manifest, pod_warnings, select_pod, with_api_defaults
 from hpkctl.local.records import (SUBMITTED, SUBMITTING, RunExists, RunRecord, check_name, create_record,
                                   forget_run, owns_pod_dir, read_record, record_path, save_record)
@@ -90,7 +91,7 @@ def _discard(profile: SiteProfile, rec: RunRecord) -> None:
 
 def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | None = None,
                 namespace: str | None = None, replace: bool = False, slurm: Slurm | None = None,
-                out: TextIO = sys.stderr) -> PreparedRun:
+                now: bool = False, out: TextIO = sys.stderr) -> PreparedRun:
     """Render the pod, create its run record exclusively, write its pod directory; submit nothing.
 
     An existing run of the name is refused (``RunExists``), unless ``replace``: then it is deleted
@@ -101,8 +102,9 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
     manifest = load_manifest(manifest_path)
     pod = select_pod(manifest, pod_name)
     warnings = pod_warnings(manifest, pod)  # select_pod validated it; these are the workload's fields
-    pod = with_api_defaults(pod, namespace=resolve_namespace(pod, namespace, source=manifest_path), create=True)
-    name, ns = pod["metadata"]["name"], pod["metadata"]["namespace"]
+    workload = workload_of(manifest, pod, now=now)
+    ns = resolve_namespace(pod, namespace, source=manifest_path)
+    name = workload.name if workload is not None else pod["metadata"]["name"]
     check_name(name, namespace=ns)
     slurm = slurm or Slurm(profile.slurm)
     path = record_path(profile, ns, name)
@@ -112,8 +114,22 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
                             hint=f"'hpkctl delete {name} -n {ns} --site {profile.name}', or run with --replace")
         delete_run(slurm, profile, read_record(path), out=out)
         print(f"pod {ns}/{name}: deleted the previous run (--replace)", file=out)
+    for w in warnings:
+        print(f"hpkctl: warning: {w}", file=out)
+    if workload is not None:
+        rec, first = prepare_array(profile, manifest, pod, workload, namespace=ns, out=out)
+        try:
+            if profile.apptainer.pull == "submit":
+                pull_images(images_to_pull(first), apptainer=profile.apptainer.binary,
+                            window=profile.apptainer.always_pull_window, timeout=profile.apptainer.pull_timeout,
+                            out=out)
+        except BaseException:
+            _discard(profile, rec)
+            raise
+        return PreparedRun(profile=profile, record=rec, rendered=first, manifest_path=manifest_path)
+    pod = with_api_defaults(pod, namespace=ns, create=True)
     rendered = render_pod(pod, profile, objects=manifest.objects, services=manifest.services)
-    for w in warnings + rendered.warnings:
+    for w in rendered.warnings:
         print(f"hpkctl: warning: {w}", file=out)
     rec = RunRecord(name=name, namespace=ns, uid=pod["metadata"]["uid"], job_id="",
                     pod_dir=rendered.plan.pod_dir, site=profile.name, submitted=time.time(),

@@ -158,7 +158,8 @@ def test_concurrent_commands_each_get_their_own_environment(section, tmp_path) -
 
 def test_one_slurm_shared_by_threads(section, tmp_path) -> None:
     # The kubelet shares one Slurm object between threads: no call sees another's output or env.
-    bin_dir = _fake_bin(tmp_path, "squeue", 'echo "${4#--jobs=}|RUNNING|n1|N/A|N/A|None"\n')
+    bin_dir = _fake_bin(tmp_path, "squeue", 'for a; do case $a in --jobs=*) id=${a#--jobs=} ;; esac; done\n'
+                                            'echo "$id|RUNNING|n1|N/A|N/A|None"\n')
     slurm = Slurm(section(bin_dir=str(bin_dir)), env={"PATH": "/usr/bin:/bin"})
     results: dict[int, list[str]] = {}
 

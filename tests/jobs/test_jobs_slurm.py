@@ -190,6 +190,7 @@ def test_query_one_call_for_many_jobs(fp, section, fixture_text) -> None:
     assert rec.calls[0].args == [
         "/fake/slurm/bin/squeue",
         "--noheader",
+        "--array",  # one line per array element, pending ones too
         "--all",
         "--states=all",
         "--jobs=20,21,12,16,4711",
