@@ -86,8 +86,8 @@ _SUBMIT_HOST = ("sbatch would read a file on the machine that submits, which is 
 SBATCH: dict[str, Spec] = option_table(
     Spec("--account", "-A"),
     Spec("--acctg-freq"),
-    Spec("--array", "-a", refused="one pod is one job (job arrays are not supported yet); "
-                                  "use a Kubernetes Job with completions/parallelism instead"),
+    Spec("--array", "-a", refused="one pod is one job; hpkctl makes the job array itself for a "
+                                  "Kubernetes Job (completions/parallelism) or a Deployment/StatefulSet (replicas)"),
     Spec("--autocomplete", refused=_NOT_A_JOB, since="23.02"),
     Spec("--batch"),  # node features the batch step needs: only where it runs
     Spec("--bb", kind=TEXT),

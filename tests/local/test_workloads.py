@@ -1,0 +1,287 @@
+"""Workloads in ``hpkctl run`` without Slurm: the workload's rules, its pods, the array script's text,
+and the array script's behaviour (retries, backoff limits, deadline) with fake pods and a fake
+``scancel`` (the real-Slurm proof is tests/integration/test_workloads_slurm.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpkctl.errors import ManifestError
+from hpkctl.local.workload import Workload, job_workload, member_pods, replica_workload
+from hpkctl.pod.array import NO_LIMIT, ArrayPlan, array_options, render_array
+from hpkctl.pod.flags import SlurmOption
+from hpkctl.sites import load_site
+
+TEMPLATE = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t"},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36",
+                                                                 "env": [{"name": "A", "value": "1"}]}],
+                     "initContainers": [{"name": "i", "image": "busybox:1.36"}]}}
+
+
+# ------------------------------------------------------------------------------------- the Job's rules
+def test_job_defaults_are_the_api_servers() -> None:
+    w = job_workload({}, name="j", where="f: spec.")
+    assert (w.count, w.parallelism, w.indexed, w.backoff_limit, w.backoff_limit_per_index, w.active_deadline) == \
+        (1, 1, False, 6, None, None)
+
+
+def test_indexed_job() -> None:
+    w = job_workload({"completions": 20, "parallelism": 4, "completionMode": "Indexed", "backoffLimitPerIndex": 1,
+                      "maxFailedIndexes": 2, "activeDeadlineSeconds": 60}, name="j", where="")
+    assert (w.count, w.parallelism, w.indexed, w.backoff_limit, w.backoff_limit_per_index, w.max_failed_indexes,
+            w.active_deadline) == (20, 4, True, None, 1, 2, 60)
+
+
+def test_parallelism_above_completions_is_capped() -> None:
+    assert job_workload({"completions": 2, "parallelism": 8}, name="j", where="").parallelism == 2
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"completionMode": "Indexed"}, "f: spec.completions: required when completionMode is Indexed"),
+    ({"completions": 100001, "completionMode": "Indexed"}, "f: spec.completions: must be less than or equal to 100000"),
+    ({"parallelism": 0}, "f: spec.parallelism: 0 runs no pod"),
+    ({"completions": 0}, "f: spec.completions: 0 runs no pod"),
+    ({"backoffLimit": -1}, "f: spec.backoffLimit: must be greater than or equal to 0, got -1"),
+    ({"backoffLimit": "2"}, "f: spec.backoffLimit: must be an integer, got"),
+    ({"completions": True}, "f: spec.completions: must be an integer"),
+    ({"backoffLimitPerIndex": 1}, "f: spec.backoffLimitPerIndex: requires completionMode: Indexed"),
+    ({"completions": 2, "completionMode": "Indexed", "maxFailedIndexes": 1},
+     "f: spec.maxFailedIndexes: requires backoffLimitPerIndex"),
+    ({"completionMode": "Ordered"}, "f: spec.completionMode: 'Ordered' is not supported"),
+    ({"activeDeadlineSeconds": 0}, "f: spec.activeDeadlineSeconds: must be greater than or equal to 1"),
+])
+def test_job_rules_name_the_field(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(ManifestError) as e:
+        job_workload(spec, name="j", where="f: spec.")
+    assert str(e.value).startswith(message), str(e.value)
+
+
+def test_replicas() -> None:
+    assert replica_workload("Deployment", {}, name="d", where="") is None  # one replica: a plain pod
+    assert replica_workload("Deployment", {"replicas": 1}, name="d", where="") is None
+    w = replica_workload("Deployment", {"replicas": 3}, name="d", where="")
+    assert w is not None and (w.count, w.parallelism, w.retries) == (3, None, False)
+    sts = replica_workload("StatefulSet", {"replicas": 1}, name="s", where="")
+    assert sts is not None and sts.count == 1  # a StatefulSet's pod is s-0 even alone
+    with pytest.raises(ManifestError, match="f: spec.replicas: 0 runs no pod"):
+        replica_workload("Deployment", {"replicas": 0}, name="d", where="f: spec.")
+
+
+# ------------------------------------------------------------------------------------ the workload's pods
+def test_indexed_job_pods() -> None:
+    w = Workload(kind="Job", name="train", count=3, indexed=True)
+    pods = member_pods(w, TEMPLATE, {"spec": {}})
+    assert w.pods == ["train-0", "train-1", "train-2"]
+    p2 = pods[2]
+    assert p2["metadata"]["name"] == "train-2"
+    assert p2["spec"]["hostname"] == "train-2"
+    assert p2["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "2"
+    assert p2["metadata"]["labels"] == {"batch.kubernetes.io/job-name": "train", "job-name": "train",
+                                        "batch.kubernetes.io/job-completion-index": "2"}
+    assert p2["spec"]["containers"][0]["env"] == [{"name": "JOB_COMPLETION_INDEX", "value": "2"},
+                                                  {"name": "A", "value": "1"}]
+    assert p2["spec"]["initContainers"][0]["env"] == [{"name": "JOB_COMPLETION_INDEX", "value": "2"}]
+    assert TEMPLATE["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]  # the template is untouched
+
+
+def test_non_indexed_job_pods_have_no_index() -> None:
+    pods = member_pods(Workload(kind="Job", name="j", count=2), TEMPLATE, {"spec": {}})
+    assert [p["metadata"]["name"] for p in pods] == ["j-0", "j-1"]
+    assert "hostname" not in pods[1]["spec"]
+    assert pods[1]["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+
+
+def test_statefulset_pods_get_stable_names_and_one_claim_per_ordinal() -> None:
+    owner = {"spec": {"serviceName": "db", "volumeClaimTemplates": [{"metadata": {"name": "data"}}]}}
+    pods = member_pods(Workload(kind="StatefulSet", name="pg", count=2), TEMPLATE, owner)
+    p1 = pods[1]
+    assert (p1["metadata"]["name"], p1["spec"]["hostname"], p1["spec"]["subdomain"]) == ("pg-1", "pg-1", "db")
+    assert p1["spec"]["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "data-pg-1"}}]
+    assert p1["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"] == "pg-1"
+    assert pods[0]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "data-pg-0"
+
+
+# ----------------------------------------------------------------------------------------- the script
+def _plan(tmp: Path, n: int, **kw: Any) -> ArrayPlan:
+    profile = load_site("ci")
+    return ArrayPlan(profile=profile, kind="Job", namespace="default", name="train", uid="u-1",
+                     array_dir=str(tmp / "w"), pod_dirs=[str(tmp / f"p{i}") for i in range(n)],
+                     options=[SlurmOption("--job-name", "train-0"), SlurmOption("--time", "10"),
+                              SlurmOption("--output", "/x/slurm.out"), SlurmOption("--mem", "100M")], **kw)
+
+
+def test_array_options_replace_the_pods_own() -> None:
+    plan = _plan(Path("/s"), 20, parallelism=4)
+    assert [(o.name, o.value) for o in array_options(plan)] == [
+        ("--job-name", "train"), ("--output", "/s/w/logs/slurm-%a.out"), ("--chdir", "/s/w"),
+        ("--comment", "hpk-uid=u-1 hpk-pod=default/train"), ("--array", "0-19%4"),
+        ("--time", "10"), ("--mem", "100M")]
+    assert array_options(_plan(Path("/s"), 3, parallelism=3))[4].value == "0-2"  # no %limit when all fit
+
+
+def test_array_script_passes_bash_n_and_shellcheck(tmp_path: Path) -> None:
+    script = tmp_path / "a.sh"
+    plan = _plan(tmp_path, 3, parallelism=2, retries=True, backoff_limit=2)
+    plan.pod_dirs = [f"{tmp_path}/it's $(x) `y`/{i}" for i in range(3)]
+    script.write_text(render_array(plan))
+    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed")
+    r = subprocess.run(["shellcheck", "-s", "bash", str(script)], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0/"), min_size=1,
+               max_size=20))
+def test_pod_directories_reach_the_script_byte_for_byte(tmp_path_factory: pytest.TempPathFactory, part: str) -> None:
+    tmp = tmp_path_factory.mktemp("a")
+    plan = _plan(Path("/s"), 2)
+    plan.pod_dirs = [f"/s/{part}/{i}" for i in range(2)]  # (the array's own directory is an #SBATCH value)
+    script = tmp / "a.sh"
+    script.write_text(render_array(plan).replace("hpk_array_main\n", "") + 'printf "%s\\0" "${HPK_PODS[@]}"\n')
+    out = subprocess.run(["bash", str(script)], capture_output=True, check=True).stdout
+    assert out.decode("utf-8", "surrogateescape").split("\0")[:-1] == plan.pod_dirs
+
+
+# ------------------------------------------------------------------------------ the script's behaviour
+def _fake_pods(tmp: Path, codes: list[str]) -> list[str]:
+    """Pod directories whose job.sh exits with codes[i] (a list "3 3 0" is consumed one per run)."""
+    dirs = []
+    for i, code in enumerate(codes):
+        d = tmp / f"p{i}"
+        (d / "job").mkdir(parents=True)
+        (d / "codes").write_text(code)
+        (d / "job" / "job.sh").write_text(
+            'd=$(dirname "$(dirname "$0")"); read -r -a c <"$d/codes"; rc=${c[0]}; printf "%s " "${c[@]:1}" '
+            '>"$d/codes"; mkdir -p "$d/status"; echo "$rc" >"$d/status/pod.done"; echo run >>"$d/runs"; '
+            'sleep "${HPK_FAKE_SLEEP:-0}"; exit "$rc"\n')
+        dirs.append(str(d))
+    return dirs
+
+
+def _element(tmp: Path, plan: ArrayPlan, index: int, *, env: dict[str, str] | None = None,
+             wait: bool = True) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
+    script = tmp / "array.sh"
+    script.write_text(render_array(plan))
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "$@" >>{tmp}/scancel.log\n')
+    (bin_dir / "scancel").chmod(0o755)
+    full = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": str(index), "SLURM_ARRAY_JOB_ID": "77",
+            "SLURM_JOB_NAME": "train", **(env or {})}
+    if not wait:
+        return subprocess.Popen(["bash", str(script)], env=full, text=True, stderr=subprocess.PIPE)
+    return subprocess.run(["bash", str(script)], env=full, capture_output=True, text=True, check=False, timeout=60)
+
+
+def _status(plan: ArrayPlan, name: str) -> str:
+    return (Path(plan.array_dir) / "status" / name).read_text().strip()
+
+
+def _fast(plan: ArrayPlan) -> ArrayPlan:
+    plan.profile = plan.profile.model_copy(update={"pods": plan.profile.pods.model_copy(
+        update={"restart_backoff": 0, "restart_backoff_max": 0})})
+    return plan
+
+
+def test_backoff_limit_two_gives_three_runs_then_the_job_fails(tmp_path: Path) -> None:
+    plan = _fast(_plan(tmp_path, 1, retries=True, backoff_limit=2))
+    plan.pod_dirs = _fake_pods(tmp_path, ["3 3 3 0"])
+    r = _element(tmp_path, plan, 0)
+    assert r.returncode == 3, r.stderr
+    assert (Path(plan.pod_dirs[0]) / "runs").read_text() == "run\n" * 3
+    assert (_status(plan, "index.0"), _status(plan, "index.0.attempts"), _status(plan, "failures")) == \
+        ("Failed", "3", "3")
+    assert _status(plan, "job.failed") == "BackoffLimitExceeded\nJob has reached the specified backoff limit"
+    assert sorted(os.listdir(Path(plan.pod_dirs[0]) / "attempts")) == ["1", "2"]  # earlier runs kept
+    assert (Path(plan.pod_dirs[0]) / "attempts" / "1" / "status" / "pod.done").read_text() == "3\n"
+    assert not (tmp_path / "scancel.log").exists()  # no other element to cancel
+
+
+def test_a_failed_index_is_run_again_and_succeeds(tmp_path: Path) -> None:
+    plan = _fast(_plan(tmp_path, 2, retries=True, backoff_limit=6))
+    plan.pod_dirs = _fake_pods(tmp_path, ["1 0", "0"])
+    assert _element(tmp_path, plan, 0).returncode == 0
+    assert (_status(plan, "index.0"), _status(plan, "index.0.attempts"), _status(plan, "failures")) == \
+        ("Succeeded", "2", "1")
+    assert not (Path(plan.array_dir) / "status" / "job.failed").exists()
+
+
+def test_the_job_failing_cancels_the_other_elements_only(tmp_path: Path) -> None:
+    plan = _fast(_plan(tmp_path, 4, retries=True, backoff_limit=0))
+    plan.pod_dirs = _fake_pods(tmp_path, ["0", "0", "5", "0"])
+    assert _element(tmp_path, plan, 2).returncode == 5
+    assert (tmp_path / "scancel.log").read_text() == "77_0 77_1 77_3\n"
+    # an element that starts after the Job failed does not run its pod
+    r = _element(tmp_path, plan, 1)
+    assert r.returncode == 1 and "the Job has failed already" in r.stderr
+    assert not (Path(plan.pod_dirs[1]) / "runs").exists()
+
+
+def test_backoff_limit_per_index_and_max_failed_indexes(tmp_path: Path) -> None:
+    plan = _fast(_plan(tmp_path, 3, retries=True, backoff_limit=NO_LIMIT, backoff_limit_per_index=1,
+                       max_failed_indexes=1))
+    plan.pod_dirs = _fake_pods(tmp_path, ["4 4", "4 4", "0"])
+    assert _element(tmp_path, plan, 0).returncode == 4
+    assert (_status(plan, "index.0"), _status(plan, "index.0.attempts")) == ("Failed", "2")
+    assert not (Path(plan.array_dir) / "status" / "job.failed").exists()  # one failed index is allowed
+    assert _element(tmp_path, plan, 1).returncode == 4
+    assert _status(plan, "failed-indexes") == "2"
+    assert _status(plan, "job.failed").startswith("MaxFailedIndexesExceeded\n")
+
+
+def test_deployments_run_each_pod_once(tmp_path: Path) -> None:
+    plan = _fast(_plan(tmp_path, 2, retries=False))
+    plan.pod_dirs = _fake_pods(tmp_path, ["2 0", "0"])
+    assert _element(tmp_path, plan, 0).returncode == 2
+    assert (Path(plan.pod_dirs[0]) / "runs").read_text() == "run\n"
+    assert _status(plan, "index.0") == "Failed"
+
+
+def test_active_deadline_fails_the_job_and_stops_the_running_pod(tmp_path: Path) -> None:
+    plan = _fast(_plan(tmp_path, 2, retries=True, backoff_limit=6, active_deadline=1))
+    plan.pod_dirs = _fake_pods(tmp_path, ["0", "0"])
+    began = time.monotonic()
+    r = _element(tmp_path, plan, 0, env={"HPK_FAKE_SLEEP": "30"})
+    assert time.monotonic() - began < 20  # stopped at the deadline, not after the pod's 30 s
+    assert r.returncode != 0
+    assert _status(plan, "job.failed") == "DeadlineExceeded\nJob was active longer than specified deadline"
+    assert _status(plan, "index.0") == "Failed"
+    assert (tmp_path / "scancel.log").read_text() == "77_1\n"
+
+
+def test_term_is_passed_on_to_the_pod(tmp_path: Path) -> None:
+    plan = _fast(_plan(tmp_path, 1, retries=True, backoff_limit=6))
+    plan.pod_dirs = _fake_pods(tmp_path, ["0"])
+    job = Path(plan.pod_dirs[0]) / "job" / "job.sh"
+    job.write_text('d=$(dirname "$(dirname "$0")"); trap \'echo stopped >"$d/stopped"; exit 143\' TERM\n'
+                   'sleep 30 & wait\n')
+    proc = _element(tmp_path, plan, 0, wait=False)
+    assert isinstance(proc, subprocess.Popen)
+    deadline = time.monotonic() + 10
+    while not (Path(plan.array_dir) / "status" / "index.0.attempts").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.terminate()
+    assert proc.wait(timeout=20) == 143
+    assert (Path(plan.pod_dirs[0]) / "stopped").read_text() == "stopped\n"
+    assert _status(plan, "index.0") == "Failed"  # stopped, not retried
+
+
+def test_outside_an_array_the_script_says_so(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, 2)
+    script = tmp_path / "array.sh"
+    script.write_text(render_array(plan))
+    r = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 2 and "runs as the elements 0-1 of a Slurm job array" in r.stderr
