@@ -1,0 +1,126 @@
+"""Command line of ``ci/standin/kube-apiserver``: state directory, PKI, kubeconfigs, serving.
+
+Starts on loopback, writes the kubeconfigs only once the socket is bound (so their presence
+means the port is known), and saves the object snapshot on SIGTERM/SIGINT so a restart resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import pwd
+import signal
+import socket
+import ssl
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from .api import Api
+from .certs import Pki
+from .handlers import Server
+from .proxy import DEFAULT_ADDRESS_TYPES, KubeletClient
+from .schema import schemas
+from .store import Store
+from .watch import WatchSettings
+
+log = logging.getLogger("kubeapi")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="kube-apiserver", description="Kubernetes API stand-in (tests and demos only)")
+    p.add_argument("--state-dir", required=True, type=Path, help="PKI, kubeconfigs, object snapshot")
+    p.add_argument("--bind-address", default="127.0.0.1")
+    p.add_argument("--secure-port", "--port", dest="port", type=int, default=6443, help="0: any free port")
+    p.add_argument("--node-name", default="hpk", help="the kubelet user's node (kubeconfig, serving cert)")
+    p.add_argument("--kubeconfig-owner", default="", help="user that gets the kubeconfigs and kubelet key (chown)")
+    p.add_argument("--history-size", type=int, default=1000, help="watch events kept for resuming")
+    p.add_argument("--bookmark-interval", type=float, default=60.0, help="seconds between watch BOOKMARKs")
+    p.add_argument("--min-request-timeout", type=float, default=1800.0,
+                   help="watches without timeoutSeconds end after a random time in [T, 2T]")
+    p.add_argument("--kubelet-preferred-address-types", default=",".join(DEFAULT_ADDRESS_TYPES))
+    p.add_argument("--kubelet-certificate-authority", type=Path, default=None)
+    p.add_argument("--no-persist", action="store_true", help="do not load or save the object snapshot")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+def _owner(name: str) -> tuple[int, int] | None:
+    if not name:
+        return None
+    pw = pwd.getpwnam(name)
+    return pw.pw_uid, pw.pw_gid
+
+
+async def serve(args: argparse.Namespace) -> None:
+    state: Path = args.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    os.chmod(state, 0o755)
+    owner = _owner(args.kubeconfig_owner)
+    pki = Pki(state)
+    sock = socket.socket(socket.AF_INET6 if ":" in args.bind_address else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.bind_address, args.port))
+    port = sock.getsockname()[1]
+    host = f"[{args.bind_address}]" if ":" in args.bind_address else args.bind_address
+    server_url = f"https://{host}:{port}"
+    cert, key = pki.serving((args.bind_address,))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.dir / "ca.crt"))
+    ctx.load_cert_chain(str(cert), str(key))
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    store = Store(history_size=args.history_size, snapshot=None if args.no_persist else state / "objects.json")
+    api = Api(store, schemas(), ca_pem=pki.ca_pem, server=f"{args.bind_address}:{port}")
+    api.bootstrap()
+    kc, kk = pki.leaf("apiserver-kubelet-client", cn="kube-apiserver-kubelet-client", orgs=("kubeadm:cluster-admins",))
+    kubelet = KubeletClient(kc, kk, ca=args.kubelet_certificate_authority,
+                            address_types=tuple(args.kubelet_preferred_address_types.split(",")))
+    node = args.node_name
+    serving = pki.leaf(f"kubelet-{node}-serving", cn=f"system:node:{node}", orgs=("system:nodes",), server=True,
+                       sans=("localhost", "127.0.0.1", socket.gethostname(), node))
+    if owner is not None:
+        for f in serving:
+            os.chown(f, *owner)
+    app = Server(api, pki, WatchSettings(bookmark_interval=args.bookmark_interval,
+                                         min_request_timeout=args.min_request_timeout), kubelet).app()
+    runner = web.AppRunner(app, handle_signals=False, access_log=log if args.verbose else None)
+    await runner.setup()
+    await web.SockSite(runner, sock, ssl_context=ctx).start()
+    for user, cn, orgs in (("admin", "kubernetes-admin", ("system:masters",)),
+                           ("kubelet", f"system:node:{node}", ("system:nodes",)),
+                           ("scheduler", "system:kube-scheduler", ())):
+        pki.kubeconfig(state / f"{user}.kubeconfig", server=server_url, user=user, cn=cn, orgs=orgs, owner=owner)
+    (state / "port").write_text(f"{port}\n")
+    print(f"kube-apiserver stand-in: serving {server_url}, admin kubeconfig {state / 'admin.kubeconfig'}",
+          file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    sweeper = asyncio.ensure_future(_sweep(api))
+    try:
+        await stop.wait()
+    finally:
+        sweeper.cancel()
+        store.save()
+        await kubelet.close()
+        await runner.cleanup()
+
+
+async def _sweep(api: Api) -> None:
+    """The namespace controller: finish terminating namespaces once their content is gone."""
+    while True:
+        await asyncio.sleep(1)
+        for ns in api.store.list("namespaces."):
+            if ns["metadata"].get("deletionTimestamp"):
+                api.sweep_namespace(ns["metadata"]["name"])
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s kube-apiserver %(levelname)s %(message)s")
+    asyncio.run(serve(args))
+    return 0

@@ -1,0 +1,160 @@
+"""Structural validation and strategic-merge metadata from the kubernetes-validate schemas.
+
+kubernetes-validate ships the OpenAPI of each Kubernetes version as JSON Schema (strict variant:
+``additionalProperties: false``) plus ``_definitions.json`` with every ``x-kubernetes-patch-*``
+and list-map key. Using it instead of hand-written tables keeps the stand-in honest: what the real
+1.37 server rejects as an unknown field, a wrong type or a missing required field, this rejects
+too, and strategic merge uses the real merge keys. Go-level rules (names, immutability) are in
+``strategies``/``pods``.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import kubernetes_validate
+from referencing import Registry, Resource
+
+from .errors import ApiError, FieldError, invalid
+from .resources import SCHEMA_VERSION, ResourceType
+
+DEFS_ID = "https://kubernetes.io/api/_definitions.json"
+GO_TYPES = {"string": "string", "integer": "int64", "number": "float64", "boolean": "bool",
+            "array": "[]interface {}", "object": "map[string]interface {}"}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def field_path(parts: Iterator[Any] | list[Any]) -> str:
+    """``spec.containers[0].name`` from a jsonschema path."""
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += ("." if out else "") + str(p)
+    return out
+
+
+class Schemas:
+    """The definitions of one Kubernetes version, with cached validators per kind."""
+
+    def __init__(self, version: str = SCHEMA_VERSION) -> None:
+        base = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+        with open(base / f"v{version}-local-strict" / "_definitions.json", encoding="utf-8") as f:
+            doc = json.load(f)
+        self.defs: dict[str, dict[str, Any]] = doc["$defs"]
+        self.registry: Registry[Any] = Resource.from_contents(doc) @ Registry()
+        self.by_gvk: dict[tuple[str, str, str], str] = {}
+        for name, d in self.defs.items():
+            for gvk in d.get("x-kubernetes-group-version-kind", []):
+                self.by_gvk.setdefault((gvk["group"], gvk["version"], gvk["kind"]), name)
+        self._validators: dict[str, jsonschema.protocols.Validator] = {}
+
+    # ------------------------------------------------------------------ navigation (for SMP)
+    def root(self, group: str, version: str, kind: str) -> dict[str, Any]:
+        name = self.by_gvk.get((group, version, kind))
+        return self.defs[name] if name else {}
+
+    def resolve(self, schema: dict[str, Any] | None) -> dict[str, Any]:
+        """Follow ``$ref`` (all point into the definitions)."""
+        while schema and "$ref" in schema:
+            schema = self.defs[schema["$ref"].rsplit("/", 1)[1]]
+        return schema or {}
+
+    def prop(self, schema: dict[str, Any], key: str) -> dict[str, Any]:
+        """The (unresolved) schema of field ``key`` of an object schema, or of a map's values."""
+        s = self.resolve(schema)
+        props = s.get("properties")
+        if props and key in props:
+            return dict(props[key])
+        ap = s.get("additionalProperties")
+        return dict(ap) if isinstance(ap, dict) else {}
+
+    def items(self, field_schema: dict[str, Any]) -> dict[str, Any]:
+        return self.resolve(self.resolve(field_schema).get("items") or {})
+
+    # ------------------------------------------------------------------ validation
+    def _validator(self, rt: ResourceType) -> jsonschema.protocols.Validator | None:
+        name = self.by_gvk.get((rt.group, rt.version, rt.kind))
+        if name is None:
+            return None
+        if name not in self._validators:
+            self._validators[name] = jsonschema.Draft202012Validator(
+                {"$ref": f"{DEFS_ID}#/$defs/{name}"}, registry=self.registry)
+        return self._validators[name]
+
+    def validate(self, rt: ResourceType, obj: dict[str, Any], *, field_validation: str,
+                 name: str) -> list[str]:
+        """Check ``obj`` against its kind's strict schema; returns warnings for dropped fields.
+
+        Unknown fields: 400 under ``fieldValidation=Strict`` (kubectl's default), else dropped
+        (with a warning under ``Warn``, the server default). Wrong JSON types: 400 (the decoder
+        fails). Missing required fields, enums: 422 Invalid.
+        """
+        v = self._validator(rt)
+        if v is None:
+            return []
+        warnings: list[str] = []
+        for _ in range(50):  # pruning can uncover nothing new; bounded anyway
+            errors = list(v.iter_errors(obj))
+            unknown = [(e, k) for e in errors if e.validator == "additionalProperties"
+                       for k in sorted(set(e.instance) - set(e.schema.get("properties", {})))]
+            if not unknown:
+                break
+            paths = [field_path([*e.absolute_path, k]) for e, k in unknown]
+            if field_validation == "Strict":
+                raise ApiError(400, "BadRequest", f'{rt.kind} in version "{rt.version}" cannot be handled as a '
+                               f'{rt.kind}: strict decoding error: '
+                               + ", ".join(f'unknown field "{p}"' for p in paths))
+            if field_validation == "Warn":
+                warnings += [f'unknown field "{p}"' for p in paths]
+            for e, k in unknown:
+                e.instance.pop(k, None)
+        else:
+            errors = list(v.iter_errors(obj))
+        self._raise_type_errors(rt, errors)
+        field_errors = [self._field_error(e) for e in errors]
+        if field_errors:
+            raise invalid(rt.kind, rt.group, name, field_errors)
+        return warnings
+
+    def _raise_type_errors(self, rt: ResourceType, errors: list[jsonschema.ValidationError]) -> None:
+        for e in errors:
+            if e.validator in ("type", "oneOf") and not (e.validator == "oneOf" and isinstance(e.instance, (str, int, float)) and not isinstance(e.instance, bool)):
+                want = e.validator_value if e.validator == "type" else "string"
+                if isinstance(want, list):
+                    want = next((w for w in want if w != "null"), "string")
+                raise ApiError(400, "BadRequest", f'{rt.kind} in version "{rt.version}" cannot be handled as a '
+                               f'{rt.kind}: json: cannot unmarshal {_json_type(e.instance)} into Go struct field '
+                               f'{rt.kind}.{field_path(e.absolute_path)} of type {GO_TYPES.get(str(want), str(want))}')
+
+    @staticmethod
+    def _field_error(e: jsonschema.ValidationError) -> FieldError:
+        path = field_path(e.absolute_path)
+        if e.validator == "required":
+            missing = str(e.message).split("'")[1] if "'" in e.message else ""
+            return FieldError("FieldValueRequired", f"{path}.{missing}" if path else missing)
+        if e.validator == "enum":
+            supported = ", ".join(f'"{x}"' for x in e.validator_value if x is not None)
+            return FieldError("FieldValueNotSupported", path, f"supported values: {supported}", e.instance)
+        return FieldError("FieldValueInvalid", path, e.message, e.instance)
+
+
+@lru_cache(maxsize=1)
+def schemas() -> Schemas:
+    return Schemas()
