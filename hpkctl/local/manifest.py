@@ -186,6 +186,18 @@ def _pod_from_template(owner: Mapping[str, Any], template: Mapping[str, Any], *,
     spec: Any = dict(tspec) if isinstance(tspec, dict) else tspec
     if kind in ("Job", "CronJob") and isinstance(spec, dict) and not spec.get("restartPolicy"):
         spec["restartPolicy"] = "Never"  # the API server requires Never/OnFailure for Job pods
+    owner_spec = owner.get("spec")
+    if kind == "StatefulSet" and isinstance(spec, dict) and isinstance(owner_spec, dict):
+        # the StatefulSet controller adds a volume per claim template (hpkctl.local.workload names
+        # each ordinal's claim); the template alone would fail "no volume of that name"
+        volumes = [v for v in spec.get("volumes") or [] if isinstance(v, dict)]
+        have = {v.get("name") for v in volumes}
+        for claim in owner_spec.get("volumeClaimTemplates") or []:
+            cname = (claim.get("metadata") or {}).get("name") if isinstance(claim, dict) else None
+            if isinstance(cname, str) and cname not in have:
+                volumes.append({"name": cname, "persistentVolumeClaim": {"claimName": f"{cname}-{meta['name']}-0"}})
+        if volumes:
+            spec["volumes"] = volumes
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 

@@ -144,14 +144,14 @@ def member_pods(workload: Workload, template: Mapping[str, Any], owner: Mapping[
             pspec["hostname"] = name
             if spec.get("serviceName"):
                 pspec.setdefault("subdomain", spec["serviceName"])
-            volumes = pspec.setdefault("volumes", []) or []
-            pspec["volumes"] = volumes
-            have = {v.get("name") for v in volumes if isinstance(v, Mapping)}
-            for claim in claims:
+            volumes = [v for v in pspec.get("volumes") or [] if isinstance(v, Mapping) and
+                       v.get("name") not in {(c.get("metadata") or {}).get("name") for c in claims}]
+            for claim in claims:  # the claim <template>-<set>-<ordinal>, as the controller names it
                 cname = (claim.get("metadata") or {}).get("name")
-                if cname and cname not in have:
+                if cname:
                     volumes.append({"name": cname,
                                     "persistentVolumeClaim": {"claimName": f"{cname}-{workload.name}-{i}"}})
+            pspec["volumes"] = volumes
         pods.append(pod)
     workload.pods = [p["metadata"]["name"] for p in pods]
     return pods
