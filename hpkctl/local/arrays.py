@@ -56,9 +56,10 @@ def workload_of(manifest: Manifest, pod: Mapping[str, Any], *, now: bool = False
                 hint=f"run its Job once now with 'hpkctl run --now -f {manifest.path}', or let Slurm run "
                      f"that command on the schedule: 'scrontab -e' and a line such as "
                      f"'{schedule} hpkctl run --now -f {manifest.path}'")
-        spec = ((doc.get("spec") or {}).get("jobTemplate") or {}).get("spec") or {}
-        return job_workload(spec, name=name, where=where)
-    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+        job_spec = ((doc.get("spec") or {}).get("jobTemplate") or {}).get("spec") or {}
+        return job_workload(job_spec, name=name, where=where)
+    found = doc.get("spec")
+    spec: Mapping[str, Any] = found if isinstance(found, dict) else {}
     if kind == "Job":
         return job_workload(spec, name=name, where=where)
     if kind in ("Deployment", "ReplicaSet", "StatefulSet"):

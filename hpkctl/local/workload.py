@@ -115,7 +115,8 @@ def replica_workload(kind: str, spec: Mapping[str, Any], *, name: str, where: st
 def member_pods(workload: Workload, template: Mapping[str, Any], owner: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The workload's pods, index by index, from its (validated) pod template."""
     pods = []
-    spec = owner.get("spec") if isinstance(owner.get("spec"), Mapping) else {}
+    found = owner.get("spec")
+    spec: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     claims = [t for t in (spec.get("volumeClaimTemplates") or []) if isinstance(t, Mapping)]
     for i in range(workload.count):
         pod = copy.deepcopy(dict(template))
