@@ -131,28 +131,198 @@ hpk_watch_sizes() {
   done
 }
 
+# ---- containers: start, hooks, stop (DEVELOPERS.md, "Stopping a pod") ----------------------------
+# Each container has a runner (hpk_run, a background subshell) that starts it in the background,
+# runs its hooks, waits for it and restarts it. SIGTERM to a runner stops its container:
+# preStop, then SIGTERM, then SIGKILL after the grace period (HPK_GRACE); it is not restarted.
+
+# hpk_children PID: the direct children of a process.
+hpk_children() {
+  cat /proc/"$1"/task/*/children 2>/dev/null || pgrep -P "$1"
+}
+
+# hpk_descendants PID: every process below PID.
+hpk_descendants() {
+  local kid
+  for kid in $(hpk_children "$1"); do
+    printf '%s\n' "$kid"
+    hpk_descendants "$kid"
+  done
+}
+
+# hpk_kill_tree PID: SIGKILL every process below PID, then PID.
+hpk_kill_tree() {
+  # shellcheck disable=SC2046  # one pid per word
+  kill -KILL $(hpk_descendants "$1") 2>/dev/null
+  kill -KILL "$1" 2>/dev/null
+}
+
+# hpk_hook NAME FN KIND: the container's post_start or pre_stop hook (function FN_KIND), its output
+# in logs/NAME.KIND.log; a failure is recorded in NAME.hook-failed (the first of this run).
+hpk_hook() {
+  local name=$1 fn=$2 kind=$3 rc out
+  out="$HPK_LOGS/$name.${kind/_/-}.log"
+  "${fn}_$kind" >"$out" 2>&1 </dev/null
+  rc=$?
+  [ "$rc" -eq 0 ] && return 0
+  if [ "$kind" = pre_stop ]; then
+    hpk_hook_failed "$name" FailedPreStopHook "preStop hook failed (exit code $rc): $(tail -c 1024 -- "$out")"
+  else
+    hpk_hook_failed "$name" FailedPostStartHook "postStart hook failed (exit code $rc): $(tail -c 1024 -- "$out")"
+  fi
+  return "$rc"
+}
+
+# hpk_hook_failed NAME REASON MESSAGE: the first hook failure of the container's current run.
+hpk_hook_failed() {
+  local name=$1
+  [ -e "$HPK_STATUS/$name.hook-failed" ] || hpk_put "$name.hook-failed" "$2"$'\n'"$3"
+}
+
+# hpk_hook_http HOST PORT PATH SCHEME [HEADER...]: an httpGet hook, with bash's /dev/tcp (the node
+# or parent image may lack curl). Any response within the grace period counts, as in the kubelet.
+hpk_hook_http() {
+  local host=$1 port=$2 path=$3 scheme=$4 header status
+  shift 4
+  if [ "$scheme" = HTTPS ]; then
+    command -v curl >/dev/null || { echo "HTTPS hooks need curl on the node" >&2; return 1; }
+    local -a args=()
+    for header; do args+=(-H "$header"); done
+    curl -ksS -o /dev/null --max-time "$HPK_GRACE" "${args[@]}" "https://$host:$port$path"
+    return
+  fi
+  exec 3<>"/dev/tcp/$host/$port" || return 1
+  {
+    printf 'GET %s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: kube-lifecycle/hpkctl\r\nConnection: close\r\n' \
+      "$path" "$host" "$port"
+    for header; do printf '%s\r\n' "$header"; done
+    printf '\r\n'
+  } >&3
+  IFS= read -r status <&3
+  exec 3<&-
+  printf '%s\n' "$status"
+  case $status in
+    "HTTP/"*) return 0 ;;
+    *) echo "no HTTP response from $host:$port" >&2; return 1 ;;
+  esac
+}
+
+# hpk_stop_container NAME FN CPID: Kubernetes' stop sequence: preStop (if any), SIGTERM, and SIGKILL
+# once HPK_GRACE seconds (at least 2, as the kubelet) have passed since the start; preStop counts
+# against the grace period, and one that overruns it gets 2 more seconds (the kubelet's rule).
+# SIGTERM goes to the container function's children (apptainer, or srun for MPI), which hand it to
+# the container's process; SIGKILL goes to the whole tree. Returns once the container is gone.
+hpk_stop_container() {
+  local name=$1 fn=$2 cpid=$3 end hook
+  kill -0 "$cpid" 2>/dev/null || return 0
+  end=$((SECONDS + (HPK_GRACE < 2 ? 2 : HPK_GRACE)))
+  if declare -F "${fn}_pre_stop" >/dev/null; then
+    hpk_hook "$name" "$fn" pre_stop &
+    hook=$!
+    while kill -0 "$hook" 2>/dev/null && kill -0 "$cpid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do
+      sleep 0.2
+    done
+    if kill -0 "$hook" 2>/dev/null && kill -0 "$cpid" 2>/dev/null; then
+      hpk_hook_failed "$name" FailedPreStopHook "preStop hook did not finish within the grace period (${HPK_GRACE}s)"
+      end=$((SECONDS + 2))
+    fi
+    hpk_kill_tree "$hook"
+    wait "$hook" 2>/dev/null
+  fi
+  # shellcheck disable=SC2046  # one pid per word
+  kill -TERM $(hpk_children "$cpid") 2>/dev/null || kill -TERM "$cpid" 2>/dev/null
+  while kill -0 "$cpid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.2; done
+  kill -0 "$cpid" 2>/dev/null || return 0
+  hpk_kill_tree "$cpid"
+  while kill -0 "$cpid" 2>/dev/null; do sleep 0.1; done
+  return 0
+}
+
+# hpk_termination_message NAME RC: the terminated state's message (status/NAME.message, bytes as
+# written): the last 4096 bytes of the terminationMessagePath file, or with FallbackToLogsOnError,
+# an empty file and a non-zero exit code the last 80 lines of the log, at most 2048 bytes (kubelet).
+hpk_termination_message() {
+  local name=$1 rc=$2 file="$HPK_POD_DIR/run/$1.termination-log" tmp="$HPK_STATUS/.$1.message.$$.tmp"
+  if [ -s "$file" ]; then
+    tail -c 4096 -- "$file" >"$tmp"
+  elif [ "$rc" -ne 0 ] && [[ " ${HPK_LOG_FALLBACK[*]} " == *" $name "* ]]; then
+    tail -n 80 -- "$HPK_LOGS/$name.log" | tail -c 2048 >"$tmp"
+  else
+    return 0
+  fi
+  if [ -s "$tmp" ]; then mv -f "$tmp" "$HPK_STATUS/$name.message"; else rm -f "$tmp"; fi
+}
+
+# hpk_stop_runner: the runner's SIGTERM trap: stop the current container (and a postStart hook or
+# back-off sleep in progress); it is not restarted.
+hpk_stop_runner() {
+  HPK_STOPPING=1
+  [ -z "$HPK_CPID" ] || hpk_stop_container "$HPK_NAME" "$HPK_FN" "$HPK_CPID"
+  [ -z "$HPK_WAITING" ] || hpk_kill_tree "$HPK_WAITING"
+}
+
 # hpk_run NAME POLICY FUNCTION: run a container, restarting it as restartPolicy says, with the
-# kubelet's back-off (HPK_RESTART_BACKOFF doubling up to HPK_RESTART_BACKOFF_MAX seconds).
-# Returns the last exit code.
+# kubelet's back-off (HPK_RESTART_BACKOFF doubling up to HPK_RESTART_BACKOFF_MAX seconds). Runs as
+# a background subshell (its variables are its own). Returns the last exit code.
 hpk_run() {
-  local name=$1 policy=$2 fn=$3 rc restarts=0 delay=$HPK_RESTART_BACKOFF
+  HPK_NAME=$1 HPK_FN=$3 HPK_CPID='' HPK_STOPPING=0 HPK_WAITING=''
+  local name=$1 policy=$2 fn=$3 rc restarts=0 delay=$HPK_RESTART_BACKOFF probes_pid f
+  trap hpk_stop_runner TERM
   while :; do
+    : >"$HPK_POD_DIR/run/$name.termination-log" && chmod 0666 "$HPK_POD_DIR/run/$name.termination-log"
+    "$fn" >>"$HPK_LOGS/$name.log" 2>&1 </dev/null &
+    HPK_CPID=$!
     hpk_put "$name.started" "$(hpk_now)"
-    "$fn" >>"$HPK_LOGS/$name.log" 2>&1 </dev/null
+    if declare -F "${fn}_post_start" >/dev/null; then
+      # The container is not Running until postStart returns; if it fails, the container is killed.
+      hpk_put "$name.poststart" "$(hpk_now)"
+      hpk_hook "$name" "$fn" post_start &
+      HPK_WAITING=$!
+      while kill -0 "$HPK_WAITING" 2>/dev/null; do wait "$HPK_WAITING"; done
+      wait "$HPK_WAITING" || { [ "$HPK_STOPPING" = 1 ] || hpk_stop_container "$name" "$fn" "$HPK_CPID"; }
+      HPK_WAITING=''
+      rm -f -- "$HPK_STATUS/$name.poststart"
+    fi
+    probes_pid=''
+    if [ "$HPK_STOPPING" = 0 ] && kill -0 "$HPK_CPID" 2>/dev/null; then
+      if declare -F "${fn}_probes" >/dev/null; then
+        "${fn}_probes" "$HPK_CPID" &
+        probes_pid=$!
+      else
+        hpk_put "$name.ready" 1
+      fi
+    fi
+    # wait returns early when a trap ran (the container may still be stopping); the last one
+    # gives the container's exit status.
+    while kill -0 "$HPK_CPID" 2>/dev/null; do wait "$HPK_CPID"; done
+    wait "$HPK_CPID"
     rc=$?
+    HPK_CPID=''
+    if [ -n "$probes_pid" ]; then
+      kill -TERM "$probes_pid" 2>/dev/null
+      wait "$probes_pid" 2>/dev/null
+    fi
+    hpk_put "$name.ready" 0
     hpk_put "$name.finished" "$(hpk_now)"
+    hpk_termination_message "$name" "$rc"
     hpk_put "$name.exitcode" "$rc"
+    [ "$HPK_STOPPING" = 1 ] && return "$rc"
     case $policy in
       Never) return "$rc" ;;
       OnFailure) [ "$rc" -eq 0 ] && return 0 ;;
     esac
     [ -e "$HPK_STATUS/pod.terminating" ] && return "$rc"
-    sleep "$delay"
+    sleep "$delay" &
+    HPK_WAITING=$!
+    wait "$HPK_WAITING"
+    HPK_WAITING=''
+    [ "$HPK_STOPPING" = 1 ] && return "$rc"
     delay=$((delay * 2 > HPK_RESTART_BACKOFF_MAX ? HPK_RESTART_BACKOFF_MAX : delay * 2))
     restarts=$((restarts + 1))
     mv -f "$HPK_LOGS/$name.log" "$HPK_LOGS/$name.previous.log"
-    mv -f "$HPK_STATUS/$name.exitcode" "$HPK_STATUS/$name.last-exitcode"
-    mv -f "$HPK_STATUS/$name.finished" "$HPK_STATUS/$name.last-finished"
+    for f in exitcode finished message hook-failed probe-kill; do
+      [ ! -e "$HPK_STATUS/$name.$f" ] || mv -f "$HPK_STATUS/$name.$f" "$HPK_STATUS/$name.last-$f"
+    done
     hpk_put "$name.restarts" "$restarts"
   done
 }
@@ -164,11 +334,37 @@ hpk_names() {
   for ((i = 0; i < ${#HPK_MAIN[@]}; i += 3)); do printf '%s\n' "${HPK_MAIN[i]}"; done
 }
 
-# hpk_terminate: the job is being cancelled or timed out; stop the containers, record it.
+# Runners of the pod part: the init container running now, the main containers, the sidecars
+# (init containers with restartPolicy Always) in start order.
+HPK_INIT_RUNNER=''
+HPK_RUNNERS=()
+HPK_SIDECARS=()
+
+# hpk_stop_runners PID...: stop these runners' containers concurrently and wait for them.
+hpk_stop_runners() {
+  local pid
+  for pid; do kill -TERM "$pid" 2>/dev/null; done
+  for pid; do wait "$pid" 2>/dev/null; done
+}
+
+# hpk_stop_sidecars: after the main containers, the sidecars in reverse order, one at a time.
+hpk_stop_sidecars() {
+  local i
+  for ((i = ${#HPK_SIDECARS[@]} - 1; i >= 0; i--)); do hpk_stop_runners "${HPK_SIDECARS[i]}"; done
+  HPK_SIDECARS=()
+}
+
+# hpk_terminate: the job is being deleted or reached its time limit (SIGTERM to the batch shell):
+# the main containers' stop sequences run concurrently, then the sidecars' in reverse order; the
+# exit codes are recorded.
 hpk_terminate() {
   trap '' TERM INT
   hpk_put pod.terminating "$(hpk_now)"
-  kill -TERM -- 0 2>/dev/null
+  # shellcheck disable=SC2086  # empty when no init container runs
+  hpk_stop_runners $HPK_INIT_RUNNER "${HPK_RUNNERS[@]}"
+  hpk_stop_sidecars
+  # shellcheck disable=SC2046  # helpers such as the sizeLimit watch
+  kill -TERM $(jobs -p) 2>/dev/null
   wait
   local name
   for name in $(hpk_names); do
@@ -182,24 +378,51 @@ hpk_terminate() {
   exit 143
 }
 
-# hpk_start_containers: init containers one after another, then the main containers together.
-# The pod's exit code is the first main container's.
+# hpk_wait_started NAME FN RUNNER: a sidecar counts as started once postStart returned and its
+# startup probe passed: NAME.started-probe (the probes write it) or, without probes, NAME.ready
+# (hpk_run writes it after postStart). Returns 1 if the runner ended first.
+hpk_wait_started() {
+  local file="$HPK_STATUS/$1.ready"
+  declare -F "${2}_probes" >/dev/null && file="$HPK_STATUS/$1.started-probe"
+  while [ ! -e "$file" ] || [ -e "$HPK_STATUS/$1.poststart" ]; do
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.2
+  done
+}
+
+# hpk_start_containers: init containers one after another (a sidecar keeps running: the next one
+# starts once it has started), then the main containers together; when they have all ended, the
+# sidecars are stopped. The pod's exit code is the first main container's.
 hpk_start_containers() {
-  local i rc=0 first=0 pid
-  local -a pids=()
+  local i rc=0 first=0 pid name
   for ((i = 0; i < ${#HPK_INIT[@]}; i += 3)); do
-    hpk_run "${HPK_INIT[i]}" "${HPK_INIT[i + 1]}" "${HPK_INIT[i + 2]}" \
-      || hpk_fail InitContainerFailed "init container ${HPK_INIT[i]} exited with code $(cat "$HPK_STATUS/${HPK_INIT[i]}.exitcode")"
+    name=${HPK_INIT[i]}
+    if [ "${HPK_INIT[i + 1]}" = Always ]; then
+      hpk_run "$name" Always "${HPK_INIT[i + 2]}" &
+      HPK_SIDECARS+=("$!")
+      hpk_wait_started "$name" "${HPK_INIT[i + 2]}" "$!"
+      continue
+    fi
+    hpk_run "$name" "${HPK_INIT[i + 1]}" "${HPK_INIT[i + 2]}" &
+    HPK_INIT_RUNNER=$!
+    wait "$HPK_INIT_RUNNER"
+    rc=$?
+    HPK_INIT_RUNNER=''
+    if [ "$rc" -ne 0 ]; then
+      hpk_stop_sidecars
+      hpk_fail InitContainerFailed "init container $name exited with code $(cat "$HPK_STATUS/$name.exitcode")"
+    fi
   done
   for ((i = 0; i < ${#HPK_MAIN[@]}; i += 3)); do
     hpk_run "${HPK_MAIN[i]}" "${HPK_MAIN[i + 1]}" "${HPK_MAIN[i + 2]}" &
-    pids+=("$!")
+    HPK_RUNNERS+=("$!")
   done
-  for pid in "${pids[@]}"; do
+  for pid in "${HPK_RUNNERS[@]}"; do
     wait "$pid"
     rc=$?
     [ "$first" -ne 0 ] || first=$rc
   done
+  hpk_stop_sidecars
   hpk_put pod.done "$first"
   return "$first"
 }
@@ -250,7 +473,10 @@ hpk_in_parent() {
   export HPK_PARENT_APPTAINER
   hpk_parent &
   local parent=$!
-  trap 'kill -TERM "$parent" 2>/dev/null; wait "$parent"; exit 143' TERM INT
+  # SIGTERM (delete, the time limit) goes on to the pod part inside (apptainer hands it to its
+  # process), which stops the containers; this shell waits for it.
+  # shellcheck disable=SC2046  # one pid per word
+  trap 'trap "" TERM INT; kill -TERM $(hpk_children "$parent") 2>/dev/null; wait "$parent"; exit 143' TERM INT
   wait "$parent"
   local rc=$?
   [ -e "$HPK_STATUS/pod.done" ] || hpk_fail ParentContainerFailed "the pod's parent container exited with code $rc; see $HPK_LOGS/slurm.out"

@@ -183,6 +183,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from hpkctl.local.records import all_records, load_record
     from hpkctl.local.arrays import ArrayStatus, array_status, element_ids
     from hpkctl.local.runs import job_states, run_status
+    from hpkctl.pod.status import container_notes
 
     profile = _profile(args)
     slurm = Slurm(profile.slurm)
@@ -234,6 +235,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             continue
         msg = st.message if st.phase != "Running" else ""
         print(f"{col}{name:24} {job or '-':>8} {st.phase:10} {st.reason or '-':18} {st.node or '-':10} {msg}")
+        for line in container_notes(st):
+            print(line)
     return 0
 
 

@@ -31,6 +31,16 @@ EXITCODE = "exitcode"
 RESTARTS = "restarts"
 LAST_EXITCODE = "last-exitcode"
 LAST_FINISHED = "last-finished"
+READY = "ready"  # 1/0: the container passes its readiness probe (1 without one, once postStart returned)
+POST_START = "poststart"  # the postStart hook is running: the container is not Running yet
+MESSAGE = "message"  # the terminated state's message, bytes as written (no newline added)
+HOOK_FAILED = "hook-failed"  # FailedPostStartHook or FailedPreStopHook, then the message
+LAST_MESSAGE = "last-message"
+LAST_HOOK_FAILED = "last-hook-failed"
+
+STARTED_PROBE = "started-probe"  # time the startup probe passed (written at once without one; probes only)
+PROBE_KILL = "probe-kill"  # "Liveness probe failed: ..." when a probe stopped the container
+LAST_PROBE_KILL = "last-probe-kill"
 
 
 #: Secret values the script refers to as ``"${HPK_SECRETS[i]}"`` (``$(VAR)`` of a Secret-backed
@@ -93,6 +103,13 @@ class PodDir:
 
     def read_container(self, container: str, suffix: str) -> str | None:
         return _read(self.container_file(container, suffix))
+
+    def read_message(self, container: str, suffix: str = MESSAGE) -> str | None:
+        """A termination message as written (trailing newlines kept; invalid UTF-8 replaced)."""
+        try:
+            return self.container_file(container, suffix).read_bytes().decode("utf-8", "replace")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
 
     def exists(self, name: str) -> bool:
         return self.status_file(name).exists()

@@ -19,6 +19,7 @@ import jinja2
 
 from hpkctl.pod.flags import sbatch_directive_word
 from hpkctl.pod.images import ImageRef
+from hpkctl.pod.lifecycle import hook_command, message_bound, message_file
 from hpkctl.errors import PodError
 from hpkctl.pod.paths import SECRETS_FILE, inside
 from hpkctl.pod.shell import RuntimeRef, SecretText, Shell, Value, concat, env_file_line, literal, quote, shell_word
@@ -172,6 +173,7 @@ def _apptainer_lines(words: ScriptWords, c: ContainerPlan, verb: str) -> list[li
         literal(f"{plan.pod_dir}/etc/hosts:/etc/hosts"),
         literal(f"{plan.pod_dir}/etc/resolv.conf:/etc/resolv.conf"),
         *(literal(b) for b in plan.profile.apptainer.binds),
+        *([literal(f"{plan.pod_dir}/{message_file(c.name)}:{c.message_path}")] if message_bound(c.message_path) else []),
         *(concat(b.source, literal(f":{b.dest}" + (":ro" if b.read_only else ""))) for b in c.binds),
     ]
     lines += [["--bind", words.path(bind)] for bind in binds]
@@ -226,6 +228,8 @@ def render_plan(plan: PodPlan) -> RenderedPod:
             "policy": Shell(c.restart_policy),
             "command": container_command(words, c),
             "exec_command": container_exec_command(words, c) if c.exec_needed else None,
+            "hooks": [{"kind": Shell(k), "command": hook_command(f"hpk_{'init' if c.init else 'main'}_{c.index}", h)}
+                      for k, h in c.hooks.items()],
             "env_file": Shell(c.env_file),
             "run_env_file": Shell(c.run_env_file),
             "runtime_env": [(Shell(k), words.word(v)) for k, v in c.env_runtime],
@@ -250,6 +254,8 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "restart_backoff": profile.pods.restart_backoff,
         "restart_backoff_max": profile.pods.restart_backoff_max,
         "size_check_interval": profile.pods.size_check_interval,
+        "grace": plan.grace,
+        "log_fallback": Shell(" ".join(c.name for c in plan.containers if c.log_fallback)),
         "containers": containers,
         "init_table": Shell(" ".join(f"{c['name']} {c['policy']} {c['function']}" for c in containers if c["init"])),
         "main_table": Shell(" ".join(f"{c['name']} {c['policy']} {c['function']}" for c in containers if not c["init"])),

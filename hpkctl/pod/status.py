@@ -8,6 +8,7 @@ script managed to record, because the script may have been killed before it coul
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,14 @@ class ContainerStatus:
     restart_count: int = 0
     last_exit_code: int | None = None
     last_finished_at: str | None = None
+    message: str = ""  # the terminated state's message (terminationMessagePath, log fallback, hook failure)
+    last_message: str = ""
+    last_reason: str = ""  # FailedPostStartHook when the previous run was killed for its hook
+    hook_failure: str = ""  # "FailedPreStopHook: message" of the current run, shown by hpkctl status
+    ready: bool = False  # running and NAME.ready is 1 (readiness passed; no probe: once running)
+    started: bool = False  # running and the startup probe passed (no startup probe: once running)
+    sidecar: bool = False  # an init container with restartPolicy Always
+    probe_kill: str = ""  # why a probe stopped the current run, else the run before (NAME[.last].probe-kill)
 
     def as_k8s(self) -> dict[str, Any]:
         if self.state == "running":
@@ -40,13 +49,18 @@ class ContainerStatus:
         elif self.state == "terminated":
             state = {"terminated": {"exitCode": self.exit_code, "reason": self.reason,
                                     "startedAt": self.started_at, "finishedAt": self.finished_at}}
+            if self.message:
+                state["terminated"]["message"] = self.message
         else:
             state = {"waiting": {"reason": self.reason}}
         out: dict[str, Any] = {"name": self.name, "state": state, "restartCount": self.restart_count,
-                               "ready": self.state == "running" and not self.init, "started": self.state == "running"}
+                               "ready": self.ready, "started": self.started}
         if self.last_exit_code is not None:
             out["lastState"] = {"terminated": {"exitCode": self.last_exit_code, "finishedAt": self.last_finished_at,
-                                               "reason": "Completed" if self.last_exit_code == 0 else "Error"}}
+                                               "reason": self.last_reason or (
+                                                   "Completed" if self.last_exit_code == 0 else "Error")}}
+            if self.last_message:
+                out["lastState"]["terminated"]["message"] = self.last_message
         return out
 
 
@@ -77,14 +91,72 @@ class PodStatus:
             status["podIPs"] = [{"ip": self.pod_ip}]
         if self.started_at:
             status["startTime"] = self.started_at
+        status["conditions"] = self.conditions()
         status["initContainerStatuses"] = [c.as_k8s() for c in self.containers if c.init]
         status["containerStatuses"] = [c.as_k8s() for c in self.containers if not c.init]
         return status
 
 
+    def conditions(self) -> list[dict[str, str]]:
+        """Kubernetes' pod conditions from the containers' status (no readiness gates)."""
+        def cond(kind: str, ok: bool, reason: str = "", message: str = "") -> dict[str, str]:
+            out = {"type": kind, "status": "True" if ok else "False"}
+            return out | ({"reason": reason} if reason and not ok else {}) | ({"message": message} if message and not ok else {})
+
+        scheduled = bool(self.started_at or self.node)
+        inits = [c for c in self.containers if c.init and not c.sidecar]
+        waiting = [c.name for c in inits if not (c.state == "terminated" and c.exit_code == 0)]
+        served = [c for c in self.containers if not c.init or c.sidecar]
+        unready = [c.name for c in served if not c.ready]
+        if self.phase == "Succeeded":
+            ready = cond("Ready", False, "PodCompleted")
+        else:
+            ready = cond("Ready", not unready, "ContainersNotReady", f"containers with unready status: [{' '.join(unready)}]")
+        return [
+            cond("PodReadyToStartContainers", bool(self.pod_ip)),
+            cond("Initialized", not waiting or self.phase == "Succeeded", "ContainersNotInitialized",
+                 f"containers with incomplete status: [{' '.join(waiting)}]"),
+            ready,
+            {**ready, "type": "ContainersReady"},
+            cond("PodScheduled", scheduled, self.reason if self.phase == "Pending" else "", self.message),
+        ]
+
+    def ready_count(self) -> str:
+        """READY as kubectl shows it: ready/all of the main containers and sidecars."""
+        served = [c for c in self.containers if not c.init or c.sidecar]
+        return f"{sum(c.ready for c in served)}/{len(served)}"
+
+
+def _probe_spec(pd: PodDir) -> tuple[set[str], set[str]]:
+    """(containers with a startup probe, sidecars) from the pod as submitted (job/pod.json)."""
+    try:
+        spec = json.loads(pd.pod_json.read_text()).get("spec") or {}
+    except (OSError, ValueError, AttributeError):
+        return set(), set()
+    every = list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+    return ({c.get("name", "") for c in every if isinstance(c, dict) and c.get("startupProbe")},
+            {c.get("name", "") for c in spec.get("initContainers") or []
+             if isinstance(c, dict) and c.get("restartPolicy") == "Always"})
+
+
+def _probe_state(pd: PodDir, cs: ContainerStatus, *, startup: set[str], sidecars: set[str]) -> None:
+    """ready, started and the probe-kill message of one container (sbatch/runtime.sh, "probes")."""
+    name = cs.name
+    cs.sidecar = name in sidecars
+    cs.probe_kill = pd.read_container(name, f.PROBE_KILL) or pd.read_container(name, f.LAST_PROBE_KILL) or ""
+    if cs.state == "terminated" and cs.init and not cs.sidecar:
+        cs.ready = cs.exit_code == 0  # a completed init container, as the kubelet reports it
+    if cs.state != "running":
+        return
+    passed = pd.read_container(name, f.STARTED_PROBE)  # the time it passed; older than started: stale
+    cs.started = name not in startup or (passed is not None and passed >= (cs.started_at or ""))
+    cs.ready = cs.started and pd.read_container(name, f.READY) == "1"
+
+
 def container_statuses(pd: PodDir, containers: Sequence[tuple[str, bool]], *, oom: bool,
                        pod_finished: bool) -> list[ContainerStatus]:
     out = []
+    startup, sidecars = _probe_spec(pd)
     for name, init in containers:
         started = pd.read_container(name, f.STARTED)
         code = read_int(pd.read_container(name, f.EXITCODE))
@@ -92,16 +164,28 @@ def container_statuses(pd: PodDir, containers: Sequence[tuple[str, bool]], *, oo
                              restart_count=read_int(pd.read_container(name, f.RESTARTS)) or 0,
                              last_exit_code=read_int(pd.read_container(name, f.LAST_EXITCODE)),
                              last_finished_at=pd.read_container(name, f.LAST_FINISHED))
+        hook_reason, _, hook_message = (pd.read_container(name, f.HOOK_FAILED) or "").partition("\n")
+        last_hook = (pd.read_container(name, f.LAST_HOOK_FAILED) or "").partition("\n")
+        cs.last_message = pd.read_message(name, f.LAST_MESSAGE) or (last_hook[2] if last_hook[0] else "")
+        cs.last_reason = last_hook[0] if last_hook[0] == "FailedPostStartHook" else ""
+        if hook_reason:
+            cs.hook_failure = f"{hook_reason}: {hook_message}"
         if code is not None:
             cs.state, cs.exit_code = "terminated", code
             cs.finished_at = pd.read_container(name, f.FINISHED)
             cs.reason = "Completed" if code == 0 else ("OOMKilled" if oom and code in (137, 9) else "Error")
+            cs.message = pd.read_message(name) or ""
+            if hook_reason == "FailedPostStartHook":  # killed because its postStart hook failed
+                cs.reason, cs.message = hook_reason, cs.message or hook_message
+        elif started is not None and pd.exists(f"{name}.{f.POST_START}"):
+            cs.reason = "ContainerCreating"  # not Running until postStart returns
         elif started is not None:
             cs.state = "running"
         else:
             cs.reason = "PodInitializing" if not init else "Waiting"
             if pod_finished:
                 cs.reason = "NotStarted"
+        _probe_state(pd, cs, startup=startup, sidecars=sidecars)
         out.append(cs)
     return out
 
@@ -158,6 +242,17 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
     return make(outcome.phase, outcome.reason, outcome.message, None)
 
 
+def container_notes(st: PodStatus) -> list[str]:
+    """One line per container with a termination message or a hook failure (``hpkctl status``)."""
+    out = []
+    for c in st.containers:
+        for what, text in (("message", c.message), ("hook", c.hook_failure)):
+            if text and not (what == "hook" and c.reason == "FailedPostStartHook"):
+                one = " ".join(text.split())
+                out.append(f"  container {c.name} {what}: {one[:200] + ('...' if len(one) > 200 else '')}")
+    return out
+
+
 def containers_of(pod: Mapping[str, Any]) -> list[tuple[str, bool]]:
     spec = pod.get("spec") or {}
     return [(c.get("name", ""), True) for c in spec.get("initContainers") or []] + [
@@ -168,7 +263,8 @@ def restart_policies(pod: Mapping[str, Any]) -> dict[str, str]:
     """Each container's effective restart policy (init containers of ``Always`` pods retry on failure)."""
     spec = pod.get("spec") or {}
     pod_policy = spec.get("restartPolicy") or "Always"
-    out = {c.get("name", ""): ("OnFailure" if pod_policy == "Always" else pod_policy)
+    out = {c.get("name", ""): ("Always" if c.get("restartPolicy") == "Always"  # a sidecar
+                               else "OnFailure" if pod_policy == "Always" else pod_policy)
            for c in spec.get("initContainers") or []}
     out.update({c.get("name", ""): pod_policy for c in spec.get("containers") or []})
     return out

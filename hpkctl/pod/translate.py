@@ -28,6 +28,7 @@ from hpkctl.pod.flags import (
     parse_srun_options,
 )
 from hpkctl.pod.images import ImageRef, parse_image
+from hpkctl.pod.lifecycle import HookPlan, grace_period, log_fallback, message_path, plan_hooks, signal_option
 from hpkctl.pod.model import Pod
 from hpkctl.pod.objects import ObjectSource, StaticObjects
 from hpkctl.pod.pullsecrets import pull_credentials
@@ -71,6 +72,9 @@ class ContainerPlan:
     flags: list[str]  # Apptainer flags other than binds/env-file
     workdir: Value
     restart_policy: str
+    hooks: dict[str, HookPlan] = field(default_factory=dict)  # post_start, pre_stop
+    message_path: str = "/dev/termination-log"  # terminationMessagePath
+    log_fallback: bool = False  # terminationMessagePolicy FallbackToLogsOnError
     mpi: bool = False
     exec_needed: bool = False  # an exec probe or hook: the script gets a <function>_exec too
 
@@ -104,6 +108,7 @@ class PodPlan:
     host_aliases: list[tuple[str, list[str]]]
     memory_dir: str
     parent: tuple[ImageRef, str] | None  # cni mode: the parent container's image and SIF path
+    grace: int = 30  # spec.terminationGracePeriodSeconds
     pull_credentials: dict[str, tuple[str, str]] = field(default_factory=dict)  # registry → (user, password)
     warnings: list[str] = field(default_factory=list)
     version: str = __version__
@@ -222,6 +227,7 @@ def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSou
         mpi_flags=mpi_flags, resources=resources, volumes=volumes, dns_mode=dns_mode, resolv_conf=resolv,
         host_aliases=aliases, pull_credentials=credentials,
         memory_dir=posixpath.join(profile.pods.memory_dir, f"hpk-{meta['uid']}"), parent=parent, warnings=ctx.warnings,
+        grace=grace_period(spec),
     )
 
 
@@ -277,9 +283,16 @@ def _plan_container(ctx: Ctx, c: Mapping[str, Any], *, index: int, init: bool, w
     policy = restart
     if init and restart == "Always":
         policy = "OnFailure"  # Kubernetes retries failed init containers of Always pods
-    return ContainerPlan(name=name, init=init, index=index, image=image, sif=sif, pull_policy=pull, verb=verb,
+    if init and c.get("restartPolicy") == "Always":
+        policy = "Always"  # a sidecar: runs (and restarts) until the main containers end
+    plan = ContainerPlan(name=name, init=init, index=index, image=image, sif=sif, pull_policy=pull, verb=verb,
                          argv=argv, env_static=env_static, env_runtime=env_runtime, binds=binds, subdirs=subdirs,
                          flags=flags, workdir=workdir, restart_policy=policy, exec_needed=_runs_exec(c))
+
+    plan.hooks = plan_hooks(c)
+    plan.message_path = message_path(c)
+    plan.log_fallback = log_fallback(c)
+    return plan
 
 
 def _runs_exec(c: Mapping[str, Any]) -> bool:
@@ -311,6 +324,8 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
         SlurmOption("--comment", job_comment(ctx.uid, namespace=ctx.namespace, name=ctx.name,
                                              user=comments[-1] if comments else None)),
         SlurmOption("--cpus-per-task", str(res.cpus)),
+        # the time limit: only the batch shell gets SIGTERM, early enough for the stop sequence
+        SlurmOption("--signal", signal_option(grace_period(ctx.spec))),
     ]
     if res.mem_mib:
         gen.append(SlurmOption("--mem", f"{res.mem_mib}M"))

@@ -320,6 +320,10 @@ def unhonoured_fields(pod: Mapping[str, Any]) -> list[str]:
             for key, why in _CONTAINER_IGNORED.items():
                 if c.get(key) not in (None, False, {}, []):
                     out.append(f"{where}.{key}: not honoured, ignored: {why}")
+            path = c.get("terminationMessagePath")
+            if path not in (None, "/dev/termination-log") and (path == "/dev" or str(path).startswith("/dev/")):
+                out.append(f"{where}.terminationMessagePath: {path} is not honoured: Apptainer mounts the node's /dev, "
+                           "where no file can be bound; choose a path outside /dev (e.g. /tmp/termination-log)")
             if (c.get("lifecycle") or {}).get("stopSignal"):
                 out.append(f"{where}.lifecycle.stopSignal: not honoured, ignored: containers get SIGTERM")
             for j, p in enumerate(c.get("ports") or []):

@@ -10,8 +10,10 @@ from tests.support.ci import REPO
 RUNTIME = (REPO / "sbatch" / "runtime.sh").read_text()
 POD_LEVEL = {paths.JOB_STARTED, paths.JOB_NODE, paths.JOB_ID, paths.POD_IP, paths.HOST_IP,
              paths.POD_TERMINATING, paths.POD_FAILED, paths.POD_DONE}
-PER_CONTAINER = {paths.STARTED, paths.FINISHED, paths.EXITCODE, paths.RESTARTS}
-MOVED = {paths.LAST_EXITCODE, paths.LAST_FINISHED}  # renamed from the current run's files by mv
+PER_CONTAINER = {paths.STARTED, paths.FINISHED, paths.EXITCODE, paths.RESTARTS, paths.READY, paths.POST_START,
+                 paths.HOOK_FAILED}
+WRITTEN_RAW = {paths.MESSAGE}  # bytes as written: tail into a temp file + mv
+MOVED = {paths.LAST_EXITCODE, paths.LAST_FINISHED, paths.LAST_MESSAGE, paths.LAST_HOOK_FAILED}
 
 
 def test_the_job_writes_exactly_the_named_pod_level_files() -> None:
@@ -21,6 +23,11 @@ def test_the_job_writes_exactly_the_named_pod_level_files() -> None:
 
 def test_the_job_writes_exactly_the_named_container_files() -> None:
     written = set(re.findall(r'hpk_put "\$name\.([a-z-]+)" ', RUNTIME))
-    moved = set(re.findall(r'"\$HPK_STATUS/\$name\.([a-z-]+)"\n', RUNTIME))
-    assert written == PER_CONTAINER
-    assert moved == MOVED
+    raw = set(re.findall(r'mv -f "\$tmp" "\$HPK_STATUS/\$name\.([a-z-]+)"', RUNTIME))
+    # before a restart the current run's files become last-*: `for f in ...; do ... mv ... last-$f`
+    loop = re.search(r'for f in ([a-z -]+); do\n.*?"\$HPK_STATUS/\$name\.last-\$f"', RUNTIME, re.S)
+    assert loop is not None
+    moved = {f"last-{name}" for name in loop.group(1).split()}
+    assert written - {"started-probe", "probe-kill"} == PER_CONTAINER  # those two: the probes' files
+    assert raw == WRITTEN_RAW
+    assert moved - {"last-probe-kill"} == MOVED  # last-probe-kill: the probes' own file

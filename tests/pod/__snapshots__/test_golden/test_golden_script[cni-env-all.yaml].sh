@@ -4,6 +4,7 @@
 #SBATCH --chdir=/hpk-state/pods/44444444-2222-3333-4444-555555555555
 #SBATCH --comment="hpk-uid=44444444-2222-3333-4444-555555555555 hpk-pod=default/envs"
 #SBATCH --cpus-per-task=1
+#SBATCH --signal=B:TERM@40
 #SBATCH --mem=200M
 #SBATCH --time=00:10:00
 #SBATCH --partition=debug
@@ -32,6 +33,10 @@ HPK_ALWAYS_PULL_WINDOW=300
 HPK_RESTART_BACKOFF=10
 HPK_RESTART_BACKOFF_MAX=300
 HPK_SIZE_CHECK_INTERVAL=10
+# spec.terminationGracePeriodSeconds: preStop and SIGTERM, then SIGKILL; the containers whose
+# terminationMessagePolicy is FallbackToLogsOnError.
+HPK_GRACE=30
+HPK_LOG_FALLBACK=()
 
 # Containers: name, restartPolicy, the function that starts it.
 HPK_INIT=()

@@ -1,0 +1,108 @@
+"""Lifecycle hooks, the grace period and termination messages: what the job's stop sequence needs.
+
+``postStart`` and ``preStop`` become the script functions ``<function>_post_start`` and
+``<function>_pre_stop`` (run by ``hpk_hook`` in ``sbatch/runtime.sh``): ``exec`` through
+``<function>_exec``, ``httpGet`` through ``hpk_hook_http`` towards the pod's address, ``sleep`` as
+``sleep N``. Hook commands are not expanded (``$(VAR)`` stays as written), as in Kubernetes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hpkctl.pod.shell import Shell, quote
+
+DEFAULT_GRACE = 30  # spec.terminationGracePeriodSeconds
+#: Seconds before the time limit at which Slurm sends the batch shell SIGTERM (--signal=B:TERM@N),
+#: beyond the grace period: the kubelet's 2 s preStop extension plus recording the exit codes.
+SIGNAL_MARGIN = 10
+DEFAULT_MESSAGE_PATH = "/dev/termination-log"
+HOOKS = (("post_start", "postStart"), ("pre_stop", "preStop"))
+
+
+@dataclass(frozen=True)
+class HookPlan:
+    """One hook: ``kind`` exec | http | sleep | tcp, and its words (exec: the command; http: host
+    ('' for the pod's address), port, path, scheme, headers as 'Name: value'; sleep: seconds)."""
+
+    kind: str
+    args: tuple[str, ...]
+
+
+def grace_period(spec: Mapping[str, Any]) -> int:
+    value = spec.get("terminationGracePeriodSeconds")
+    return DEFAULT_GRACE if value is None else int(value)
+
+
+def signal_option(grace: int) -> str:
+    """The sbatch ``--signal`` value: only the batch shell gets SIGTERM, ``grace`` + a margin
+    seconds before the time limit, and runs the stop sequence."""
+    return f"B:TERM@{grace + SIGNAL_MARGIN}"
+
+
+def _port(value: Any, container: Mapping[str, Any]) -> str:
+    if isinstance(value, int):
+        return str(value)
+    for p in container.get("ports") or []:
+        if p.get("name") == value:
+            return str(p["containerPort"])
+    raise ValueError(f"port {value!r} names no port of the container")  # validation refuses it first
+
+
+def plan_hooks(container: Mapping[str, Any]) -> dict[str, HookPlan]:
+    """``{"post_start": ..., "pre_stop": ...}`` for the hooks the (validated) container has."""
+    lifecycle = container.get("lifecycle") or {}
+    out: dict[str, HookPlan] = {}
+    for key, field in HOOKS:
+        h = lifecycle.get(field)
+        if not isinstance(h, Mapping):
+            continue
+        if h.get("exec") is not None:
+            out[key] = HookPlan("exec", tuple(str(a) for a in h["exec"].get("command") or []))
+        elif h.get("httpGet") is not None:
+            g = h["httpGet"]
+            path = str(g.get("path") or "/")
+            path = (path if path.startswith("/") else "/" + path).replace(" ", "%20")
+            headers = tuple(f"{x['name']}: {x['value']}" for x in g.get("httpHeaders") or [])
+            out[key] = HookPlan("http", (str(g.get("host") or ""), _port(g["port"], container), path,
+                                         str(g.get("scheme") or "HTTP"), *headers))
+        elif h.get("sleep") is not None:
+            out[key] = HookPlan("sleep", (str(int(h["sleep"]["seconds"])),))
+        elif h.get("tcpSocket") is not None:
+            out[key] = HookPlan("tcp", ())
+    return out
+
+
+def hook_command(function: str, hook: HookPlan) -> Shell:
+    """The body of ``<function>_post_start`` / ``<function>_pre_stop``."""
+    if hook.kind == "exec":
+        return Shell(" ".join([f"{function}_exec", *(quote(a) for a in hook.args)]))
+    if hook.kind == "http":
+        host, *rest = hook.args
+        return Shell(" ".join(["hpk_hook_http", quote(host) if host else '"$HPK_POD_IP"', *(quote(a) for a in rest)]))
+    if hook.kind == "sleep":
+        return Shell(f"sleep {int(hook.args[0])}")
+    # The API server accepts tcpSocket in a hook for compatibility; the kubelet fails such a hook.
+    return Shell("echo 'tcpSocket is not supported as a lifecycle hook' >&2; return 1")
+
+
+def message_path(container: Mapping[str, Any]) -> str:
+    return str(container.get("terminationMessagePath") or DEFAULT_MESSAGE_PATH)
+
+
+def log_fallback(container: Mapping[str, Any]) -> bool:
+    return container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+
+
+def message_bound(path: str) -> bool:
+    """Whether the job binds a file at this terminationMessagePath. Not under /dev (the default
+    /dev/termination-log included): Apptainer mounts the node's /dev there ('mount dev = yes'),
+    in which no new file can be created, so such a bind would fail."""
+    return not (path == "/dev" or path.startswith("/dev/"))
+
+
+def message_file(name: str) -> str:
+    """The host file (relative to the pod directory) bound at the container's terminationMessagePath."""
+    return f"run/{name}.termination-log"
