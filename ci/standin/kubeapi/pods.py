@@ -191,7 +191,7 @@ class PodStrategy(Strategy):
             seen.add(c.get("name", ""))
             if not c.get("image"):
                 errs.append(FieldError("FieldValueRequired", f"{path}.image"))
-            if c.get("imagePullPolicy") not in PULL_POLICIES:
+            if "imagePullPolicy" in c and c["imagePullPolicy"] not in PULL_POLICIES:
                 errs.append(FieldError("FieldValueNotSupported", f"{path}.imagePullPolicy", "supported values: "
                                        + ", ".join(f'"{a}"' for a in PULL_POLICIES), c.get("imagePullPolicy")))
             for j, m in enumerate(c.get("volumeMounts") or []):

@@ -1,0 +1,175 @@
+"""Running the Kubernetes API stand-in (ci/standin/kube-apiserver) for tests: start it on a free
+port in a temporary state directory as the current user, talk to it with raw HTTPS (the admin
+client certificate), the real kubectl from ci/kube-tools, or the official Python client."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import requests
+
+from tests.support.ci import REPO, missing
+
+KUBE_APISERVER = REPO / "ci" / "standin" / "kube-apiserver"
+TOOLS = Path(os.environ.get("HPK_TOOLS", "/opt/hpk-tools")) / "bin"
+KUBECTL = TOOLS / "kubectl"
+HELM = TOOLS / "helm"
+
+
+def require_modules() -> None:
+    """The stand-in runs on the venv: aiohttp, cryptography, kubernetes-validate (dev extras)."""
+    try:
+        import aiohttp  # noqa: F401
+        import cryptography  # noqa: F401
+        import kubernetes_validate  # noqa: F401
+    except ImportError as e:
+        missing(f"the Kubernetes API stand-in needs {e.name}", fix="pip install -e '.[dev]' (ci/setup does)")
+
+
+def require_kubectl() -> Path:
+    if not os.access(KUBECTL, os.X_OK):
+        missing(f"{KUBECTL} is missing", fix="run ci/setup (ci/kube-tools) as root")
+    return KUBECTL
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class KubeApi:
+    state: Path
+    port: int
+    args: tuple[str, ...] = ()
+    proc: subprocess.Popen[bytes] | None = None
+    session: requests.Session = field(default_factory=requests.Session)
+
+    # ------------------------------------------------------------------ process
+    def start(self) -> "KubeApi":
+        (self.state / "port").unlink(missing_ok=True)
+        log = open(self.state.parent / f"{self.state.name}.log", "ab")
+        self.proc = subprocess.Popen([str(KUBE_APISERVER), "--state-dir", str(self.state), "--port", str(self.port),
+                                      *self.args], stdout=log, stderr=log)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kube-apiserver stand-in exited {self.proc.returncode}: "
+                                   + (self.state.parent / f"{self.state.name}.log").read_text()[-2000:])
+            if (self.state / "port").exists():
+                break
+            time.sleep(0.05)
+        self.session = requests.Session()
+        self.session.trust_env = False  # no REQUESTS_CA_BUNDLE or proxy from the environment
+        self.session.verify = str(self.pki / "ca.crt")
+        self.session.cert = (str(self.pki / "user-admin.crt"), str(self.pki / "user-admin.key"))
+        assert self.session.get(f"{self.url}/readyz", timeout=5).text == "ok"
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.session.close()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def pki(self) -> Path:
+        return self.state / "pki"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state / "admin.kubeconfig"
+
+    # ------------------------------------------------------------------ raw HTTP
+    def call(self, method: str, path: str, body: Any = None, *, ctype: str = "application/json",
+             params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+             raw: bytes | None = None) -> tuple[int, Any]:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        h = dict(headers or {})
+        if data is not None and ctype:
+            h["Content-Type"] = ctype
+        r = self.session.request(method, self.url + path, data=data, params=params, headers=h, timeout=30)
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            return r.status_code, r.text
+
+    def get(self, path: str, **kw: Any) -> tuple[int, Any]:
+        return self.call("GET", path, **kw)
+
+    def post(self, path: str, body: Any, **kw: Any) -> tuple[int, Any]:
+        return self.call("POST", path, body, **kw)
+
+    def put(self, path: str, body: Any, **kw: Any) -> tuple[int, Any]:
+        return self.call("PUT", path, body, **kw)
+
+    def patch(self, path: str, body: Any, kind: str = "strategic-merge-patch", **kw: Any) -> tuple[int, Any]:
+        return self.call("PATCH", path, body, ctype=f"application/{kind}+json", **kw)
+
+    def delete(self, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+        return self.call("DELETE", path, body, **kw)
+
+    def watch(self, path: str, params: dict[str, str], *, count: int = 1000, seconds: float = 5) -> list[dict[str, Any]]:
+        """Events of a watch until ``count`` arrived, the server closed it, or ``seconds`` passed."""
+        out: list[dict[str, Any]] = []
+        with self.session.get(self.url + path, params={"watch": "true", **params}, stream=True,
+                              timeout=(5, seconds)) as r:
+            assert r.status_code == 200, r.text
+            try:
+                for line in r.iter_lines():
+                    if line:
+                        out.append(json.loads(line))
+                        if len(out) >= count:
+                            break
+            except requests.exceptions.ConnectionError:
+                pass  # read timeout: no more events within `seconds`
+        return out
+
+    def stream(self, path: str, params: dict[str, str]) -> Iterator[dict[str, Any]]:
+        with self.session.get(self.url + path, params={"watch": "true", **params}, stream=True,
+                              timeout=(5, 10)) as r:
+            for line in r.iter_lines():
+                if line:
+                    yield json.loads(line)
+
+    # ------------------------------------------------------------------ kubectl
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 30,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.state), "KUBECONFIG": str(self.kubeconfig)}
+        r = subprocess.run([str(KUBECTL), *args], input=input, capture_output=True, text=True, env=env,
+                           timeout=timeout, check=False)
+        if check:
+            assert r.returncode == 0, f"kubectl {' '.join(args)}: rc={r.returncode}\n{r.stdout}{r.stderr}"
+        return r
+
+
+def start(state: Path, *args: str, port: int = 0) -> KubeApi:
+    require_modules()
+    state.mkdir(parents=True, exist_ok=True)
+    api = KubeApi(state, port or free_port(), tuple(args))
+    return api.start()
+
+
+def pod(name: str, *, node: str = "", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}], **spec}}
+    if node:
+        body["spec"]["nodeName"] = node
+    return body
