@@ -42,6 +42,7 @@ def _dry_run_profile(site: str) -> SiteProfile:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from hpkctl.cli import EXIT_ERROR
+    from hpkctl.local.arrays import build_array, workload_of
     from hpkctl.local.manifest import load_manifest, pod_warnings, select_pod, with_api_defaults
     from hpkctl.local.outdir import check_out_dir, mark_out_dir
     from hpkctl.pod import render_pod, write_pod_dir
@@ -50,7 +51,17 @@ def cmd_render(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.filename)
     pod = select_pod(manifest, args.pod)
     warnings = pod_warnings(manifest, pod)  # select_pod validated it; these are the workload's fields
-    pod = with_api_defaults(pod)
+    workload = workload_of(manifest, pod, now=True)
+    if workload is not None:  # a Job, Deployment...: its job array's script, then its first pod's
+        ns = (pod.get("metadata") or {}).get("namespace") or "default"
+        members, _, script, info, _, array_dir = build_array(profile, manifest, pod, workload, namespace=ns,
+                                                             create=False)
+        sys.stdout.write(script)
+        print(f"\n# ==== pod 0 of {info.count}, {info.pods[0].name}: the array runs its script "
+              f"{info.pods[0].dir}/job/job.sh, below (the others differ in name, uid and index) ====\n")
+        pod = members[0]
+    else:
+        pod = with_api_defaults(pod)
     pod_dir = os.path.abspath(args.out) if args.out else None
     if pod_dir is not None:
         check_out_dir(Path(pod_dir))  # before anything is written, and never after a deletion

@@ -98,16 +98,39 @@ def prepare_array(profile: SiteProfile, manifest: Manifest, template: dict[str, 
     """Render every pod of the workload and the array script, create the run record exclusively,
     write the pods' directories and the workload's; submit nothing. The record is removed again
     when anything fails."""
-    source, template_at, _ = manifest.origin(template)
     check_name(workload.name, namespace=namespace)
+    array = build_array(profile, manifest, template, workload, namespace=namespace, create=True)
+    members, rendered, script, info, uid, array_dir = array
+    for w in rendered[0].warnings:
+        print(f"hpkctl: warning: {w}", file=out)
+    rec = RunRecord(name=workload.name, namespace=namespace, uid=uid, job_id="", pod_dir=array_dir,
+                    site=profile.name, submitted=time.time(), state=SUBMITTING, pid=os.getpid(), kind=workload.kind)
+    create_record(profile, rec)  # exclusive: a concurrent run of this name stops here
+    try:
+        for pod, r in zip(members, rendered):
+            write_pod_dir(r, pod_json=json.dumps(pod, indent=2).encode())
+        _write_array_dir(Path(array_dir), script, info)
+    except BaseException:
+        forget_run(profile, rec)
+        raise
+    return rec, rendered[0]
+
+
+Built = tuple[list[dict[str, Any]], list[RenderedPod], str, "WorkloadFile", str, str]
+
+
+def build_array(profile: SiteProfile, manifest: Manifest, template: dict[str, Any], workload: Workload, *,
+                namespace: str, create: bool) -> Built:
+    """The workload's pods (API defaults applied), each rendered, and the array script; writes nothing.
+    ``create=False`` is a dry run (``hpkctl render``): uids derived from the content, as for a pod."""
+    source, template_at, _ = manifest.origin(template)
     members = []
     for i, pod in enumerate(member_pods(workload, template, manifest.owner(template)[1])):  # type: ignore[index]
         validate_pod(pod, source=f"{source} (its pod {i}, {pod['metadata']['name']})", prefix=template_at)
-        members.append(with_api_defaults(pod, namespace=namespace, create=True))
-    rendered = [render_pod(pod, profile, objects=manifest.objects, services=manifest.services) for pod in members]
-    for w in rendered[0].warnings:
-        print(f"hpkctl: warning: {w}", file=out)
-    uid = str(uuid.uuid4())
+        members.append(with_api_defaults(pod, namespace=namespace, create=create))
+    rendered = [render_pod(pod, profile, objects=manifest.objects, services=manifest.services, strict=create)
+                for pod in members]
+    uid = str(uuid.uuid4()) if create else str(uuid.uuid5(uuid.NAMESPACE_URL, members[0]["metadata"]["uid"]))
     array_dir = pod_dir_for(profile, uid)
     job = workload.kind == "Job"
     plan = ArrayPlan(profile=profile, kind=workload.kind, namespace=namespace, name=workload.name, uid=uid,
@@ -123,17 +146,7 @@ def prepare_array(profile: SiteProfile, manifest: Manifest, template: dict[str, 
                         indexed=workload.indexed, retries=job,
                         pods=[Member(name=p["metadata"]["name"], uid=p["metadata"]["uid"], dir=r.plan.pod_dir)
                               for p, r in zip(members, rendered)])
-    rec = RunRecord(name=workload.name, namespace=namespace, uid=uid, job_id="", pod_dir=array_dir,
-                    site=profile.name, submitted=time.time(), state=SUBMITTING, pid=os.getpid(), kind=workload.kind)
-    create_record(profile, rec)  # exclusive: a concurrent run of this name stops here
-    try:
-        for pod, r in zip(members, rendered):
-            write_pod_dir(r, pod_json=json.dumps(pod, indent=2).encode())
-        _write_array_dir(Path(array_dir), script, info)
-    except BaseException:
-        forget_run(profile, rec)
-        raise
-    return rec, rendered[0]
+    return members, rendered, script, info, uid, array_dir
 
 
 def _write_array_dir(root: Path, script: str, info: WorkloadFile) -> None:
@@ -314,5 +327,5 @@ def follow_array(slurm: Slurm, rec: RunRecord, states: Callable[[list[str]], dic
         sleep(0.2)
 
 
-__all__ = ["ArrayStatus", "IndexStatus", "Member", "WorkloadFile", "array_status", "element_ids", "find_member",
+__all__ = ["ArrayStatus", "build_array", "IndexStatus", "Member", "WorkloadFile", "array_status", "element_ids", "find_member",
            "follow_array", "member_record", "prepare_array", "workload_of"]

@@ -285,3 +285,34 @@ def test_outside_an_array_the_script_says_so(tmp_path: Path) -> None:
     r = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
                        check=False)
     assert r.returncode == 2 and "runs as the elements 0-1 of a Slurm job array" in r.stderr
+
+
+def test_render_of_a_job_shows_the_array_script_then_its_first_pods(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from hpkctl.cli import main
+
+    f = tmp_path / "j.yaml"
+    f.write_text("apiVersion: batch/v1\nkind: Job\nmetadata: {name: train}\nspec:\n  completions: 5\n"
+                 "  parallelism: 2\n  completionMode: Indexed\n  template:\n    spec:\n      containers:\n"
+                 "      - {name: c, image: 'busybox:1.36', command: [echo, hi]}\n")
+    assert main(["render", "-f", str(f), "--site", "ci"]) == 0
+    first = capsys.readouterr().out
+    assert main(["render", "-f", str(f), "--site", "ci"]) == 0
+    assert capsys.readouterr().out == first  # a dry run is deterministic
+    array, _, pod0 = first.partition("# ==== pod 0 of 5, train-0:")
+    assert "#SBATCH --array=0-4%2\n" in array and "#SBATCH --job-name=train\n" in array
+    assert "HPK_RETRIES=1\nHPK_BACKOFF_LIMIT=6\n" in array
+    assert "#SBATCH --job-name=train-0\n" in pod0
+    assert "/env/c.env (" in pod0  # the files of pod 0 are listed as for any pod
+    from hpkctl.local.arrays import build_array, workload_of
+    from hpkctl.local.manifest import load_manifest, select_pod
+
+    m = load_manifest(f)
+    template = select_pod(m)
+    workload = workload_of(m, template)
+    assert workload is not None
+    _, rendered, _, info, _, _ = build_array(load_site("ci"), m, template, workload, namespace="default",
+                                             create=False)
+    env = rendered[3].files["env/c.env"][0].decode()
+    assert env.splitlines()[1:] == ["JOB_COMPLETION_INDEX=3", "HOSTNAME=train-3"], env
+    assert [p.name for p in info.pods] == [f"train-{i}" for i in range(5)]
