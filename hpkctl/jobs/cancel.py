@@ -15,14 +15,16 @@ _ALREADY_DONE = ("already completing or completed", "job has already finished", 
 _SIGNAL = re.compile(r"^(SIG)?[A-Z0-9+]+$")
 
 
-def scancel(commands: Commands, job_id: str, *, signal: str | None = None) -> None:
+def scancel(commands: Commands, job_id: str, *, signal: str | None = None, batch_only: bool = False) -> None:
     """Cancel the job, or with ``signal`` only signal it (see ``Slurm.cancel``)."""
     check_id(job_id)
     args: list[str] = []
+    if batch_only and signal is None:
+        raise ValueError("batch_only needs a signal: it says which process a signal goes to")
     if signal is not None:
         if not _SIGNAL.match(signal):
             raise ValueError(f"{signal!r} is not a signal name or number (e.g. TERM, SIGUSR1, 15)")
-        args += [f"--signal={signal}", "--full"]
+        args += [f"--signal={signal}", "--batch" if batch_only else "--full"]
     args.append(job_id)
     done = commands.run("scancel", args)
     if done.returncode == 0:

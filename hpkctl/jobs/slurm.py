@@ -106,14 +106,15 @@ class Slurm:
         """Ask sacct once (about job 1) whether accounting works, and remember the answer."""
         return self._finals.probe_accounting()
 
-    def cancel(self, job_id: str, *, signal: str | None = None) -> None:
+    def cancel(self, job_id: str, *, signal: str | None = None, batch_only: bool = False) -> None:
         """Cancel the job, or with ``signal`` (``TERM``, ``USR1``, ``15``...) only signal it.
 
         A signal goes to the batch script and its children too (``--full``): the script supervises
-        the job's work and must see it. Cancelling a job that already finished, or that Slurm
-        forgot, is not an error; a permission problem is.
+        the job's work and must see it. With ``batch_only`` it goes to the batch shell alone
+        (``--batch``), which then stops its work in its own order. Cancelling a job that already
+        finished, or that Slurm forgot, is not an error; a permission problem is.
         """
-        scancel(self._commands, job_id, signal=signal)
+        scancel(self._commands, job_id, signal=signal, batch_only=batch_only)
 
     def wait_for(
         self,

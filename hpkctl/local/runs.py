@@ -19,6 +19,8 @@ from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, UserJob
 from hpkctl.jobs.poll import poll
 from hpkctl.local.records import SUBMITTED, SUBMITTING, RunRecord, forget_run, save_record
 from hpkctl.pod.flags import uid_from_comment
+from hpkctl.pod.lifecycle import SIGNAL_MARGIN, grace_period
+from hpkctl.pod.paths import POD_DONE
 from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.sites.schema import SiteProfile
 
@@ -140,11 +142,35 @@ def delete_run(slurm: Slurm, profile: SiteProfile, rec: RunRecord, *, out: TextI
         rec.job_id = next((job.job_id for uid, job in pod_jobs(slurm) if uid == rec.uid), "")
     if rec.job_id and rec.is_array:
         _delete_array(slurm, rec, out=out)
-    elif rec.job_id and not ended(slurm.query([rec.job_id]).get(rec.job_id)):
+    elif rec.job_id and not ended(job := slurm.query([rec.job_id]).get(rec.job_id)):
+        if job is not None and job.state == "RUNNING":
+            stop_gracefully(slurm, rec, out=out)
         slurm.cancel(rec.job_id)
         print(f"pod {rec.namespace}/{rec.name}: cancelled Slurm job {rec.job_id}", file=out)
         wait_ended(slurm, rec.job_id)  # let the job end before its directory goes (KillWait is short)
     forget_run(profile, rec)
+
+
+def stop_gracefully(slurm: Slurm, rec: RunRecord, *, out: TextIO, sleep: Callable[[float], None] = time.sleep,
+                    clock: Callable[[], float] = time.monotonic) -> bool:
+    """Send the running job's batch shell SIGTERM alone (``scancel --batch``: a plain ``scancel``
+    signals every process at once, so the containers would get SIGTERM before their preStop hooks);
+    the job stops the containers as Kubernetes does (preStop, SIGTERM, SIGKILL after the grace
+    period; sidecars last). Wait for ``pod.done`` up to the grace periods plus a margin. True if
+    the pod finished in time."""
+    try:
+        spec = rec.pod().get("spec") or {}
+    except (OSError, ValueError):
+        return False
+    grace = max(grace_period(spec), 2)
+    sidecars = sum(1 for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always")
+    limit = grace * (1 + sidecars) + SIGNAL_MARGIN
+    print(f"pod {rec.namespace}/{rec.name}: stopping its containers (grace period {grace}s)", file=out)
+    slurm.cancel(rec.job_id, signal="TERM", batch_only=True)
+    try:
+        return bool(poll(lambda: True if rec.dir.exists(POD_DONE) else None, timeout=limit, sleep=sleep, clock=clock))
+    except TimeoutError:
+        return False
 
 
 def _delete_array(slurm: Slurm, rec: RunRecord, *, out: TextIO, timeout: float = 30.0) -> None:

@@ -77,7 +77,10 @@ class SlurmSection(_Section):
     account: str = Field("", description="default account (budget); empty: Slurm's default")
     qos: str = Field("", description="default QOS; empty: Slurm's default")
     account_required: bool = Field(False, description="refuse to submit without an account")
-    default_time: str = Field("01:00:00", description="--time when the pod has no activeDeadlineSeconds")
+    default_time: str = Field("01:00:00", description="--time when the pod has no activeDeadlineSeconds. Every job also gets "
+                              "--signal=B:TERM@<grace+10>: the pod's stop sequence starts before the limit; a pod's own "
+                              "--signal replaces it, and then a grace period longer than the site's KillWait is cut to "
+                              "KillWait (README, 'Stopping a pod')")
     max_time: str = Field("", description="longest --time allowed; empty: no check before Slurm's")
     exclusive: bool = Field(False, description="whole nodes per job (--exclusive)")
     extra_directives: list[str] = Field(default_factory=list, description="more sbatch options, e.g. --reservation=x")

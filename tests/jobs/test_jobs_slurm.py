@@ -348,6 +348,14 @@ def test_cancel_with_signal_reaches_the_batch_script(fp, section) -> None:
     assert rec.calls[0].args == ["/fake/slurm/bin/scancel", "--signal=USR1", "--full", "12"]
 
 
+def test_cancel_with_a_signal_for_the_batch_shell_only(fp, section) -> None:
+    rec = fp.register(cmd(fp, "scancel"))
+    Slurm(section()).cancel("12", signal="TERM", batch_only=True)
+    assert rec.calls[0].args == ["/fake/slurm/bin/scancel", "--signal=TERM", "--batch", "12"]
+    with pytest.raises(ValueError, match="needs a signal"):
+        Slurm(section()).cancel("12", batch_only=True)
+
+
 @pytest.mark.parametrize("bad", ["USR1; rm -rf /", "-9", "", "term"])
 def test_cancel_rejects_odd_signals(section, bad) -> None:
     with pytest.raises(ValueError, match="signal"):

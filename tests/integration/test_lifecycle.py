@@ -1,0 +1,126 @@
+"""Issue 9 on the real local Slurm, as user hpk: postStart and preStop hooks in order, the grace
+period on delete and at the time limit, a Job pod with a native sidecar, termination messages.
+
+Each container writes what it sees into a hostPath directory of the test (delete removes the pod
+directory, the test's directory stays).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.hpk import Hpk, pod, unique
+
+pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+BUSYBOX = "busybox:1.36"
+STAMP = "$(date +%s)"
+
+
+def c(name: str, script: str, **kw) -> dict:  # type: ignore[no-untyped-def]
+    return {"name": name, "image": BUSYBOX, "command": ["sh", "-c", script],
+            "volumeMounts": [{"name": "out", "mountPath": "/out"}], **kw}
+
+
+def out_volume(hpk: Hpk) -> tuple[Path, list[dict]]:  # type: ignore[type-arg]
+    d = hpk.workdir / unique("out")
+    d.mkdir()
+    d.chmod(0o777)
+    return d, [{"name": "out", "hostPath": {"path": str(d), "type": "Directory"}}]
+
+
+def note(what: str) -> list[str]:
+    """An exec hook that appends 'WHAT <time>' to /out/events."""
+    return ["sh", "-c", f'echo "{what} {STAMP}" >> /out/events']
+
+
+def events(d: Path) -> list[tuple[str, float]]:
+    lines = (d / "events").read_text().split("\n") if (d / "events").exists() else []
+    return [(w, float(t)) for w, t in (ln.split() for ln in lines if ln)]
+
+
+def wait_for(check, timeout: float = 60, what: str = "the condition"):  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while not (result := check()):
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.2)
+    return result
+
+
+def test_hooks_in_order_and_the_grace_period_on_delete(hpk: Hpk) -> None:
+    # 'polite' traps SIGTERM and exits; 'stubborn' ignores it and is killed when the 3 s are up
+    name = unique("grace")
+    d, vols = out_volume(hpk)
+    polite = c("polite", f'trap \'echo "term {STAMP}" >> /out/events; exit 0\' TERM; '
+                         'while :; do sleep 0.1; done',
+               lifecycle={"postStart": {"exec": {"command": note("poststart")}},
+                          "preStop": {"exec": {"command": note("prestop")}}})
+    stubborn = c("stubborn", "trap '' TERM; while :; do sleep 0.1; done")
+    r = hpk.run(pod(name, [polite, stubborn], volumes=vols, terminationGracePeriodSeconds=3), extra=("--detach",))
+    assert r.rc == 0, r.output
+    wait_for(lambda: [e for e in events(d) if e[0] == "poststart"], what="postStart")
+    wait_for(lambda: all(cs["state"].get("running") for cs in hpk.status(name)["status"]["containerStatuses"]),
+             what="both containers running")
+    start = time.time()
+    r = hpk.hpkctl("delete", name, "--site", "ci")
+    took = time.time() - start
+    assert r.rc == 0 and "stopping its containers (grace period 3s)" in r.stderr, r.output
+    seen = events(d)
+    assert [w for w, _ in seen] == ["poststart", "prestop", "term"], seen
+    assert seen[1][1] >= start - 1 and seen[2][1] >= seen[1][1]  # preStop on delete, then SIGTERM
+    # the stubborn container is killed once the grace period is over: delete takes about 3 s
+    assert 3 <= took < 3 + 8, took
+
+
+def test_job_pod_with_a_native_sidecar_completes(hpk: Hpk) -> None:
+    name = unique("sidecar")
+    d, vols = out_volume(hpk)
+    side = c("side", f'echo "side-up {STAMP}" >> /out/events; '
+                     f'trap \'echo "side-term {STAMP}" >> /out/events; exit 0\' TERM; while :; do sleep 0.1; done',
+             restartPolicy="Always", lifecycle={"preStop": {"exec": {"command": note("side-prestop")}}})
+    main = c("main", f'echo "main {STAMP}" >> /out/events; echo done')
+    r = hpk.run(pod(name, [main], initContainers=[side], volumes=vols, terminationGracePeriodSeconds=5))
+    assert r.rc == 0 and r.stdout == "done\n", r.output
+    st = hpk.status(name)["status"]
+    assert st["phase"] == "Succeeded", st
+    sidecar = st["initContainerStatuses"][0]["state"]
+    assert sidecar["terminated"]["exitCode"] == 0, sidecar  # stopped by its TERM trap
+    assert [w for w, _ in events(d)] == ["side-up", "main", "side-prestop", "side-term"], events(d)
+
+
+def test_termination_messages_and_a_failed_post_start_hook(hpk: Hpk) -> None:
+    name = unique("msg")
+    d, vols = out_volume(hpk)
+    from_file = c("file", "printf 'bye from the file\\n' > /tmp/term; echo not this", terminationMessagePath="/tmp/term")
+    from_log = c("log", "i=0; while [ $i -lt 100 ]; do echo line $i; i=$((i+1)); done; exit 2",
+                 terminationMessagePolicy="FallbackToLogsOnError")
+    hook = c("hook", "sleep 30", lifecycle={"postStart": {"exec": {"command": ["sh", "-c", "echo no way; exit 1"]}}})
+    r = hpk.run(pod(name, [from_file, from_log, hook], volumes=vols))
+    assert r.rc == 2, r.output
+    st = {cs["name"]: cs["state"]["terminated"] for cs in hpk.status(name)["status"]["containerStatuses"]}
+    assert st["file"]["message"] == "bye from the file\n", st
+    tail = st["log"]["message"]
+    assert tail.endswith("line 99\n") and tail.startswith("line 20\n") and len(tail.splitlines()) == 80, tail
+    assert st["hook"]["reason"] == "FailedPostStartHook" and "no way" in st["hook"]["message"], st
+    shown = hpk.hpkctl("status", name, "--site", "ci").stdout
+    assert "container file message: bye from the file" in shown, shown
+
+
+def test_the_time_limit_runs_the_stop_sequence(hpk: Hpk) -> None:
+    # Slurm's shortest limit is a minute; --signal=B:TERM@(2+10) reaches the batch shell up to 60 s early
+    name = unique("limit")
+    d, vols = out_volume(hpk)
+    main = c("main", f'trap \'echo "term {STAMP}" >> /out/events; exit 0\' TERM; while :; do sleep 0.1; done',
+             lifecycle={"preStop": {"exec": {"command": note("prestop")}}})
+    start = time.time()
+    r = hpk.run(pod(name, [main], volumes=vols, terminationGracePeriodSeconds=2,
+                    annotations={"slurm-job.hpk.io/flags": "--time=1"}), timeout=150)
+    assert r.rc != 0, r.output
+    assert [w for w, _ in events(d)] == ["prestop", "term"], events(d)
+    assert time.time() - start < 100
+    status = hpk.status(name)
+    cs = status["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert cs["exitCode"] == 0, status  # the container's own exit after SIGTERM is recorded
+    assert status["status"]["reason"] == "Terminated", status
