@@ -9,7 +9,7 @@ pod defaulting and service-account admission, binding, TokenRequest, Table outpu
 log/exec/node proxies to a kubelet. The product (``hpkctl/``) never imports it.
 
 Modules: ``errors`` (Status objects), ``resources`` (the served types, discovery),
-``schema`` (validation, SMP metadata), ``patch``, ``selectors``, ``store`` (objects, revisions,
+``schema`` (validation, SMP metadata), ``patch``, ``matching`` (selectors), ``store`` (objects, revisions,
 watch history, snapshot), ``strategies`` / ``pods`` / ``admission`` (per-kind rules),
 ``deletion``, ``tables``, ``handlers`` / ``watch`` / ``subresources`` / ``proxy`` (HTTP),
 ``certs`` (CA, certificates, kubeconfigs, service-account tokens), ``main`` (command line).

@@ -21,7 +21,7 @@ from .api import Api
 from .certs import Pki
 from .errors import ApiError, bad_request
 from .resources import ResourceType
-from .selectors import Selector
+from .matching import Selector
 
 log = logging.getLogger("kubeapi")
 PUBLIC = ("/healthz", "/readyz", "/livez", "/version")
@@ -181,6 +181,7 @@ class Server:
                 return json.loads(raw)
         except ValueError as e:
             raise bad_request(f"couldn't decode the request body: {e}") from None
+        log.warning("415 for Content-Type %r on %s %s", request.headers.get("Content-Type"), request.method, request.path)
         raise ApiError(415, "UnsupportedMediaType", f'the body of the request was in an unknown format - '
                        f'accepted media types include: application/json, application/yaml')
 

@@ -85,7 +85,8 @@ async def serve(args: argparse.Namespace) -> None:
             os.chown(f, *owner)
     app = Server(api, pki, WatchSettings(bookmark_interval=args.bookmark_interval,
                                          min_request_timeout=args.min_request_timeout), kubelet).app()
-    runner = web.AppRunner(app, handle_signals=False, access_log=log if args.verbose else None)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2.0,
+                           access_log=log if args.verbose else None)
     await runner.setup()
     await web.SockSite(runner, sock, ssl_context=ctx).start()
     for user, cn, orgs in (("admin", "kubernetes-admin", ("system:masters",)),
@@ -104,6 +105,7 @@ async def serve(args: argparse.Namespace) -> None:
         await stop.wait()
     finally:
         sweeper.cancel()
+        store.close_watches()
         store.save()
         await kubelet.close()
         await runner.cleanup()

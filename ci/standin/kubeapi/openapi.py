@@ -33,7 +33,25 @@ def _schemas() -> dict[str, Any]:
     base = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
     text = (base / f"v{SCHEMA_VERSION}-local" / "_definitions.json").read_text(encoding="utf-8")
     defs: dict[str, Any] = json.loads(text.replace('"#/$defs/', '"#/components/schemas/'))["$defs"]
-    return defs
+    return {k: _openapi_types(v) for k, v in defs.items()}
+
+
+def _openapi_types(node: Any) -> Any:
+    """JSON Schema's ``"type": ["string", "null"]`` as OpenAPI's single ``"type": "string"``
+    (kubectl explain's templates compare ``type`` with a string)."""
+    if isinstance(node, list):
+        return [_openapi_types(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _openapi_types(v) for k, v in node.items()}
+    t = out.get("type")
+    if isinstance(t, list):
+        rest = [x for x in t if x != "null"]
+        if rest:
+            out["type"] = rest[0]
+        else:
+            out.pop("type")
+    return out
 
 
 def _def_name(rt: ResourceType) -> str:

@@ -130,10 +130,6 @@ async def pod_stream(srv: "Server", request: web.Request, ns: str, name: str, su
     pod = srv.api.get(srv_rt(srv, "pods"), ns, name)
     q = request.query
     container = _container(pod, q.get("container", ""))
-    if request.headers.get("Upgrade", "").lower() != "websocket":
-        raise bad_request("Upgrade request required" if "Upgrade" not in request.headers else
-                          "the Kubernetes API stand-in passes only WebSocket (v5.channel.k8s.io) streams to "
-                          "kubelets; SPDY is not supported")
     node_name = (pod.get("spec") or {}).get("nodeName")
     if not node_name:
         raise bad_request(f"pod {name} does not have a host assigned")
@@ -141,6 +137,10 @@ async def pod_stream(srv: "Server", request: web.Request, ns: str, name: str, su
     if WS_FEATURE not in ((node.get("status") or {}).get("declaredFeatures") or []):
         raise ApiError(500, "InternalError", f"node {node_name} does not declare {WS_FEATURE}: a 1.37 API server "
                        "would translate to SPDY for it, which the stand-in does not offer")
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        raise bad_request("Upgrade request required" if "Upgrade" not in request.headers else
+                          "the Kubernetes API stand-in passes only WebSocket (v5.channel.k8s.io) streams to "
+                          "kubelets; SPDY is not supported")
     params: list[tuple[str, str]] = [("command", c) for c in q.getall("command", [])]
     for k, v in STREAM_PARAMS.items():
         if q.get(k) in ("true", "1"):

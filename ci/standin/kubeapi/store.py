@@ -61,6 +61,7 @@ class Store:
         self.snapshot = snapshot
         self._save_pending = False
         self.on_write: list[Callable[[Event], None]] = []
+        self.closing = False
         if snapshot is not None and snapshot.exists():
             self._load(snapshot)
 
@@ -109,6 +110,12 @@ class Store:
         self.history.clear()
         self.floor = self.rv
         return self.rv
+
+    def close_watches(self) -> None:
+        """Shutdown: end every watch stream now (clients reconnect, as after a real restart)."""
+        self.closing = True
+        for w in self.watchers:
+            w.queue.put_nowait(None)
 
     def _emit(self, ev: Event) -> None:
         if len(self.history) == self.history.maxlen:

@@ -52,7 +52,8 @@ async def handle(srv: "Server", request: web.Request, t: "Target") -> web.Stream
     elif t.sub in ("exec", "attach") and m in ("GET", "POST"):
         return await proxy.pod_stream(srv, request, ns, t.name, t.sub)
     elif t.sub == "proxy" and t.rt.key == "nodes.":
-        return await proxy.node_proxy(srv, request, t.name, t.subpath)
+        trailing = "/" if request.path.endswith("/") and t.subpath else ""
+        return await proxy.node_proxy(srv, request, t.name, t.subpath + trailing)
     elif t.sub == "finalize" and m == "PUT":
         obj = srv.api.get(t.rt, ns, t.name)
         obj["spec"] = (await srv.body(request)).get("spec", {})

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from .errors import ApiError
 from .resources import ResourceType
-from .selectors import Selector
+from .matching import Selector
 from .store import Event, Store, Watcher
 
 Encoder = Callable[[dict[str, Any]], dict[str, Any]]
@@ -80,7 +80,7 @@ async def serve(request: web.Request, store: Store, rt: ResourceType, ns: str | 
                     t = translate(ev, ns, sel)
                     if t:
                         backlog.append(t)
-                last = max(start, store.rv) if start <= store.rv else start
+                last = max(start, store.rv)
             except ApiError as e:
                 error = e
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
@@ -119,6 +119,8 @@ async def _follow(resp: web.StreamResponse, store: Store, watcher: Watcher, rt: 
             ev = await asyncio.wait_for(watcher.queue.get(), timeout=wait)
         except asyncio.TimeoutError:
             ev = None
+        if store.closing:
+            return
         if ev is not None:
             if ev.rv <= last:
                 continue

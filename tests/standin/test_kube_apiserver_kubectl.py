@@ -1,0 +1,188 @@
+"""The Kubernetes API stand-in driven by a real client-go: kubectl v1.37 from ci/kube-tools
+(/opt/hpk-tools/bin/kubectl), with a fake kubelet behind the log/exec/proxy routes. What kubectl
+accepts here it accepts from a real kube-apiserver (discovery, OpenAPI v3, Tables, client-side
+apply's strategic merge, delete --wait, WebSocket exec)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.support.fake_kubelet import FakeKubelet
+from tests.support.kubeapi import KubeApi, pod, require_kubectl, start
+
+pytestmark = pytest.mark.standin
+NS = "/api/v1/namespaces/default"
+
+POD_YAML = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  containers:
+  - name: c
+    image: busybox:1.36
+    command: [sleep, "3600"]
+    env: [{name: A, value: "1"}]
+"""
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[KubeApi]:
+    require_kubectl()
+    d = Path(tempfile.mkdtemp(prefix="kubeapi-kubectl-"))
+    api = start(d / "state")
+    try:
+        yield api
+    finally:
+        api.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def kubelet(kube: KubeApi) -> Iterator[FakeKubelet]:
+    fk = FakeKubelet(kube.pki).start()
+    code, out = kube.post("/api/v1/nodes", fk.node())
+    assert code == 201, out
+    try:
+        yield fk
+    finally:
+        fk.stop()
+
+
+def test_version_and_api_resources(kube: KubeApi) -> None:
+    r = kube.kubectl("version")
+    assert "Server Version: v1.37.1-standin" in r.stdout
+    r = kube.kubectl("api-resources", "--api-group=coordination.k8s.io", "-o", "name")
+    assert r.stdout.split() == ["leases.coordination.k8s.io"]
+
+
+def test_apply_create_update_and_strict_validation(kube: KubeApi) -> None:
+    r = kube.kubectl("apply", "-f", "-", input=POD_YAML)
+    assert r.stdout.strip() == "pod/web created"
+    changed = POD_YAML.replace("app: web}", "app: web, tier: front}").replace("busybox:1.36", "busybox:1.37")
+    r = kube.kubectl("apply", "-f", "-", input=changed)
+    assert r.stdout.strip() == "pod/web configured" and "warning" not in r.stderr.lower()
+    code, p = kube.get(f"{NS}/pods/web")
+    assert p["metadata"]["labels"] == {"app": "web", "tier": "front"}
+    assert p["spec"]["containers"][0]["image"] == "busybox:1.37" and p["metadata"]["generation"] == 2
+    assert "kubectl.kubernetes.io/last-applied-configuration" in p["metadata"]["annotations"]
+    r = kube.kubectl("apply", "-f", "-", input=changed.replace("env: [{name: A, value: \"1\"}]",
+                                                               "env: [{name: A, value: \"2\"}]"), check=False)
+    assert r.returncode == 1
+    assert 'The Pod "web" is invalid: spec: Forbidden: pod updates may not change fields' in r.stderr
+    r = kube.kubectl("apply", "-f", "-", input=POD_YAML.replace("name: web", "name: typo").replace(
+        "command:", "comand:"), check=False)
+    assert r.returncode == 1 and 'strict decoding error: unknown field "spec.containers[0].comand"' in r.stderr
+
+
+def test_get_prints_the_server_columns(kube: KubeApi, kubelet: FakeKubelet) -> None:
+    kube.post(f"{NS}/pods", pod("onnode", node="hpk"))
+    kube.patch(f"{NS}/pods/onnode/status", {"status": {"phase": "Running", "podIP": "10.1.2.3", "containerStatuses": [
+        {"name": "c", "image": "busybox:1.36", "imageID": "", "ready": True, "restartCount": 2,
+         "state": {"running": {"startedAt": "2026-11-24T00:00:00Z"}}}]}})
+    r = kube.kubectl("get", "pod", "onnode", "-o", "wide", "--no-headers")
+    cells = r.stdout.split()
+    assert cells[:4] == ["onnode", "1/1", "Running", "2"] and cells[5:7] == ["10.1.2.3", "hpk"]
+    r = kube.kubectl("get", "nodes", "--no-headers")
+    assert r.stdout.split()[:3] == ["hpk", "Ready", "<none>"]
+    r = kube.kubectl("get", "pods", "-l", "app=web", "-o", "name")
+    assert r.stdout.split() == ["pod/web"]
+    r = kube.kubectl("get", "pods", "--field-selector", "spec.nodeName=hpk", "-o", "name")
+    assert r.stdout.split() == ["pod/onnode"]
+
+
+def test_describe_shows_events(kube: KubeApi, kubelet: FakeKubelet) -> None:
+    code, p = kube.get(f"{NS}/pods/onnode")
+    ev = {"metadata": {"name": "onnode.1"}, "involvedObject": {"kind": "Pod", "namespace": "default",
+                                                              "name": "onnode", "uid": p["metadata"]["uid"]},
+          "reason": "Started", "message": "Started container c in Slurm job 42", "type": "Normal",
+          "source": {"component": "kubelet", "host": "hpk"}, "count": 1,
+          "firstTimestamp": "2026-11-24T00:00:00Z", "lastTimestamp": "2026-11-24T00:00:00Z"}
+    assert kube.post(f"{NS}/events", ev)[0] == 201
+    r = kube.kubectl("describe", "pod", "onnode")
+    assert "Node:             hpk" in r.stdout
+    assert "Started container c in Slurm job 42" in r.stdout
+    assert "kube-api-access-" in r.stdout and "QoS Class:                   BestEffort" in r.stdout
+
+
+def test_explain_reads_openapi_v3(kube: KubeApi) -> None:
+    r = kube.kubectl("explain", "pod.spec.nodeName")
+    assert "FIELD: nodeName <string>" in r.stdout
+
+
+def test_logs_go_through_the_kubelet_with_the_client_cert(kube: KubeApi, kubelet: FakeKubelet) -> None:
+    kubelet.requests.clear()
+    r = kube.kubectl("logs", "onnode", "--tail=5", "--timestamps")
+    assert r.stdout == "c line 0\nc line 1\nc line 2\n"
+    assert kubelet.requests == [{"path": "/containerLogs/default/onnode/c", "method": "GET",
+                                 "query": [("timestamps", "true"), ("tailLines", "5")],
+                                 "cn": "kube-apiserver-kubelet-client"}]
+    t0 = time.monotonic()
+    r = kube.kubectl("logs", "-f", "onnode")
+    assert r.stdout == "".join(f"c line {i}\n" for i in range(5))
+    assert time.monotonic() - t0 >= 0.8  # streamed while the kubelet wrote, not buffered up front
+    assert kubelet.requests[-1]["query"] == [("follow", "true")]
+    r = kube.kubectl("logs", "web", check=False)  # unbound pod: empty, no kubelet call
+    assert (r.returncode, r.stdout) == (0, "")
+
+
+def test_exec_is_a_websocket_passthrough(kube: KubeApi, kubelet: FakeKubelet) -> None:
+    kubelet.requests.clear()
+    r = kube.kubectl("exec", "onnode", "--", "echo", "hi")
+    assert r.stdout == "echo hi\n"
+    assert kubelet.requests[0]["query"] == [("command", "echo"), ("command", "hi"), ("output", "1"), ("error", "1")]
+    r = kube.kubectl("exec", "onnode", "-c", "c", "--", "x", "fail", check=False)
+    assert r.returncode == 3 and "command terminated with exit code 3" in r.stderr
+
+
+def test_exec_refused_without_the_declared_feature(kube: KubeApi, kubelet: FakeKubelet) -> None:
+    node = kubelet.node("oldnode", websocket=False)
+    assert kube.post("/api/v1/nodes", node)[0] == 201
+    kube.post(f"{NS}/pods", pod("onold", node="oldnode"))
+    r = kube.kubectl("exec", "onold", "--", "true", check=False)
+    assert r.returncode == 1 and "does not declare ExtendWebSocketsToKubelet" in r.stderr
+
+
+def test_node_proxy(kube: KubeApi, kubelet: FakeKubelet) -> None:
+    r = kube.kubectl("get", "--raw", "/api/v1/nodes/hpk/proxy/runningpods/")
+    assert r.stdout == '{"kind": "PodList", "apiVersion": "v1", "items": []}'
+
+
+def test_delete_wait_returns_once_the_kubelet_removed_the_pod(kube: KubeApi, kubelet: FakeKubelet) -> None:
+    code, p = kube.post(f"{NS}/pods", pod("bye", node="hpk"))
+    uid = p["metadata"]["uid"]
+
+    def kubelet_final_delete() -> None:
+        time.sleep(1.0)
+        code, out = kube.delete(f"{NS}/pods/bye", {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+        assert code == 200, out
+
+    t = threading.Thread(target=kubelet_final_delete)
+    t0 = time.monotonic()
+    t.start()
+    r = kube.kubectl("delete", "pod", "bye", "--wait=true", "--timeout=20s")
+    t.join()
+    assert r.stdout.strip() == 'pod "bye" deleted from default namespace'
+    assert time.monotonic() - t0 >= 0.9
+    assert kube.get(f"{NS}/pods/bye")[0] == 404
+    r = kube.kubectl("delete", "pod", "web", "--wait=true", "--timeout=10s")  # unbound: at once
+    assert kube.get(f"{NS}/pods/web")[0] == 404
+
+
+def test_namespace_lifecycle(kube: KubeApi) -> None:
+    kube.kubectl("apply", "-f", "-", input="apiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n")
+    r = kube.kubectl("get", "serviceaccount,configmap", "-n", "team", "-o", "name")
+    assert sorted(r.stdout.split()) == ["configmap/kube-root-ca.crt", "serviceaccount/default"]
+    kube.kubectl("delete", "namespace", "team", "--wait=true", "--timeout=20s")
+    assert kube.get("/api/v1/namespaces/team")[0] == 404
+    r = kube.kubectl("delete", "namespace", "default", check=False)
+    assert r.returncode == 1 and "this namespace may not be deleted" in r.stderr
