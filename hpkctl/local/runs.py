@@ -8,10 +8,12 @@ record whose pod directory vanished, or whose job id was never written (hpkctl k
 from __future__ import annotations
 
 import errno
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from hpkctl.errors import HpkError
@@ -20,7 +22,7 @@ from hpkctl.jobs.poll import poll
 from hpkctl.local.records import SUBMITTED, SUBMITTING, RunRecord, forget_run, save_record
 from hpkctl.pod.flags import uid_from_comment
 from hpkctl.pod.lifecycle import SIGNAL_MARGIN, grace_period
-from hpkctl.pod.paths import POD_DONE
+from hpkctl.pod.paths import POD_DELETING, POD_DONE, PodDir
 from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.sites.schema import SiteProfile
 
@@ -166,6 +168,7 @@ def stop_gracefully(slurm: Slurm, rec: RunRecord, *, out: TextIO, sleep: Callabl
     sidecars = sum(1 for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always")
     limit = grace * (1 + sidecars) + SIGNAL_MARGIN
     print(f"pod {rec.namespace}/{rec.name}: stopping its containers (grace period {grace}s)", file=out)
+    mark_deleting(rec.dir)
     slurm.cancel(rec.job_id, signal="TERM", batch_only=True)
     try:
         return bool(poll(lambda: True if rec.dir.exists(POD_DONE) else None, timeout=limit, sleep=sleep, clock=clock))
@@ -173,16 +176,46 @@ def stop_gracefully(slurm: Slurm, rec: RunRecord, *, out: TextIO, sleep: Callabl
         return False
 
 
-def _delete_array(slurm: Slurm, rec: RunRecord, *, out: TextIO, timeout: float = 30.0) -> None:
-    """Cancel a workload's job array (all its elements) and wait until none of them runs."""
+def mark_deleting(pod_dir: PodDir) -> None:
+    """``status/pod.deleting``: the job's TERM comes from a delete (not from the time limit)."""
+    try:
+        pod_dir.status_file(POD_DELETING).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
+    except OSError:  # the job has not created status/ yet, or the directory is gone: nothing to tell
+        pass
+
+
+def _delete_array(slurm: Slurm, rec: RunRecord, *, out: TextIO, timeout: float = 30.0,
+                  sleep: Callable[[float], None] = time.sleep) -> None:
+    """Stop a workload's running pods as a pod's delete does (their batch shells get TERM alone and
+    pass it on; wait up to the grace period), then cancel the whole array and wait for its end."""
     from hpkctl.local.arrays import WorkloadFile, element_ids
 
     try:
-        ids = element_ids(rec, WorkloadFile.read(rec.pod_dir).count)
+        info = WorkloadFile.read(rec.pod_dir)
+        ids = element_ids(rec, info.count)
     except (OSError, ValueError, TypeError, KeyError):
-        ids = []
-    if ids and all(ended(j) for j in slurm.query(ids).values()):
+        info, ids = None, []
+    states = slurm.query(ids) if ids else {}
+    if ids and all(ended(j) for j in states.values()):
         return
+    running = [int(j.rsplit("_", 1)[1]) for j, job in states.items() if job is not None and job.state == "RUNNING"]
+    if info is not None and running:
+        dirs = [PodDir(Path(info.pods[i].dir)) for i in running]
+        try:
+            spec = json.loads(dirs[0].pod_json.read_text()).get("spec") or {}
+        except (OSError, ValueError):
+            spec = {}
+        grace = max(grace_period(spec), 2)
+        print(f"{rec.kind.lower()} {rec.namespace}/{rec.name}: stopping its {len(running)} running pod(s) "
+              f"(grace period {grace}s)", file=out)
+        for d in dirs:
+            mark_deleting(d)
+        slurm.cancel(rec.job_id, signal="TERM", batch_only=True)
+        try:
+            poll(lambda: True if all(d.exists(POD_DONE) for d in dirs) else None, timeout=grace + SIGNAL_MARGIN,
+                 sleep=sleep)
+        except TimeoutError:
+            pass
     slurm.cancel(rec.job_id)  # the array's id: every element
     print(f"{rec.kind.lower()} {rec.namespace}/{rec.name}: cancelled Slurm job array {rec.job_id}", file=out)
     try:

@@ -21,6 +21,7 @@ JOB_ID = "job.id"  # $SLURM_JOB_ID
 POD_IP = "pod.ip"
 HOST_IP = "host.ip"
 POD_TERMINATING = "pod.terminating"  # the job got SIGTERM (cancel, time limit)
+POD_DELETING = "pod.deleting"  # written by hpkctl before it signals a delete (else TERM = the time limit)
 POD_FAILED = "pod.failed"  # first line a CamelCase reason, the rest a message
 POD_DONE = "pod.done"  # the pod's exit code; the job exits with it
 

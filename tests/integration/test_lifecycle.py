@@ -123,4 +123,4 @@ def test_the_time_limit_runs_the_stop_sequence(hpk: Hpk) -> None:
     status = hpk.status(name)
     cs = status["status"]["containerStatuses"][0]["state"]["terminated"]
     assert cs["exitCode"] == 0, status  # the container's own exit after SIGTERM is recorded
-    assert status["status"]["reason"] == "Terminated", status
+    assert status["status"]["reason"] == "DeadlineExceeded", status  # a TERM without pod.deleting: the limit

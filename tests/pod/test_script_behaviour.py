@@ -56,6 +56,7 @@ def test_always_restarts_with_back_off_and_sigterm_records_the_end(stub_env) -> 
         assert time.monotonic() < end, "the container was not restarted"
         time.sleep(0.05)
     assert int(_read(root, "app.restarts")) >= 2 and _read(root, "app.last-exitcode") == "2"
+    (root / "status" / "pod.deleting").write_text("now\n")  # hpkctl delete marks it before it signals
     os.killpg(proc.pid, signal.SIGTERM)  # what scancel does: every process of the job
     proc.communicate(timeout=30)
     assert _read(root, "pod.done") == "143"

@@ -31,3 +31,9 @@ def test_the_job_writes_exactly_the_named_container_files() -> None:
     assert written - {"started-probe", "probe-kill"} == PER_CONTAINER  # those two: the probes' files
     assert raw == WRITTEN_RAW
     assert moved - {"last-probe-kill"} == MOVED  # last-probe-kill: the probes' own file
+
+
+def test_delete_marker_is_read_by_the_job_under_its_name() -> None:
+    # written by hpkctl (local.runs.mark_deleting), read by hpk_terminate: TERM without it = time limit
+    assert f'"$HPK_STATUS/{paths.POD_DELETING}"' in RUNTIME
+    assert "DeadlineExceeded" in RUNTIME
