@@ -373,7 +373,16 @@ hpk_terminate() {
       hpk_put "$name.exitcode" 143
     fi
   done
-  [ -e "$HPK_STATUS/pod.failed" ] || hpk_put pod.failed "Terminated"$'\n'"the job was cancelled or reached its time limit"
+  # hpkctl delete (and the kubelet) write pod.deleting before they signal; a TERM without it is
+  # the time limit's --signal (or the Job's activeDeadlineSeconds). Slurm's own verdict (CANCELLED,
+  # PREEMPTED...) still wins when status is read back.
+  if [ ! -e "$HPK_STATUS/pod.failed" ]; then
+    if [ -e "$HPK_STATUS/pod.deleting" ]; then
+      hpk_put pod.failed "Terminated"$'\n'"the pod was deleted; its containers were stopped with their grace period"
+    else
+      hpk_put pod.failed "DeadlineExceeded"$'\n'"the pod reached its time limit (activeDeadlineSeconds or slurm.default_time); its containers were stopped with their grace period"
+    fi
+  fi
   hpk_put pod.done 143
   exit 143
 }
