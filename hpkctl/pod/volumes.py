@@ -150,8 +150,9 @@ def plan_volumes(ctx: Ctx, resources: PodResources, *, pvc_resolver: PvcResolver
             plan.sources[name] = (kind, vdir, True)
         elif kind == "projected":
             default_mode = _mode(src.get("defaultMode"), 0o644, where=f"{where}.projected.defaultMode")
-            for j, proj in enumerate(src.get("sources") or []):
+            for j, given in enumerate(src.get("sources") or []):
                 pw = f"{where}.projected.sources[{j}]"
+                proj = {k: v for k, v in given.items() if v is not None}  # `configMap: null` is no source
                 if "configMap" in proj or "secret" in proj:
                     pk = "configMap" if "configMap" in proj else "secret"
                     plan.payloads += _object_payload(ctx, pk, proj[pk], vdir=vdir, where=f"{pw}.{pk}",
