@@ -168,9 +168,9 @@ class LeaseStrategy(Strategy):
         for k in ("acquireTime", "renewTime"):
             v = spec.get(k)
             if v is not None and not (isinstance(v, str) and MICROTIME.match(v)):
-                frac = v.split(".")[1] if isinstance(v, str) and "." in v else ""
+                rest = v[19:] if isinstance(v, str) and len(v) > 19 else v  # Go reports the unparsed tail
                 raise bad_request(f'Lease in version "v1" cannot be handled as a Lease: parsing time "{v}" '
-                                  f'as "2006-01-02T15:04:05.000000Z07:00": cannot parse "{frac or v}" as ".000000"')
+                                  f'as "2006-01-02T15:04:05.000000Z07:00": cannot parse "{rest}" as ".000000"')
         return []
 
 
