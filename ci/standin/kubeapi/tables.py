@@ -123,6 +123,27 @@ def _event(o: dict[str, Any]) -> Row:
             f"{str(inv.get('kind', '')).lower()}/{inv.get('name', '')}", o.get("message", "")]
 
 
+def _service(o: dict[str, Any]) -> Row:
+    spec = o.get("spec") or {}
+    ports = ",".join(f"{p.get('port')}{'/' + str(p['nodePort']) if p.get('nodePort') else ''}/{p.get('protocol', 'TCP')}"
+                     for p in spec.get("ports") or []) or "<none>"
+    external = ",".join(spec.get("externalIPs") or []) or ("<pending>" if spec.get("type") == "LoadBalancer" else "<none>")
+    selector = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items())) or "<none>"
+    return [o["metadata"]["name"], spec.get("type", ""), spec.get("clusterIP") or "<none>", external, ports,
+            age(o["metadata"].get("creationTimestamp")), selector]
+
+
+def _deployment(o: dict[str, Any]) -> Row:
+    spec, st = o.get("spec") or {}, o.get("status") or {}
+    return [o["metadata"]["name"], f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 1)}",
+            st.get("updatedReplicas", 0), st.get("availableReplicas", 0), age(o["metadata"].get("creationTimestamp"))]
+
+
+def _lease(o: dict[str, Any]) -> Row:
+    return [o["metadata"]["name"], (o.get("spec") or {}).get("holderIdentity", ""),
+            age(o["metadata"].get("creationTimestamp"))]
+
+
 TABLES: dict[str, tuple[list[dict[str, Any]], Callable[[dict[str, Any]], Row]]] = {
     "pods.": ([_col("Name", fmt="name"), _col("Ready"), _col("Status"), _col("Restarts", "string"),
                _col("Age"), _col("IP", priority=1), _col("Node", priority=1),
@@ -133,6 +154,11 @@ TABLES: dict[str, tuple[list[dict[str, Any]], Callable[[dict[str, Any]], Row]]] 
     "namespaces.": ([_col("Name", fmt="name"), _col("Status"), _col("Age")], _ns),
     "configmaps.": ([_col("Name", fmt="name"), _col("Data", "integer"), _col("Age")], _data),
     "secrets.": ([_col("Name", fmt="name"), _col("Type"), _col("Data", "integer"), _col("Age")], _data),
+    "services.": ([_col("Name", fmt="name"), _col("Type"), _col("Cluster-IP"), _col("External-IP"), _col("Port(s)"),
+                   _col("Age"), _col("Selector", priority=1)], _service),
+    "deployments.apps": ([_col("Name", fmt="name"), _col("Ready"), _col("Up-to-date", "integer"),
+                          _col("Available", "integer"), _col("Age")], _deployment),
+    "leases.coordination.k8s.io": ([_col("Name", fmt="name"), _col("Holder"), _col("Age")], _lease),
     "events": ([_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message")], _event),
 }
 
