@@ -509,6 +509,223 @@ hpk_host_part() {
   fi
 }
 
+# ==== probes: startupProbe, livenessProbe, readinessProbe ==================================
+# <function>_probes (the pod's part above) sets probe_KIND=(initialDelaySeconds periodSeconds
+# timeoutSeconds successThreshold failureThreshold GRACE HANDLER ARGS...) for each probe and calls
+# hpk_probes; hpk_run starts it with the container's pid once the container runs and ends it (TERM)
+# when the container exits. HANDLER ARGS is one of
+#   exec WORD...                                  <function>_exec WORD... exits 0
+#   tcp HOST PORT                                 a TCP connection opens
+#   http SCHEME HOST PORT TARGET [NAME VALUE]...  GET TARGET answers with a status of 200-399
+# Status files: NAME.ready (1/0), NAME.started-probe (the startup probe passed, or there is none),
+# NAME.probe-kill (why a failed startup or liveness probe stopped the container). Every failed try
+# is a line in logs/NAME.probes.log, never in the container's log.
+
+HPK_PROBE_AGENT=kube-probe/1.37
+
+# hpk_probes NAME FN CPID KIND...: the kubelet's timing. The startup probe runs first; liveness and
+# readiness start when it has passed, each on its own schedule. Not ready (no NAME.ready, or 0 from
+# the run before) until readiness passes; ready at once without a readiness probe.
+hpk_probes() {
+  local name=$1 fn=$2 cpid=$3 kind
+  shift 3
+  local -a loops=()
+  trap hpk_probes_end TERM INT
+  rm -f -- "$HPK_STATUS/$name.started-probe"  # of the run before a restart
+  if [[ " $* " == *" startup "* ]]; then
+    hpk_probe_loop startup &
+    loops=("$!")
+    wait "$!" || { wait; return 0; }  # failed: the loop has stopped the container
+    loops=()
+  fi
+  hpk_put "$name.started-probe" "$(hpk_now)"
+  for kind in liveness readiness; do
+    [[ " $* " == *" $kind "* ]] || continue
+    hpk_probe_loop "$kind" &
+    loops+=("$!")
+  done
+  [[ " $* " == *" readiness "* ]] || hpk_put "$name.ready" 1
+  wait
+}
+
+# hpk_probes_end: the container ended (or the pod stops): stop every probe, the container is not ready.
+hpk_probes_end() {
+  trap '' TERM INT
+  [ "${#loops[@]}" -eq 0 ] || kill -TERM "${loops[@]}" 2>/dev/null
+  wait
+  rm -f -- "$HPK_STATUS/$name.started-probe"
+  hpk_put "$name.ready" 0
+  exit 0
+}
+
+# hpk_probe_loop KIND: one probe every periodSeconds after initialDelaySeconds, counting
+# consecutive results against successThreshold and failureThreshold (hpk_probes' name, fn, cpid).
+hpk_probe_loop() {
+  local kind=$1 ok=0 bad=0 ready=0 try='' wd='' tick='' msg label
+  local -n probe="probe_$kind"
+  local delay=${probe[0]} period=${probe[1]} limit=${probe[2]} need_ok=${probe[3]} need_bad=${probe[4]}
+  local grace=${probe[5]}
+  local -a check=("${probe[@]:6}")
+  label="${kind^} probe"
+  trap 'trap "" TERM; kill -TERM -- ${try:+"-$try"} ${wd:+"-$wd"} $tick 2>/dev/null; exit 0' TERM
+  sleep "$delay" &
+  tick=$!
+  wait "$tick"
+  while :; do
+    sleep "$period" &
+    tick=$!
+    if hpk_probe_try "$limit" "${check[@]}"; then
+      ok=$((ok + 1)) bad=0
+    else
+      ok=0 bad=$((bad + 1))
+      printf '%s Unhealthy: %s failed: %s\n' "$(hpk_now)" "$label" "$msg" >>"$HPK_LOGS/$name.probes.log"
+    fi
+    case $kind in
+      startup)
+        [ "$ok" -lt "$need_ok" ] || return 0
+        [ "$bad" -lt "$need_bad" ] || { hpk_probe_kill; return 1; } ;;
+      liveness)
+        [ "$bad" -lt "$need_bad" ] || { hpk_probe_kill; return 1; } ;;
+      readiness)
+        if [ "$ready" = 0 ] && [ "$ok" -ge "$need_ok" ]; then
+          ready=1
+          hpk_put "$name.ready" 1
+        elif [ "$ready" = 1 ] && [ "$bad" -ge "$need_bad" ]; then
+          ready=0
+          hpk_put "$name.ready" 0
+        fi ;;
+    esac
+    wait "$tick"
+  done
+}
+
+# hpk_probe_kill: a startup or liveness probe failed failureThreshold times: say why, stop the
+# container (lifecycle: preStop, TERM, KILL after the grace period); hpk_run restarts it.
+hpk_probe_kill() {
+  local HPK_GRACE=${grace:-$HPK_GRACE}  # the probe's terminationGracePeriodSeconds wins
+  hpk_put "$name.probe-kill" "$label failed: $msg"
+  printf '%s Killing: Container %s failed %s, will be restarted\n' "$(hpk_now)" "$name" "${label,}" \
+    >>"$HPK_LOGS/$name.probes.log"
+  hpk_stop_container "$name" "$fn" "$cpid"
+}
+
+# hpk_probe_try SECONDS HANDLER ARGS...: one try, in its own process group, killed whole after
+# SECONDS (timeoutSeconds). Sets msg (the kubelet's message, one line; try and wd are the loop's
+# pids of the try and its watchdog); returns 0 on success.
+hpk_probe_try() {
+  local limit=$1 out="$HPK_POD_DIR/run/$name.$kind.probe" rc
+  shift
+  rm -f -- "$out.timeout"
+  set -m
+  "hpk_probe_$1" "${@:2}" >"$out" 2>&1 </dev/null &
+  try=$!
+  { sleep "$limit" && : >"$out.timeout" && kill -TERM -- "-$try" && sleep 1 && kill -KILL -- "-$try"; } \
+    >/dev/null 2>&1 &
+  wd=$!
+  set +m
+  wait "$try"
+  rc=$?
+  kill -TERM -- "-$wd" 2>/dev/null
+  wait "$wd"
+  try='' wd=''
+  msg=$(head -c 10240 -- "$out" 2>/dev/null | tr '\r\n' '  ')
+  msg=${msg% }
+  if [ -e "$out.timeout" ]; then
+    case $1 in
+      exec) msg="command \"${*:2}\" timed out" ;;
+      tcp) msg="dial tcp $(hpk_probe_hostport "$2" "$3"): i/o timeout" ;;
+      http) msg="Get \"${2,,}://$(hpk_probe_hostport "$3" "$4")$5\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)" ;;
+    esac
+    return 1
+  fi
+  [ "$rc" -eq 0 ]
+}
+
+# hpk_probe_hostport HOST PORT: as Go joins them (an IPv6 address in brackets).
+hpk_probe_hostport() {
+  case $1 in
+    *:*) printf '[%s]:%s' "$1" "$2" ;;
+    *) printf '%s:%s' "$1" "$2" ;;
+  esac
+}
+
+# hpk_probe_exec WORD...: the command in the container (a new apptainer exec); its output is the message.
+hpk_probe_exec() {
+  "${fn}_exec" "$@"
+}
+
+# hpk_probe_dial HOST PORT: open fd 3 to HOST:PORT with bash's /dev/tcp (one connection), or set
+# dial_err to Go's dial error ("dial tcp 10.0.0.5:8080: connect: connection refused").
+hpk_probe_dial() {
+  local err
+  { exec 3<>"/dev/tcp/$1/$2"; } 2>/dev/null && return 0
+  err=$({ : <>"/dev/tcp/$1/$2"; } 2>&1)  # once more, for bash's reason
+  err=${err##*: }
+  case $err in
+    "Connection refused"|"") err="connect: connection refused" ;;
+    *) err="connect: ${err,}" ;;
+  esac
+  dial_err="dial tcp $(hpk_probe_hostport "$1" "$2"): $err"
+  return 1
+}
+
+# hpk_probe_tcp HOST PORT: the kubelet's TCP probe: the connection opens (and is closed at once).
+hpk_probe_tcp() {
+  local dial_err
+  hpk_probe_dial "$1" "$2" || { echo "$dial_err"; return 1; }
+  exec 3>&-
+}
+
+# hpk_probe_http SCHEME HOST PORT TARGET [NAME VALUE]...: GET TARGET as the kubelet sends it: Host
+# (host:port unless given), User-Agent kube-probe/1.37 and Accept */* (unless given), the user's
+# headers byte for byte, Connection: close. Success is a status of 200-399 (redirects not followed).
+# HTTPS needs curl or openssl where the pod part runs (certificates are not verified, as the kubelet).
+hpk_probe_http() {
+  local scheme=$1 host=$2 port=$3 target=$4 hp req line code n have=' ' dial_err
+  local -a curl_h=()
+  hp=$(hpk_probe_hostport "$host" "$port")
+  shift 4
+  req="GET $target HTTP/1.1"$'\r\n'
+  for ((n = 1; n < $#; n += 2)); do
+    have+="${!n,,} "
+  done
+  [[ $have == *" host "* ]] || set -- Host "$hp" "$@"
+  [[ $have == *" user-agent "* ]] || set -- "$@" User-Agent "$HPK_PROBE_AGENT"
+  [[ $have == *" accept "* ]] || set -- "$@" Accept '*/*'
+  set -- "$@" Connection close
+  while [ $# -ge 2 ]; do
+    req+="$1: $2"$'\r\n'
+    if [ -n "$2" ]; then curl_h+=(-H "$1: $2"); else curl_h+=(-H "$1;"); fi
+    shift 2
+  done
+  req+=$'\r\n'
+  if [ "$scheme" = HTTPS ]; then
+    if command -v curl >/dev/null; then
+      line="HTTP/1.1 $(curl -sk --path-as-is --request-target "$target" -o /dev/null -w '%{http_code}' \
+        "${curl_h[@]}" "https://$hp/" 2>/dev/null)"
+    elif command -v openssl >/dev/null; then
+      line=$(printf '%s' "$req" | openssl s_client -quiet -connect "$hp" 2>/dev/null | head -n 1)
+    else
+      echo "HTTPS probe needs curl or openssl where the pod runs (on the node, or in the parent container); neither is on PATH"
+      return 1
+    fi
+  else
+    hpk_probe_dial "$host" "$port" || { printf 'Get "http://%s%s": %s\n' "$hp" "$target" "$dial_err"; return 1; }
+    printf '%s' "$req" >&3
+    IFS= read -r line <&3
+    exec 3>&-
+  fi
+  code=${line#HTTP/* }
+  code=${code:0:3}
+  if ! [[ $code =~ ^[0-9][0-9][0-9]$ ]] || [ "$code" = 000 ]; then
+    printf 'Get "%s://%s%s": malformed HTTP response %s\n' "${scheme,,}" "$hp" "$target" "${line%$'\r'}"
+    return 1
+  fi
+  [ "$code" -ge 200 ] && [ "$code" -lt 400 ] && return 0
+  echo "HTTP probe failed with statuscode: $code"
+  return 1
+}
+
 # "job.sh pod-part" is how the parent container runs the pod part.
 hpk_main() {
   if [ "${1:-}" = pod-part ]; then

@@ -18,8 +18,17 @@ from pydantic import Field
 from hpkctl.pod.fieldtypes import K8sModel, Text, checked, rule
 
 HTTP_HEADER_NAME = re.compile(r"[-A-Za-z0-9]+")
+
+
+def _port(value: int | str) -> None:
+    if isinstance(value, int) and not 1 <= value <= 65535:
+        raise rule("must be between 1 and 65535, inclusive")
+    if isinstance(value, str) and not value:
+        raise rule("must be a port number or an IANA service name, not empty")
+
+
 #: What Kubernetes calls an IntOrString port: 1-65535, or an IANA service name (checked across fields).
-PortValue = Annotated[int, Field(ge=1, le=65535)] | Annotated[str, Field(min_length=1)]
+PortValue = Annotated[int | str, checked(_port)]
 
 
 def _header_name(value: str) -> None:

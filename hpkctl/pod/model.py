@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from hpkctl.pod.handlers import Lifecycle
+from hpkctl.pod.probes import Probe
 
 from hpkctl.pod.fieldtypes import (
     IP,
@@ -150,6 +151,9 @@ class Container(K8sModel):
     ports: list[ContainerPort] | None = None
     restart_policy: Literal["Always"] | None = None  # init containers only: a sidecar
     lifecycle: Lifecycle | None = None
+    startup_probe: Probe | None = None
+    liveness_probe: Probe | None = None
+    readiness_probe: Probe | None = None
     termination_message_path: TerminationMessagePath | None = None  # default /dev/termination-log
     termination_message_policy: Literal["File", "FallbackToLogsOnError"] | None = None
     stdin: bool | None = None

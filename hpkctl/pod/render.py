@@ -22,6 +22,7 @@ from hpkctl.pod.images import ImageRef
 from hpkctl.pod.lifecycle import hook_command, message_bound, message_file
 from hpkctl.errors import PodError
 from hpkctl.pod.paths import SECRETS_FILE, inside
+from hpkctl.pod.probes import ProbePlan
 from hpkctl.pod.shell import RuntimeRef, SecretText, Shell, Value, concat, env_file_line, literal, quote, shell_word
 from hpkctl.pod.translate import ContainerPlan, PodPlan
 from hpkctl.resources import data_dir
@@ -159,6 +160,13 @@ def container_exec_command(words: ScriptWords, c: ContainerPlan) -> Shell:
     return Shell(CONTINUE.join(" ".join(line) for line in lines))
 
 
+def probe_words(words: ScriptWords, p: ProbePlan) -> Shell:
+    """A probe's array for the script: timing (integers), grace ('' for the pod's), handler, its words."""
+    timing = [str(n) for n in (p.delay, p.period, p.timeout, p.success, p.failure)]
+    grace = str(p.grace) if p.grace is not None else "''"
+    return Shell(" ".join([*timing, grace, p.handler, *(words.word(a) for a in p.args)]))
+
+
 def _apptainer_lines(words: ScriptWords, c: ContainerPlan, verb: str) -> list[list[str]]:
     plan = words.plan
     lines: list[list[str]] = []
@@ -230,6 +238,8 @@ def render_plan(plan: PodPlan) -> RenderedPod:
             "exec_command": container_exec_command(words, c) if c.exec_needed else None,
             "hooks": [{"kind": Shell(k), "command": hook_command(f"hpk_{'init' if c.init else 'main'}_{c.index}", h)}
                       for k, h in c.hooks.items()],
+            "probes": [{"kind": Shell(p.kind), "words": probe_words(words, p)} for p in c.probes],
+            "probe_kinds": Shell(" ".join(p.kind for p in c.probes)),
             "env_file": Shell(c.env_file),
             "run_env_file": Shell(c.run_env_file),
             "runtime_env": [(Shell(k), words.word(v)) for k, v in c.env_runtime],

@@ -31,6 +31,7 @@ from hpkctl.pod.images import ImageRef, parse_image
 from hpkctl.pod.lifecycle import HookPlan, grace_period, log_fallback, message_path, plan_hooks, signal_option
 from hpkctl.pod.model import Pod
 from hpkctl.pod.objects import ObjectSource, StaticObjects
+from hpkctl.pod.probes import ProbePlan, plan_probes
 from hpkctl.pod.pullsecrets import pull_credentials
 from hpkctl.pod.resources import PodResources, pod_resources
 from hpkctl.pod.shell import Value, is_static, literal, static_text
@@ -77,6 +78,7 @@ class ContainerPlan:
     log_fallback: bool = False  # terminationMessagePolicy FallbackToLogsOnError
     mpi: bool = False
     exec_needed: bool = False  # an exec probe or hook: the script gets a <function>_exec too
+    probes: list[ProbePlan] = field(default_factory=list)  # the script gets a <function>_probes
 
     @property
     def env_file(self) -> str:
@@ -287,7 +289,8 @@ def _plan_container(ctx: Ctx, c: Mapping[str, Any], *, index: int, init: bool, w
         policy = "Always"  # a sidecar: runs (and restarts) until the main containers end
     plan = ContainerPlan(name=name, init=init, index=index, image=image, sif=sif, pull_policy=pull, verb=verb,
                          argv=argv, env_static=env_static, env_runtime=env_runtime, binds=binds, subdirs=subdirs,
-                         flags=flags, workdir=workdir, restart_policy=policy, exec_needed=_runs_exec(c))
+                         flags=flags, workdir=workdir, restart_policy=policy, exec_needed=_runs_exec(c),
+                         probes=plan_probes(c, where=where))
 
     plan.hooks = plan_hooks(c)
     plan.message_path = message_path(c)

@@ -19,6 +19,7 @@ import pydantic
 from hpkctl.errors import ManifestError
 from hpkctl.pod.fieldtypes import K8sModel
 from hpkctl.pod.handlers import handler_problems
+from hpkctl.pod.probes import probe_problems
 from hpkctl.pod.model import ConfigMapObject, Container, Pod, SecretObject, ServiceObject
 from hpkctl.pod.quantity import parse_quantity
 
@@ -164,6 +165,9 @@ def _cross_field(model: Pod, raw: Mapping[str, Any], *, prefix: str) -> Iterable
                               "may only be set on init containers (sidecars)", "remove it")
             yield from _container(c, where=where)
             yield from _lifecycle(c, where=where, grace=_grace(spec.termination_grace_period_seconds))
+            for path, value, message, hint in probe_problems(c, where=where, init=key == "initContainers",
+                                                             sidecar=c.restart_policy == "Always"):
+                yield Problem(path, value, message, hint, missing=value is None)
     volumes: dict[str, int] = {}
     for i, v in enumerate(spec.volumes or []):
         where = f"{at}.volumes[{i}]"
@@ -258,9 +262,6 @@ def _container(c: Container, *, where: str) -> Iterable[Problem]:
 
 # --- fields read but not acted on ----------------------------------------------------------------------
 _CONTAINER_IGNORED = {
-    "livenessProbe": "probes are not run yet",
-    "readinessProbe": "probes are not run yet",
-    "startupProbe": "probes are not run yet",
     "stdin": "containers get no stdin",
     "stdinOnce": "containers get no stdin",
     "tty": "containers get no terminal",
