@@ -5,6 +5,8 @@ apply's strategic merge, delete --wait, WebSocket exec)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import shutil
 import tempfile
 import threading
@@ -15,7 +17,7 @@ from typing import Iterator
 import pytest
 
 from tests.support.fake_kubelet import FakeKubelet
-from tests.support.kubeapi import KubeApi, pod, require_kubectl, start
+from tests.support.kubeapi import KubeApi, helm, pod, require_kubectl, start
 
 pytestmark = pytest.mark.standin
 NS = "/api/v1/namespaces/default"
@@ -186,3 +188,44 @@ def test_namespace_lifecycle(kube: KubeApi) -> None:
     assert kube.get("/api/v1/namespaces/team")[0] == 404
     r = kube.kubectl("delete", "namespace", "default", check=False)
     assert r.returncode == 1 and "this namespace may not be deleted" in r.stderr
+
+
+def test_typed_clients_send_protobuf(kube: KubeApi) -> None:
+    """kubectl create <generator> uses client-go's typed clients, which send protobuf bodies."""
+    kube.kubectl("create", "namespace", "proto")
+    kube.kubectl("create", "secret", "generic", "s1", "-n", "proto", "--from-literal=a=b")
+    kube.kubectl("create", "deployment", "d1", "-n", "proto", "--image=busybox:1.36", "--replicas=2")
+    kube.kubectl("create", "job", "j1", "-n", "proto", "--image=busybox:1.36", "--", "echo", "hi")
+    code, s1 = kube.get("/api/v1/namespaces/proto/secrets/s1")
+    assert (s1["type"], base64.b64decode(s1["data"]["a"])) == ("Opaque", b"b")
+    code, d1 = kube.get("/apis/apps/v1/namespaces/proto/deployments/d1")
+    assert d1["spec"]["replicas"] == 2 and d1["spec"]["selector"] == {"matchLabels": {"app": "d1"}}
+    assert d1["spec"]["template"]["spec"]["containers"][0] == {"name": "busybox", "image": "busybox:1.36",
+                                                                "resources": {}}
+    code, j1 = kube.get("/apis/batch/v1/namespaces/proto/jobs/j1")
+    assert j1["spec"]["template"]["spec"]["containers"][0]["command"] == ["echo", "hi"]
+    assert j1["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    r = kube.kubectl("create", "token", "default", "-n", "proto", "--duration=1h")
+    claims = json.loads(base64.urlsafe_b64decode(r.stdout.strip().split(".")[1] + "=="))
+    assert claims["sub"] == "system:serviceaccount:proto:default" and claims["exp"] - claims["iat"] == 3600
+    kube.kubectl("scale", "deployment", "d1", "-n", "proto", "--replicas=3")
+    assert kube.get("/apis/apps/v1/namespaces/proto/deployments/d1")[1]["spec"]["replicas"] == 3
+
+
+def test_helm_install_upgrade_uninstall(kube: KubeApi, tmp_path: Path) -> None:
+    chart = tmp_path / "tiny"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: tiny\nversion: 0.1.0\n")
+    (chart / "templates" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-cfg\n"
+        "data:\n  greeting: {{ .Values.greeting | default \"hello\" | quote }}\n")
+    r = helm(kube, "install", "r1", str(chart), "-n", "kube-public")
+    assert r.returncode == 0 and "STATUS: deployed" in r.stdout, r.stderr
+    r = helm(kube, "upgrade", "r1", str(chart), "-n", "kube-public", "--set", "greeting=hi")
+    assert r.returncode == 0, r.stderr
+    assert kube.get("/api/v1/namespaces/kube-public/configmaps/r1-cfg")[1]["data"] == {"greeting": "hi"}
+    r = helm(kube, "list", "-n", "kube-public", "-o", "json")
+    assert [(x["name"], x["revision"], x["status"]) for x in json.loads(r.stdout)] == [("r1", "2", "deployed")]
+    r = helm(kube, "uninstall", "r1", "-n", "kube-public")
+    assert r.returncode == 0, r.stderr
+    assert kube.get("/api/v1/namespaces/kube-public/configmaps/r1-cfg")[0] == 404

@@ -160,6 +160,14 @@ class KubeApi:
         return r
 
 
+def helm(api: KubeApi, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The real helm (ci/kube-tools) against the stand-in, with its caches in the state directory."""
+    if not os.access(HELM, os.X_OK):
+        missing(f"{HELM} is missing", fix="run ci/setup (ci/kube-tools) as root")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(api.state), "KUBECONFIG": str(api.kubeconfig)}
+    return subprocess.run([str(HELM), *args], capture_output=True, text=True, env=env, timeout=timeout, check=False)
+
+
 def start(state: Path, *args: str, port: int = 0) -> KubeApi:
     require_modules()
     state.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable
 import yaml
 from aiohttp import web
 
-from . import openapi, proxy, resources, subresources, tables, watch
+from . import openapi, protobuf, proxy, resources, subresources, tables, watch
 from .api import Api
 from .certs import Pki
 from .errors import ApiError, bad_request
@@ -80,7 +80,9 @@ def error_response(e: ApiError) -> web.Response:
 
 
 class Server:
-    def __init__(self, api: Api, pki: Pki, settings: watch.WatchSettings, kubelet: proxy.KubeletClient) -> None:
+    def __init__(self, api: Api, pki: Pki, settings: watch.WatchSettings, kubelet: proxy.KubeletClient,
+                 protobuf_binary: str = "") -> None:
+        self.protobuf_binary = protobuf_binary
         self.api = api
         self.pki = pki
         self.settings = settings
@@ -88,6 +90,7 @@ class Server:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=8 * 1024 * 1024)
+        app["protobuf_binary"] = self.protobuf_binary
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         return app
 
@@ -174,6 +177,12 @@ class Server:
                 return {}
             raise bad_request("the body of the request was empty")
         ctype = request.content_type
+        if ctype == "application/vnd.kubernetes.protobuf":
+            try:
+                return protobuf.decode(raw, request.app["protobuf_binary"])
+            except protobuf.Unsupported as e:
+                raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                               f"accepted media types include: application/json, application/yaml ({e})") from None
         try:
             if ctype in ("application/yaml", "application/x-yaml"):
                 return yaml.safe_load(raw)

@@ -43,6 +43,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="watches without timeoutSeconds end after a random time in [T, 2T]")
     p.add_argument("--kubelet-preferred-address-types", default=",".join(DEFAULT_ADDRESS_TYPES))
     p.add_argument("--kubelet-certificate-authority", type=Path, default=None)
+    p.add_argument("--protobuf-schema-binary", default=os.environ.get("HPK_TOOLS", "/opt/hpk-tools") + "/bin/kubectl",
+                   help="a Go client (kubectl) whose type data gives the protobuf field numbers")
     p.add_argument("--no-persist", action="store_true", help="do not load or save the object snapshot")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)
@@ -84,7 +86,8 @@ async def serve(args: argparse.Namespace) -> None:
         for f in serving:
             os.chown(f, *owner)
     app = Server(api, pki, WatchSettings(bookmark_interval=args.bookmark_interval,
-                                         min_request_timeout=args.min_request_timeout), kubelet).app()
+                                         min_request_timeout=args.min_request_timeout), kubelet,
+                 args.protobuf_schema_binary).app()
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2.0,
                            access_log=log if args.verbose else None)
     await runner.setup()

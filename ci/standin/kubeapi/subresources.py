@@ -54,6 +54,8 @@ async def handle(srv: "Server", request: web.Request, t: "Target") -> web.Stream
     elif t.sub == "proxy" and t.rt.key == "nodes.":
         trailing = "/" if request.path.endswith("/") and t.subpath else ""
         return await proxy.node_proxy(srv, request, t.name, t.subpath + trailing)
+    elif t.sub == "scale":
+        return await scale(srv, request, t)
     elif t.sub == "finalize" and m == "PUT":
         obj = srv.api.get(t.rt, ns, t.name)
         obj["spec"] = (await srv.body(request)).get("spec", {})
@@ -129,3 +131,41 @@ def token(srv: "Server", ns: str, name: str, body: dict[str, Any]) -> dict[str, 
             "metadata": {"name": name, "namespace": ns, "creationTimestamp": None},
             "spec": {"audiences": audiences, "expirationSeconds": exp, "boundObjectRef": ref},
             "status": {"token": srv.pki.sign_jwt(claims), "expirationTimestamp": expires}}
+
+
+async def scale(srv: "Server", request: web.Request, t: "Target") -> web.StreamResponse:
+    """autoscaling/v1 Scale view of spec.replicas (kubectl scale PATCHes it)."""
+    from .handlers import json_response
+    from .patch import merge_patch, json_patch
+    ns = t.ns or ""
+    obj = srv.api.get(t.rt, ns, t.name)
+
+    def view(o: dict[str, Any]) -> dict[str, Any]:
+        sel = ((o.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: o["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                                            "creationTimestamp") if k in o["metadata"]},
+                "spec": {"replicas": (o.get("spec") or {}).get("replicas", 1)},
+                "status": {"replicas": (o.get("status") or {}).get("replicas", 0),
+                           "selector": ",".join(f"{k}={v}" for k, v in sorted(sel.items()))}}
+    if request.method == "GET":
+        return json_response(view(obj))
+    cur = view(obj)
+    if request.method == "PUT":
+        new = await srv.body(request)
+    elif request.method == "PATCH":
+        raw = await request.read()
+        patch = __import__("json").loads(raw or b"null")
+        new = json_patch(cur, patch) if request.content_type == "application/json-patch+json" else merge_patch(cur, patch)
+    else:
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+    rv = (new.get("metadata") or {}).get("resourceVersion")
+    if rv and rv != obj["metadata"]["resourceVersion"]:
+        raise conflict(t.rt.plural, t.rt.group, t.name)
+    replicas = (new.get("spec") or {}).get("replicas")
+    if not isinstance(replicas, int) or replicas < 0:
+        raise invalid("Scale", "autoscaling", t.name, [FieldError("FieldValueInvalid", "spec.replicas",
+                                                                  "must be greater than or equal to 0", replicas)])
+    obj.setdefault("spec", {})["replicas"] = replicas
+    stored, _ = srv.api.update(t.rt, ns, t.name, obj)
+    return json_response(view(stored))

@@ -109,11 +109,14 @@ def _ns(o: dict[str, Any]) -> Row:
     return [o["metadata"]["name"], (o.get("status") or {}).get("phase", ""), age(o["metadata"].get("creationTimestamp"))]
 
 
-def _data(o: dict[str, Any]) -> Row:
+def _configmap(o: dict[str, Any]) -> Row:
     n = len(o.get("data") or {}) + len(o.get("binaryData") or {})
-    if o.get("kind") == "Secret":
-        return [o["metadata"]["name"], o.get("type", ""), n, age(o["metadata"].get("creationTimestamp"))]
     return [o["metadata"]["name"], n, age(o["metadata"].get("creationTimestamp"))]
+
+
+def _secret(o: dict[str, Any]) -> Row:
+    return [o["metadata"]["name"], o.get("type", ""), len(o.get("data") or {}),
+            age(o["metadata"].get("creationTimestamp"))]
 
 
 def _event(o: dict[str, Any]) -> Row:
@@ -152,8 +155,8 @@ TABLES: dict[str, tuple[list[dict[str, Any]], Callable[[dict[str, Any]], Row]]] 
                 _col("Internal-IP", priority=1), _col("External-IP", priority=1), _col("OS-Image", priority=1),
                 _col("Kernel-Version", priority=1), _col("Container-Runtime", priority=1)], _node),
     "namespaces.": ([_col("Name", fmt="name"), _col("Status"), _col("Age")], _ns),
-    "configmaps.": ([_col("Name", fmt="name"), _col("Data", "integer"), _col("Age")], _data),
-    "secrets.": ([_col("Name", fmt="name"), _col("Type"), _col("Data", "integer"), _col("Age")], _data),
+    "configmaps.": ([_col("Name", fmt="name"), _col("Data", "integer"), _col("Age")], _configmap),
+    "secrets.": ([_col("Name", fmt="name"), _col("Type"), _col("Data", "integer"), _col("Age")], _secret),
     "services.": ([_col("Name", fmt="name"), _col("Type"), _col("Cluster-IP"), _col("External-IP"), _col("Port(s)"),
                    _col("Age"), _col("Selector", priority=1)], _service),
     "deployments.apps": ([_col("Name", fmt="name"), _col("Ready"), _col("Up-to-date", "integer"),
