@@ -183,7 +183,7 @@ class Api:
         else:
             root = self.schemas.root(rt.group, rt.version, rt.kind)
             patched = self.smp.apply(old_view, patch, root)
-        meta = patched.get("metadata") if isinstance(patched.get("metadata"), dict) else {}
+        meta: dict[str, Any] = patched["metadata"] if isinstance(patched.get("metadata"), dict) else {}
         if meta.get("name") != name:
             raise bad_request(f"the name of the object ({meta.get('name', '')}) does not match the name on the URL ({name})")
         if meta.get("uid") != old_view["metadata"]["uid"]:

@@ -33,8 +33,8 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _pem_key(key: Any) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()))
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
@@ -129,7 +129,8 @@ class Pki:
     def kubeconfig(self, path: Path, *, server: str, user: str, cn: str, orgs: tuple[str, ...],
                    owner: tuple[int, int] | None) -> Path:
         cp, kp = self.leaf(f"user-{user}", cn=cn, orgs=orgs)
-        b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
+        def b64(p: Path) -> str:
+            return base64.b64encode(p.read_bytes()).decode()
         doc = {"apiVersion": "v1", "kind": "Config", "current-context": "standin",
                "clusters": [{"name": "standin", "cluster": {"server": server,
                                                             "certificate-authority-data": b64(self.dir / "ca.crt")}}],
@@ -166,7 +167,8 @@ class Pki:
         """The claims of a token this server signed and that has not expired, else None."""
         try:
             head, body, sig = token.split(".")
-            pad = lambda s: s + "=" * (-len(s) % 4)  # noqa: E731
+            def pad(s: str) -> str:
+                return s + "=" * (-len(s) % 4)
             self.sa_key.public_key().verify(base64.urlsafe_b64decode(pad(sig)), f"{head}.{body}".encode(),
                                             padding.PKCS1v15(), hashes.SHA256())
             claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(pad(body)))

@@ -31,8 +31,12 @@ def _str(v: Any) -> str:
     return str(v)
 
 
+def _getter(path: str) -> Callable[[dict[str, Any]], str]:
+    return lambda o: _str(_get(o, path))
+
+
 def _fields(*paths: str) -> dict[str, Callable[[dict[str, Any]], str]]:
-    return {p: (lambda o, p=p: _str(_get(o, p))) for p in paths}
+    return {p: _getter(p) for p in paths}
 
 
 META = _fields("metadata.name", "metadata.namespace")

@@ -166,15 +166,15 @@ class StrategicMerge:
             doc = {k: v for k, v in doc.items() if k in retain}
         return doc
 
-    def _list(self, cur: Any, patch: list[Any], fschema: dict[str, Any]) -> list[Any]:
+    def _list(self, current: Any, patch: list[Any], fschema: dict[str, Any]) -> list[Any]:
         f = self.s.resolve(fschema) if "$ref" in fschema else fschema
         strategy = str(f.get("x-kubernetes-patch-strategy", ""))
         key = f.get("x-kubernetes-patch-merge-key")
-        cur = list(cur) if isinstance(cur, list) else []
+        cur: list[Any] = list(current) if isinstance(current, list) else []
         if any(isinstance(p, dict) and p.get("$patch") == "replace" for p in patch):
             return [self._strip(p) for p in patch if not (isinstance(p, dict) and p.get("$patch") == "replace")]
         if "merge" not in strategy.split(","):
-            return [self._strip(p) for p in patch]
+            return list(self._strip(patch))
         if not key:  # a merged list of primitives (finalizers)
             return cur + [p for p in patch if p not in cur]
         item_schema = self.s.items(f)

@@ -176,6 +176,7 @@ class Decoder:
         while i < len(buf):
             key, i = _varint(buf, i)
             wire, num = key & 7, key >> 3
+            v: Any
             if wire == 0:
                 v, i = _varint(buf, i)
             elif wire == 2:

@@ -76,7 +76,7 @@ def _container(pod: dict[str, Any], wanted: str) -> str:
     name = pod["metadata"]["name"]
     if not wanted:
         if len(names) == 1:
-            return names[0]
+            return str(names[0])
         msg = f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]"
         if inits:
             msg += f" or one of the init containers: [{' '.join(inits)}]"

@@ -15,7 +15,7 @@ import os
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, List
 
 from .errors import gone
 
@@ -73,7 +73,7 @@ class Store:
         items = self.objects.get(key, {})
         return [o for (n, _), o in sorted(items.items()) if ns is None or n == ns]
 
-    def since(self, key: str, rv: int) -> list[Event]:
+    def since(self, key: str, rv: int) -> List[Event]:
         """Events of ``key`` after ``rv``; 410 Expired if the history no longer reaches back."""
         if rv < self.floor:
             raise gone(f"too old resource version: {rv} ({self.floor})")
