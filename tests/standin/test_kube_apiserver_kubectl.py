@@ -54,6 +54,8 @@ def kubelet(kube: KubeApi) -> Iterator[FakeKubelet]:
     fk = FakeKubelet(kube.pki).start()
     code, out = kube.post("/api/v1/nodes", fk.node())
     assert code == 201, out
+    code, out = kube.post(f"{NS}/pods", pod("onnode", node="hpk"))  # the pod the proxy tests talk to
+    assert code == 201, out
     try:
         yield fk
     finally:
@@ -87,7 +89,6 @@ def test_apply_create_update_and_strict_validation(kube: KubeApi) -> None:
 
 
 def test_get_prints_the_server_columns(kube: KubeApi, kubelet: FakeKubelet) -> None:
-    kube.post(f"{NS}/pods", pod("onnode", node="hpk"))
     kube.patch(f"{NS}/pods/onnode/status", {"status": {"phase": "Running", "podIP": "10.1.2.3", "containerStatuses": [
         {"name": "c", "image": "busybox:1.36", "imageID": "", "ready": True, "restartCount": 2,
          "state": {"running": {"startedAt": "2026-11-24T00:00:00Z"}}}]}})
@@ -96,8 +97,11 @@ def test_get_prints_the_server_columns(kube: KubeApi, kubelet: FakeKubelet) -> N
     assert cells[:4] == ["onnode", "1/1", "Running", "2"] and cells[5:7] == ["10.1.2.3", "hpk"]
     r = kube.kubectl("get", "nodes", "--no-headers")
     assert r.stdout.split()[:3] == ["hpk", "Ready", "<none>"]
-    r = kube.kubectl("get", "pods", "-l", "app=web", "-o", "name")
-    assert r.stdout.split() == ["pod/web"]
+    labeled = pod("labeled")
+    labeled["metadata"]["labels"] = {"app": "lbl"}
+    kube.post(f"{NS}/pods", labeled)
+    r = kube.kubectl("get", "pods", "-l", "app=lbl", "-o", "name")
+    assert r.stdout.split() == ["pod/labeled"]
     r = kube.kubectl("get", "pods", "--field-selector", "spec.nodeName=hpk", "-o", "name")
     assert r.stdout.split() == ["pod/onnode"]
 
@@ -133,8 +137,10 @@ def test_logs_go_through_the_kubelet_with_the_client_cert(kube: KubeApi, kubelet
     assert r.stdout == "".join(f"c line {i}\n" for i in range(5))
     assert time.monotonic() - t0 >= 0.8  # streamed while the kubelet wrote, not buffered up front
     assert kubelet.requests[-1]["query"] == [("follow", "true")]
-    r = kube.kubectl("logs", "web", check=False)  # unbound pod: empty, no kubelet call
-    assert (r.returncode, r.stdout) == (0, "")
+    kube.post(f"{NS}/pods", pod("nolog"))
+    n = len(kubelet.requests)
+    r = kube.kubectl("logs", "nolog", check=False)  # unbound pod: empty, no kubelet call
+    assert (r.returncode, r.stdout, len(kubelet.requests)) == (0, "", n)
 
 
 def test_exec_is_a_websocket_passthrough(kube: KubeApi, kubelet: FakeKubelet) -> None:
@@ -142,6 +148,9 @@ def test_exec_is_a_websocket_passthrough(kube: KubeApi, kubelet: FakeKubelet) ->
     r = kube.kubectl("exec", "onnode", "--", "echo", "hi")
     assert r.stdout == "echo hi\n"
     assert kubelet.requests[0]["query"] == [("command", "echo"), ("command", "hi"), ("output", "1"), ("error", "1")]
+    r = kube.kubectl("exec", "-i", "onnode", "--", "cat", input="hello from stdin\n")
+    assert r.stdout == "cat\nhello from stdin\n"
+    assert kubelet.requests[-1]["query"] == [("command", "cat"), ("input", "1"), ("output", "1"), ("error", "1")]
     r = kube.kubectl("exec", "onnode", "-c", "c", "--", "x", "fail", check=False)
     assert r.returncode == 3 and "command terminated with exit code 3" in r.stderr
 
@@ -176,8 +185,10 @@ def test_delete_wait_returns_once_the_kubelet_removed_the_pod(kube: KubeApi, kub
     assert r.stdout.strip() == 'pod "bye" deleted from default namespace'
     assert time.monotonic() - t0 >= 0.9
     assert kube.get(f"{NS}/pods/bye")[0] == 404
-    r = kube.kubectl("delete", "pod", "web", "--wait=true", "--timeout=10s")  # unbound: at once
-    assert kube.get(f"{NS}/pods/web")[0] == 404
+    kube.post(f"{NS}/pods", pod("bye-unbound"))
+    t0 = time.monotonic()
+    kube.kubectl("delete", "pod", "bye-unbound", "--wait=true", "--timeout=10s")  # unbound: at once
+    assert kube.get(f"{NS}/pods/bye-unbound")[0] == 404 and time.monotonic() - t0 < 5
 
 
 def test_namespace_lifecycle(kube: KubeApi) -> None:

@@ -441,9 +441,10 @@ def test_events_core_and_events_k8s_io_share_storage(kube: KubeApi) -> None:
 
 
 def test_table_output_for_pods(kube: KubeApi) -> None:
+    create(kube, pod("tabled"))
     code, out = kube.get(f"{NS}/pods", headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
     assert code == 200 and out["kind"] == "Table"
     assert [c["name"] for c in out["columnDefinitions"]][:5] == ["Name", "Ready", "Status", "Restarts", "Age"]
-    row = next(r for r in out["rows"] if r["cells"][0] == "bindme")
+    row = next(r for r in out["rows"] if r["cells"][0] == "tabled")
     assert row["cells"][1:4] == ["0/1", "Pending", 0]
     assert row["object"]["kind"] == "PartialObjectMetadata"

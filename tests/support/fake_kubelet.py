@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 
@@ -72,6 +73,14 @@ class FakeKubelet:
         await ws.prepare(request)
         command = request.query.getall("command", [])
         await ws.send_bytes(b"\x01" + (" ".join(command) + "\n").encode())
+        if request.query.get("input") == "1":  # echo stdin until the client closes it (v5: 255, 0)
+            stdin = b""
+            async for msg in ws:
+                if msg.type != aiohttp.WSMsgType.BINARY or msg.data[:2] == b"\xff\x00":
+                    break
+                if msg.data[:1] == b"\x00":
+                    stdin += msg.data[1:]
+            await ws.send_bytes(b"\x01" + stdin)
         code = 3 if command[-1:] == ["fail"] else 0
         status: dict[str, Any] = {"metadata": {}, "status": "Success"}
         if code:
