@@ -221,20 +221,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("no runs" + ("" if args.all_namespaces else f" in namespace {args.namespace}"))
         return 0
     head = f"{'NAMESPACE':16} " if args.all_namespaces else ""
-    print(f"{head}{'NAME':24} {'JOB':>8} {'PHASE':10} {'REASON':18} {'NODE':10} MESSAGE")
+    print(f"{head}{'NAME':24} {'READY':5} {'JOB':>8} {'PHASE':10} {'REASON':18} {'NODE':10} MESSAGE")
     for ns, name, job, _, _, st in rows:
         col = f"{ns:16} " if args.all_namespaces else ""
         if isinstance(st, ArrayStatus):
             msg = f"{st.kind}: {st.summary()}" + (f"; {st.message}" if st.message else "")
-            print(f"{col}{name:24} {job or '-':>8} {st.phase:10} {st.reason or '-':18} {'-':10} {msg}")
+            print(f"{col}{name:24} {'-':5} {job or '-':>8} {st.phase:10} {st.reason or '-':18} {'-':10} {msg}")
             for i in st.indexes:
                 p = i.pod
                 pmsg = (p.message if p.phase != "Running" else "") + (f" ({i.attempts} runs)" if i.attempts > 1 else "")
-                print(f"{col}  {i.name:22} {i.job_id.rsplit('_', 1)[-1] if i.job_id else '-':>8} {p.phase:10} "
+                job_index = i.job_id.rsplit('_', 1)[-1] if i.job_id else '-'
+                print(f"{col}  {i.name:22} {p.ready_count():5} {job_index:>8} {p.phase:10} "
                       f"{p.reason or '-':18} {p.node or '-':10} {pmsg.strip()}")
             continue
         msg = st.message if st.phase != "Running" else ""
-        print(f"{col}{name:24} {job or '-':>8} {st.phase:10} {st.reason or '-':18} {st.node or '-':10} {msg}")
+        print(f"{col}{name:24} {st.ready_count():5} {job or '-':>8} {st.phase:10} {st.reason or '-':18} "
+              f"{st.node or '-':10} {msg}")
         for line in container_notes(st):
             print(line)
     return 0

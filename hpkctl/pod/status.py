@@ -243,10 +243,11 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
 
 
 def container_notes(st: PodStatus) -> list[str]:
-    """One line per container with a termination message or a hook failure (``hpkctl status``)."""
+    """One line per container with a termination message, a hook failure or the last probe kill
+    (``hpkctl status``)."""
     out = []
     for c in st.containers:
-        for what, text in (("message", c.message), ("hook", c.hook_failure)):
+        for what, text in (("message", c.message), ("hook", c.hook_failure), ("probe", c.probe_kill)):
             if text and not (what == "hook" and c.reason == "FailedPostStartHook"):
                 one = " ".join(text.split())
                 out.append(f"  container {c.name} {what}: {one[:200] + ('...' if len(one) > 200 else '')}")

@@ -11,7 +11,7 @@ RUNTIME = (REPO / "sbatch" / "runtime.sh").read_text()
 POD_LEVEL = {paths.JOB_STARTED, paths.JOB_NODE, paths.JOB_ID, paths.POD_IP, paths.HOST_IP,
              paths.POD_TERMINATING, paths.POD_FAILED, paths.POD_DONE}
 PER_CONTAINER = {paths.STARTED, paths.FINISHED, paths.EXITCODE, paths.RESTARTS, paths.READY, paths.POST_START,
-                 paths.HOOK_FAILED}
+                 paths.HOOK_FAILED, paths.STARTED_PROBE, paths.PROBE_KILL}
 WRITTEN_RAW = {paths.MESSAGE}  # bytes as written: tail into a temp file + mv
 MOVED = {paths.LAST_EXITCODE, paths.LAST_FINISHED, paths.LAST_MESSAGE, paths.LAST_HOOK_FAILED}
 
@@ -28,9 +28,9 @@ def test_the_job_writes_exactly_the_named_container_files() -> None:
     loop = re.search(r'for f in ([a-z -]+); do\n.*?"\$HPK_STATUS/\$name\.last-\$f"', RUNTIME, re.S)
     assert loop is not None
     moved = {f"last-{name}" for name in loop.group(1).split()}
-    assert written - {"started-probe", "probe-kill"} == PER_CONTAINER  # those two: the probes' files
+    assert written == PER_CONTAINER
     assert raw == WRITTEN_RAW
-    assert moved - {"last-probe-kill"} == MOVED  # last-probe-kill: the probes' own file
+    assert moved == MOVED | {paths.LAST_PROBE_KILL}
 
 
 def test_delete_marker_is_read_by_the_job_under_its_name() -> None:
