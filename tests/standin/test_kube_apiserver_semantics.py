@@ -448,3 +448,32 @@ def test_table_output_for_pods(kube: KubeApi) -> None:
     row = next(r for r in out["rows"] if r["cells"][0] == "tabled")
     assert row["cells"][1:4] == ["0/1", "Pending", 0]
     assert row["object"]["kind"] == "PartialObjectMetadata"
+
+
+def test_watch_list_initial_events_end_with_an_annotated_bookmark(kube: KubeApi) -> None:
+    create(kube, {"metadata": {"name": "initial"}}, "/api/v1/namespaces/kube-system/configmaps")
+    events = kube.watch("/api/v1/namespaces/kube-system/configmaps", {
+        "sendInitialEvents": "true", "allowWatchBookmarks": "true", "resourceVersionMatch": "NotOlderThan",
+        "resourceVersion": "", "timeoutSeconds": "1"}, count=3)
+    assert [(e["type"], e["object"]["metadata"].get("name")) for e in events[:2]] == \
+        [("ADDED", "initial"), ("ADDED", "kube-root-ca.crt")]
+    assert events[2]["type"] == "BOOKMARK"
+    assert events[2]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+def test_dry_run_stores_nothing(kube: KubeApi) -> None:
+    code, out = kube.post(f"{NS}/configmaps", {"metadata": {"name": "dry"}}, params={"dryRun": "All"})
+    assert code == 201 and out["metadata"]["name"] == "dry"
+    assert kube.get(f"{NS}/configmaps/dry")[0] == 404
+    code, out = kube.post(f"{NS}/configmaps", {"metadata": {"name": "dry"}}, params={"dryRun": "Maybe"})
+    assert code == 400
+
+
+def test_delete_collection_by_label(kube: KubeApi) -> None:
+    for name, team in (("dc-1", "a"), ("dc-2", "a"), ("dc-3", "b")):
+        create(kube, {"metadata": {"name": name, "labels": {"team": team}}}, f"{NS}/configmaps")
+    code, out = kube.call("DELETE", f"{NS}/configmaps", params={"labelSelector": "team=a"})
+    assert code == 200
+    left = [c["metadata"]["name"] for c in kube.get(f"{NS}/configmaps")[1]["items"]
+            if c["metadata"]["name"].startswith("dc-")]
+    assert left == ["dc-3"]
