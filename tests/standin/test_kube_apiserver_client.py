@@ -164,7 +164,7 @@ def test_restart_keeps_objects_and_resource_versions_grow(tmp_path: Path) -> Non
         assert [(e["type"], e["object"]["code"]) for e in events] == [("ERROR", 410)]
         code, upd = api.patch("/api/v1/namespaces/default/configmaps/keep", {"data": {"a": "2"}})
         assert int(upd["metadata"]["resourceVersion"]) > rv_before + 1000
-        time.sleep(0.3)  # the snapshot is written within 50 ms of a write
+        time.sleep(0.6)  # the snapshot is written 0.2 s after a write (--snapshot-delay)
         api.stop(signal.SIGKILL)
         api.start()
         code, after_kill = api.get("/api/v1/namespaces/default/configmaps/keep")

@@ -45,6 +45,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kubelet-certificate-authority", type=Path, default=None)
     p.add_argument("--protobuf-schema-binary", default=os.environ.get("HPK_TOOLS", "/opt/hpk-tools") + "/bin/kubectl",
                    help="a Go client (kubectl) whose type data gives the protobuf field numbers")
+    p.add_argument("--snapshot-delay", type=float, default=0.2,
+                   help="seconds between a write and the snapshot (SIGTERM saves at once; SIGKILL loses less than this)")
     p.add_argument("--no-persist", action="store_true", help="do not load or save the object snapshot")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)
@@ -73,7 +75,8 @@ async def serve(args: argparse.Namespace) -> None:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.dir / "ca.crt"))
     ctx.load_cert_chain(str(cert), str(key))
     ctx.verify_mode = ssl.CERT_OPTIONAL
-    store = Store(history_size=args.history_size, snapshot=None if args.no_persist else state / "objects.json")
+    store = Store(history_size=args.history_size, snapshot=None if args.no_persist else state / "objects.json",
+                  snapshot_delay=args.snapshot_delay)
     api = Api(store, schemas(), ca_pem=pki.ca_pem, server=f"{args.bind_address}:{port}")
     api.bootstrap()
     kc, kk = pki.leaf("apiserver-kubelet-client", cn="kube-apiserver-kubelet-client", orgs=("kubeadm:cluster-admins",))

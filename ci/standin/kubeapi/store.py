@@ -52,7 +52,9 @@ def _without_rv(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 class Store:
-    def __init__(self, *, history_size: int = 1000, snapshot: Path | None = None) -> None:
+    def __init__(self, *, history_size: int = 1000, snapshot: Path | None = None,
+                 snapshot_delay: float = 0.2) -> None:
+        self.snapshot_delay = snapshot_delay
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
         self.rv = 1
         self.history: deque[Event] = deque(maxlen=max(1, history_size))
@@ -134,7 +136,7 @@ class Store:
             return
         self._save_pending = True
         try:
-            asyncio.get_running_loop().call_later(0.05, self.save)
+            asyncio.get_running_loop().call_later(self.snapshot_delay, self.save)
         except RuntimeError:
             self.save()
 
