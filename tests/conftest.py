@@ -29,5 +29,5 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
     terminalreporter.write_line(
         f"real components: {_REAL['slurm']} tests passed against the real local Slurm, "
-        f"{_REAL['standin']} against the Apptainer stand-in"
+        f"{_REAL['standin']} against the stand-ins (Apptainer, Kubernetes API)"
     )
