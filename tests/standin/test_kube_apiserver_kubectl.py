@@ -69,6 +69,17 @@ def test_version_and_api_resources(kube: KubeApi) -> None:
     assert r.stdout.split() == ["leases.coordination.k8s.io"]
 
 
+@pytest.mark.parametrize("user, name, group", [("admin", "kubernetes-admin", "system:masters"),
+                                               ("kubelet", "system:node:hpk", "system:nodes"),
+                                               ("scheduler", "system:kube-scheduler", None)])
+def test_kubeconfigs_authenticate_by_client_certificate(kube: KubeApi, user: str, name: str, group: str | None) -> None:
+    r = kube.kubectl("auth", "whoami", "-o", "json", kubeconfig=kube.state / f"{user}.kubeconfig")
+    info = json.loads(r.stdout)["status"]["userInfo"]
+    assert info["username"] == name
+    assert info["groups"] == ([group] if group else []) + ["system:authenticated"]
+    assert oct((kube.state / f"{user}.kubeconfig").stat().st_mode & 0o777) == "0o600"
+
+
 def test_apply_create_update_and_strict_validation(kube: KubeApi) -> None:
     r = kube.kubectl("apply", "-f", "-", input=POD_YAML)
     assert r.stdout.strip() == "pod/web created"

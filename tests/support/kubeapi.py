@@ -150,9 +150,9 @@ class KubeApi:
                     yield json.loads(line)
 
     # ------------------------------------------------------------------ kubectl
-    def kubectl(self, *args: str, input: str | None = None, timeout: float = 30,
-                check: bool = True) -> subprocess.CompletedProcess[str]:
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.state), "KUBECONFIG": str(self.kubeconfig)}
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 30, check: bool = True,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.state), "KUBECONFIG": str(kubeconfig or self.kubeconfig)}
         r = subprocess.run([str(KUBECTL), *args], input=input, capture_output=True, text=True, env=env,
                            timeout=timeout, check=False)
         if check:

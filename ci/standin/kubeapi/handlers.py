@@ -205,6 +205,8 @@ class Server:
     # ------------------------------------------------------------------ collections
     async def _collection(self, request: web.Request, t: Target) -> web.StreamResponse:
         q = request.query
+        if request.method == "POST" and t.rt.extra.get("virtual"):
+            return json_response(self._review(request, t.rt, await self.body(request)), 201)
         if request.method == "POST":
             if t.rt.namespaced and t.ns is None:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
@@ -232,6 +234,22 @@ class Server:
                 tbl["metadata"]["continue"] = out["metadata"]["continue"]
             return json_response(tbl)
         return json_response(out)
+
+    def _review(self, request: web.Request, rt: ResourceType, body: Any) -> dict[str, Any]:
+        """Everyone authenticated may do everything here (no RBAC); say who they are."""
+        out = dict(body) if isinstance(body, dict) else {}
+        out.update({"apiVersion": rt.api_version, "kind": rt.kind})
+        out.setdefault("metadata", {})["creationTimestamp"] = None
+        if rt.kind == "SelfSubjectReview":
+            user, groups = self.user(request) or "", self.groups(request)
+            out["status"] = {"userInfo": {"username": user, "groups": [*groups, "system:authenticated"]}}
+        else:
+            out["status"] = {"allowed": True, "reason": "the stand-in has no RBAC: every authenticated user may"}
+        return out
+
+    def groups(self, request: web.Request) -> list[str]:
+        cert = request.transport.get_extra_info("peercert") if request.transport else None
+        return [str(v) for rdn in (cert or {}).get("subject", ()) for k, v in rdn if k == "organizationName"]
 
     def _watch_encoder(self, request: web.Request, rt: ResourceType) -> watch.Encoder:
         if "as=Table" in request.headers.get("Accept", ""):

@@ -100,6 +100,11 @@ TYPES: list[ResourceType] = [
     _t("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
     _t("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False),
     _t("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False),
+    # answered, never stored (kubectl auth can-i / whoami)
+    _t("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", namespaced=False,
+       verbs=("create",), extra={"virtual": True}),
+    _t("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", namespaced=False,
+       verbs=("create",), extra={"virtual": True}),
     _t("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", namespaced=False, short_names=("pc",),
        unconditional_update=False),
 ]
