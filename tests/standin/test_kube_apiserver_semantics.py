@@ -477,3 +477,12 @@ def test_delete_collection_by_label(kube: KubeApi) -> None:
     left = [c["metadata"]["name"] for c in kube.get(f"{NS}/configmaps")[1]["items"]
             if c["metadata"]["name"].startswith("dc-")]
     assert left == ["dc-3"]
+
+
+def test_status_fields_without_omitempty_get_zero_values(kube: KubeApi) -> None:
+    create(kube, pod("zero", node="hpk"))
+    code, out = kube.patch(f"{NS}/pods/zero/status", {"status": {"containerStatuses": [
+        {"name": "c", "state": {"running": {"startedAt": "2026-11-24T10:00:00Z"}}}]}})
+    assert code == 200, out
+    assert out["status"]["containerStatuses"] == [{"name": "c", "state": {"running": {"startedAt": "2026-11-24T10:00:00Z"}},
+                                                   "ready": False, "restartCount": 0, "image": "", "imageID": ""}]
