@@ -486,3 +486,13 @@ def test_status_fields_without_omitempty_get_zero_values(kube: KubeApi) -> None:
     assert code == 200, out
     assert out["status"]["containerStatuses"] == [{"name": "c", "state": {"running": {"startedAt": "2026-11-24T10:00:00Z"}},
                                                    "ready": False, "restartCount": 0, "image": "", "imageID": ""}]
+
+
+def test_eviction_is_a_graceful_delete(kube: KubeApi) -> None:
+    create(kube, pod("evict", node="hpk"))
+    code, out = kube.post(f"{NS}/pods/evict/eviction", {"apiVersion": "policy/v1", "kind": "Eviction",
+                                                         "metadata": {"name": "evict"},
+                                                         "deleteOptions": {"gracePeriodSeconds": 7}})
+    assert (code, out["status"]) == (201, "Success")
+    p = kube.get(f"{NS}/pods/evict")[1]
+    assert p["metadata"]["deletionGracePeriodSeconds"] == 7 and p["metadata"]["deletionTimestamp"]
