@@ -68,8 +68,13 @@ class GoTypes:
         addr, off, size = self.sections[".go.module"]
         words = struct.unpack_from(f"<{size // 8}Q", self.data, off)
         typelink = self.sections[".typelink"]
-        i = next(i for i, w in enumerate(words) if w == typelink[0] and words[i + 1] == typelink[2] // 4)
-        self.types = words[i - 8]  # moduledata: types, etypes, rodata, gofunc, textsectmap{3}, typelinks
+        i = next((i for i, w in enumerate(words) if w == typelink[0] and words[i + 1] == typelink[2] // 4), None)
+        if i is None or i < 8:
+            raise Unsupported(f"{path}: no Go module data with typelinks")
+        self.types = words[i - 8]  # moduledata (Go 1.25): types, etypes, rodata, gofunc, textsectmap, ..., typelinks
+        rodata = self.sections.get(".rodata", (0, 0, 0))
+        if not rodata[0] <= self.types < rodata[0] + rodata[2]:
+            raise Unsupported(f"{path}: unexpected Go module data layout")
         self.typelinks = struct.unpack_from(f"<{typelink[2] // 4}i", self.data, typelink[1])
         self._index: dict[str, int] | None = None
 
@@ -260,17 +265,20 @@ class Decoder:
 
 
 @lru_cache(maxsize=1)
-def decoder(binary: str) -> Decoder | None:
+def decoder(binary: str) -> Decoder | Unsupported:
     path = Path(binary)
     if not path.is_file():
-        return None
-    return Decoder(GoTypes(path))
+        return Unsupported(f"no Go client binary at {binary} to read the protobuf field numbers from")
+    try:
+        return Decoder(GoTypes(path))
+    except (Unsupported, OSError, struct.error, KeyError, ValueError) as e:
+        return e if isinstance(e, Unsupported) else Unsupported(f"{binary}: {e}")
 
 
 def decode(body: bytes, binary: str) -> dict[str, Any]:
     dec = decoder(binary)
-    if dec is None:
-        raise Unsupported(f"no Go client binary at {binary} to read the protobuf field numbers from")
+    if isinstance(dec, Unsupported):
+        raise dec
     try:
         return dec.decode(body)
     except (IndexError, struct.error, UnicodeDecodeError, ValueError) as e:
