@@ -4,6 +4,7 @@ line and readable by the normal user, kubectl working as that user, stop by pid 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import tempfile
@@ -22,6 +23,10 @@ pytestmark = pytest.mark.standin
 def env() -> Iterator[dict[str, str]]:
     if os.geteuid() != 0:
         missing("ci/kube-up must run as root", fix="run the tests as root, as CI does")
+    try:
+        pwd.getpwnam(HPK_USER)
+    except KeyError:
+        missing(f"user {HPK_USER} does not exist")
     require_modules()
     require_kubectl()
     d = Path(tempfile.mkdtemp(prefix="kube-up-test-"))
