@@ -68,11 +68,17 @@ class KubeApi:
             if (self.state / "port").exists():
                 break
             time.sleep(0.05)
-        self.session = requests.Session()
-        self.session.trust_env = False  # no REQUESTS_CA_BUNDLE or proxy from the environment
-        self.session.verify = str(self.pki / "ca.crt")
-        self.session.cert = (str(self.pki / "user-admin.crt"), str(self.pki / "user-admin.key"))
-        assert self.session.get(f"{self.url}/readyz", timeout=5).text == "ok"
+        try:
+            if not (self.state / "port").exists():
+                raise RuntimeError("kube-apiserver stand-in did not come up within 30 s")
+            self.session = requests.Session()
+            self.session.trust_env = False  # no REQUESTS_CA_BUNDLE or proxy from the environment
+            self.session.verify = str(self.pki / "ca.crt")
+            self.session.cert = (str(self.pki / "user-admin.crt"), str(self.pki / "user-admin.key"))
+            assert self.session.get(f"{self.url}/readyz", timeout=5).text == "ok"
+        except BaseException:
+            self.stop(signal.SIGKILL)  # never leave a server behind a failed fixture
+            raise
         return self
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
