@@ -112,6 +112,11 @@ hpk_array_main() {
     fi
     if [ "$HPK_RETRIES" -eq 0 ] || [ -n "$HPK_A_STOPPING" ] || [ -e "$HPK_ARRAY_STATUS/job.failed" ]; then
       hpk_a_put "index.$i" Failed
+      if [ -e "$pod/status/pod.deleting" ]; then  # deleted: wait for the scancel that follows
+        trap - TERM INT
+        sleep 60 &
+        wait "$!"
+      fi
       exit "$rc"
     fi
     failed=$(hpk_a_count failures) || failed=0

@@ -384,7 +384,18 @@ hpk_terminate() {
     fi
   fi
   hpk_put pod.done 143
+  hpk_linger
   exit 143
+}
+
+# hpk_linger: after a delete's stop sequence, wait (TERM no longer trapped) for the scancel that
+# follows it, so Slurm records the job CANCELLED, as for any cancelled job. Bounded: if nobody
+# cancels, the job ends by itself.
+hpk_linger() {
+  [ -e "$HPK_STATUS/pod.deleting" ] || return 0
+  trap - TERM INT
+  sleep 60 &
+  wait "$!"
 }
 
 # hpk_wait_started NAME FN RUNNER: a sidecar counts as started once postStart returned and its
@@ -485,7 +496,7 @@ hpk_in_parent() {
   # SIGTERM (delete, the time limit) goes on to the pod part inside (apptainer hands it to its
   # process), which stops the containers; this shell waits for it.
   # shellcheck disable=SC2046  # one pid per word
-  trap 'trap "" TERM INT; kill -TERM $(hpk_children "$parent") 2>/dev/null; wait "$parent"; exit 143' TERM INT
+  trap 'trap "" TERM INT; kill -TERM $(hpk_children "$parent") 2>/dev/null; wait "$parent"; hpk_linger; exit 143' TERM INT
   wait "$parent"
   local rc=$?
   [ -e "$HPK_STATUS/pod.done" ] || hpk_fail ParentContainerFailed "the pod's parent container exited with code $rc; see $HPK_LOGS/slurm.out"

@@ -202,7 +202,8 @@ def test_query_one_call_for_many_jobs(fp, section, fixture_text) -> None:
 def test_query_chunks_long_lists(fp, section) -> None:
     rec = fp.register(cmd(fp, "squeue"), stdout="", occurrences=3)
     Slurm(section()).query([str(i) for i in range(1, 1201)] + ["5"])  # duplicates asked once
-    lengths = [len(c.args[4].removeprefix("--jobs=").split(",")) for c in rec.calls]
+    lengths = [len(next(a for a in c.args if a.startswith("--jobs=")).removeprefix("--jobs=").split(","))
+               for c in rec.calls]
     assert lengths == [500, 500, 200]
 
 
