@@ -58,6 +58,13 @@ def test_always_restarts_with_back_off_and_sigterm_records_the_end(stub_env) -> 
     assert int(_read(root, "app.restarts")) >= 2 and _read(root, "app.last-exitcode") == "2"
     (root / "status" / "pod.deleting").write_text("now\n")  # hpkctl delete marks it before it signals
     os.killpg(proc.pid, signal.SIGTERM)  # what scancel does: every process of the job
+    end = time.monotonic() + 30
+    while not (root / "status" / "pod.done").exists():
+        assert time.monotonic() < end, "the stop sequence did not finish"
+        time.sleep(0.05)
+    with pytest.raises(subprocess.TimeoutExpired):  # after a delete it waits for the scancel that follows
+        proc.communicate(timeout=0.5)
+    os.killpg(proc.pid, signal.SIGTERM)  # that scancel
     proc.communicate(timeout=30)
     assert _read(root, "pod.done") == "143"
     assert _read(root, "pod.failed").splitlines()[0] == "Terminated"
