@@ -14,6 +14,7 @@ from hpkctl.errors import HpkError, PodError
 
 if TYPE_CHECKING:
     from hpkctl.jobs import Slurm
+    from hpkctl.local.arrays import WorkloadFile
     from hpkctl.local.records import RunRecord
     from hpkctl.local.runs import Unrecorded
     from hpkctl.sites import SiteProfile
@@ -203,13 +204,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         records = all_records(profile, None if args.all_namespaces else args.namespace)
         if not args.all_namespaces:
             orphans = [o for o in orphans if o.namespace == args.namespace]
-    arrays = _array_sizes(records)
+    arrays = _workloads(records)
     # one squeue for every pod and every element of every workload
     jobs = job_states(slurm, [r.job_id for r in records if r.uid not in arrays]
-                      + [j for r in records if r.uid in arrays for j in element_ids(r, arrays[r.uid])])
+                      + [j for r in records if r.uid in arrays for j in element_ids(r, arrays[r.uid].count)])
     rows: list[tuple[str, str, str, str, str, Any]] = []
     for r in records:
-        st: Any = array_status(r, jobs) if r.uid in arrays else run_status(r, jobs[r.job_id])
+        st: Any = (array_status(r, jobs, info=arrays[r.uid]) if r.uid in arrays
+                   else run_status(r, jobs[r.job_id]))
         rows.append((r.namespace, r.name, r.job_id, r.uid, r.pod_dir, st))
     rows += [(o.namespace, o.name, o.job.job_id, o.uid, "", o.status()) for o in orphans]
     if args.json:
@@ -242,18 +244,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _array_sizes(records: list[RunRecord]) -> dict[str, int]:
-    """uid → pods of each workload among ``records`` (one whose directory vanished is shown as a pod)."""
+def _workloads(records: list[RunRecord]) -> dict[str, WorkloadFile]:
+    """uid → ``job/workload.json`` of each workload among ``records`` (one whose directory vanished
+    is shown as a pod)."""
     from hpkctl.local.arrays import WorkloadFile
 
-    sizes = {}
+    found = {}
     for r in records:
         if r.is_array:
             try:
-                sizes[r.uid] = WorkloadFile.read(r.pod_dir).count
+                found[r.uid] = WorkloadFile.read(r.pod_dir)
             except (OSError, ValueError, TypeError, KeyError):
                 continue
-    return sizes
+    return found
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

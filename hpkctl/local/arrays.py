@@ -26,7 +26,7 @@ from hpkctl.local.records import SUBMITTING, WORKLOAD_FILE, RunRecord, check_nam
 from hpkctl.local.workload import (JOB_KINDS, Workload, job_workload, member_pods, replica_workload)
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir
 from hpkctl.pod.array import NO_LIMIT, ArrayPlan, render_array
-from hpkctl.pod.paths import inside, read_int
+from hpkctl.pod.paths import PodDir, inside, read_int
 from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.pod.translate import pod_dir_for
 from hpkctl.pod.validation import validate_pod
@@ -238,15 +238,13 @@ class ArrayStatus:
 
 def _ranges(indexes: list[int]) -> str:
     """``0-2,5``: Kubernetes' completedIndexes notation."""
-    out: list[str] = []
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive indexes
     for i in sorted(indexes):
-        if out and "-" not in out[-1].split(",")[-1] and int(out[-1]) == i - 1:
-            out[-1] = f"{out[-1]}-{i}"
-        elif out and "-" in out[-1] and int(out[-1].split("-")[1]) == i - 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
         else:
-            out.append(str(i))
-    return ",".join(out)
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def element_ids(rec: RunRecord, count: int) -> list[str]:
@@ -254,38 +252,34 @@ def element_ids(rec: RunRecord, count: int) -> list[str]:
     return [f"{rec.job_id}_{i}" for i in range(count)] if rec.job_id else []
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def array_status(rec: RunRecord, jobs: Mapping[str, JobInfo | None]) -> ArrayStatus:
-    """The workload's state from the array's and the pods' status files plus Slurm's elements."""
-    info = WorkloadFile.read(rec.pod_dir)
-    status_dir = Path(rec.pod_dir) / "status"
+def array_status(rec: RunRecord, jobs: Mapping[str, JobInfo | None], *,
+                 info: WorkloadFile | None = None) -> ArrayStatus:
+    """The workload's state from the array's and the pods' status files plus Slurm's elements
+    (``info``: its ``job/workload.json``, when the caller has read it already)."""
+    info = info or WorkloadFile.read(rec.pod_dir)
+    array = PodDir(Path(rec.pod_dir))  # the array's status/ is laid out as a pod's
+    ids = element_ids(rec, info.count) or [""] * info.count
     indexes = []
-    for i, member in enumerate(info.pods):
-        job_id = f"{rec.job_id}_{i}" if rec.job_id else ""
+    for i, (member, job_id) in enumerate(zip(info.pods, ids)):
         job = jobs.get(job_id)
+        pod_dir = PodDir(Path(member.dir))
         try:
-            containers = containers_of(json.loads((Path(member.dir) / "job" / "pod.json").read_text()))
+            containers = containers_of(json.loads(pod_dir.pod_json.read_text()))
         except (OSError, ValueError):
             containers = []
-        pod = read_pod_status(Path(member.dir), containers, job)
-        result = _read(status_dir / f"index.{i}")
+        pod = read_pod_status(pod_dir.root, containers, job)
+        result = array.read(f"index.{i}")
         if result is None and job is not None and job.state in TERMINAL_STATES and pod.finished:
             result = SUCCEEDED if pod.phase == "Succeeded" else FAILED
         indexes.append(IndexStatus(index=i, name=member.name, job_id=job_id, result=result, pod=pod,
-                                   attempts=read_int(_read(status_dir / f"index.{i}.attempts")) or 0))
+                                   attempts=read_int(array.read(f"index.{i}.attempts")) or 0))
     active = sum(1 for x in indexes if x.result is None and x.pod.job is not None and x.pod.job.state == "RUNNING")
     succeeded = sum(1 for x in indexes if x.result == SUCCEEDED)
-    failed_runs = read_int(_read(status_dir / "failures"))
+    failed_runs = read_int(array.read("failures"))
     failed = failed_runs if failed_runs is not None else sum(1 for x in indexes if x.result == FAILED)
     ended = rec.job_id != "" and all(jobs.get(x.job_id) is None or jobs[x.job_id].state in TERMINAL_STATES  # type: ignore[union-attr]
                                      for x in indexes)
-    job_failed = _read(status_dir / "job.failed")
+    job_failed = array.read("job.failed")
     phase, reason, message = "Pending", "", ""
     if job_failed:
         reason, _, message = job_failed.partition("\n")
@@ -303,20 +297,16 @@ def array_status(rec: RunRecord, jobs: Mapping[str, JobInfo | None]) -> ArraySta
                        succeeded=succeeded, failed=failed, indexes=indexes)
 
 
-def array_jobs(rec: RunRecord, count: int, states: Callable[[list[str]], dict[str, JobInfo | None]]) -> dict[str, JobInfo | None]:
-    return states(element_ids(rec, count))
-
-
 def follow_array(slurm: Slurm, rec: RunRecord, states: Callable[[list[str]], dict[str, JobInfo | None]], *,
                  out: TextIO = sys.stderr, quiet: bool = False, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> ArrayStatus:
     """Progress lines (when the counts change) until the workload has finished and its elements ended."""
-    count = WorkloadFile.read(rec.pod_dir).count
+    info = WorkloadFile.read(rec.pod_dir)
     backoff = Backoff((0.5, 1.0, 2.0, 3.0), clock=clock)
     last = ""
     while True:
         if backoff.due():
-            st = array_status(rec, states(element_ids(rec, count)))
+            st = array_status(rec, states(element_ids(rec, info.count)), info=info)
             line = f"{rec.kind.lower()} {rec.namespace}/{rec.name}: {st.phase}: {st.summary()}"
             if line != last and not quiet:
                 print(line, file=out, flush=True)

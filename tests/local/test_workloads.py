@@ -316,3 +316,11 @@ def test_render_of_a_job_shows_the_array_script_then_its_first_pods(tmp_path: Pa
     env = rendered[3].files["env/c.env"][0].decode()
     assert env.splitlines()[1:] == ["JOB_COMPLETION_INDEX=3", "HOSTNAME=train-3"], env
     assert [p.name for p in info.pods] == [f"train-{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("done, text", [([], ""), ([0], "0"), ([0, 1, 2, 5], "0-2,5"), ([5, 3, 4, 9, 0], "0,3-5,9"),
+                                        ([1, 3, 5], "1,3,5")])
+def test_completed_indexes_notation(done: list[int], text: str) -> None:
+    from hpkctl.local.arrays import _ranges
+
+    assert _ranges(done) == text
