@@ -158,7 +158,7 @@ class PodsSection(_Section):
     """Where pods live and how they see the cluster."""
 
     state_dir: str = Field("~/.hpk", description="per-pod directories, logs and status files")
-    node_name: str = Field("hpk-node", description="the virtual node every pod is bound to")
+    node_name: str = Field("hpk", description="the virtual node every pod is bound to (the kubelet's default --node-name)")
     dns_server: str = Field("", description="nameserver for ClusterFirst pods; empty: the host's resolv.conf")
     cluster_domain: str = Field("cluster.local", description="DNS domain of the cluster's Services")
     memory_dir: str = Field("/dev/shm", description="node-local tmpfs for emptyDir medium: Memory")
@@ -167,6 +167,21 @@ class PodsSection(_Section):
     restart_backoff: int = Field(10, ge=1, description="seconds before a container's first restart; doubles each time")
     restart_backoff_max: int = Field(300, ge=1, description="longest wait between restarts (Kubernetes: 300)")
     size_check_interval: int = Field(10, ge=1, description="seconds between checks of emptyDir sizeLimit")
+
+
+class KubeletSection(_Section):
+    """How `hpkctl kubelet` serves the virtual node (the control plane's view of this site)."""
+
+    port: int = Field(10250, ge=1, le=65535, description="HTTPS port of the kubelet API (logs, exec, stats)")
+    address: str = Field("", description="address the API server dials for logs/exec; empty: this host's IP")
+    slurm_poll: float = Field(2.0, gt=0, description="seconds between the one squeue call that answers for every pod")
+    status_poll: float = Field(0.5, gt=0, description="seconds between reads of the pods' status files")
+    workers: int = Field(8, ge=1, le=64, description="pods submitted, stopped or deleted at the same time")
+    max_pods: int = Field(1000, ge=1, description="the node's pod capacity")
+    keep_pod_dirs: int = Field(3600, ge=0, description="seconds a deleted pod's directory is kept for debugging")
+    scheduler_names: list[str] = Field(
+        default_factory=lambda: ["hpk-scheduler", "default-scheduler"],
+        description="schedulerName values `hpkctl scheduler` binds to the node")
 
 
 class SiteProfile(_Section):
@@ -178,3 +193,4 @@ class SiteProfile(_Section):
     gpu: GpuSection = GpuSection()
     apptainer: ApptainerSection = ApptainerSection()
     pods: PodsSection = PodsSection()
+    kubelet: KubeletSection = KubeletSection()

@@ -1,0 +1,77 @@
+"""The kubelet's in-memory view of its pods, keyed by UID (never by namespace/name: a pod deleted and
+re-created under the same name is another pod, and virtual-kubelet's worst bugs came from forgetting
+that).
+
+One :class:`Tracked` per pod the API server has bound to this node (or that the kubelet still has a
+job for). The reconcile workers own the entries; the HTTPS server and the status loop only read them,
+through :meth:`PodTable.by_name` and :meth:`PodTable.snapshot`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpkctl.pod.status import PodStatus
+
+
+@dataclass
+class Tracked:
+    uid: str
+    namespace: str
+    name: str
+    pod: dict[str, Any]  # the latest object from the API server (raw JSON)
+    pod_dir: Path | None = None  # None until the pod directory is written
+    job_id: str = ""  # "" until sbatch answered
+    status: PodStatus | None = None  # the last status read from the pod directory and Slurm
+    sent: dict[str, Any] | None = None  # the last status the API server accepted
+    deleting: bool = False  # the stop sequence has begun
+    error: str = ""  # a reason the pod could not be submitted (it has a Failed/Pending status saying so)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def containers(self) -> list[str]:
+        spec = self.pod.get("spec") or {}
+        return [c.get("name", "") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])]
+
+
+class PodTable:
+    """Thread-safe map uid → :class:`Tracked`, with a namespace/name index for the HTTPS API."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pods: dict[str, Tracked] = {}
+
+    def get(self, uid: str) -> Tracked | None:
+        with self._lock:
+            return self._pods.get(uid)
+
+    def put(self, t: Tracked) -> None:
+        with self._lock:
+            self._pods[t.uid] = t
+
+    def pop(self, uid: str) -> Tracked | None:
+        with self._lock:
+            return self._pods.pop(uid, None)
+
+    def by_name(self, namespace: str, name: str) -> Tracked | None:
+        """The pod of that name; when an old pod of the name is still being stopped next to its
+        successor, the one not being deleted."""
+        with self._lock:
+            found = [t for t in self._pods.values() if t.namespace == namespace and t.name == name]
+        found.sort(key=lambda t: t.deleting)
+        return found[0] if found else None
+
+    def snapshot(self) -> list[Tracked]:
+        with self._lock:
+            return list(self._pods.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pods)
