@@ -1,5 +1,5 @@
 """The ``hpkctl`` command line: the parser, and error printing. One module per command group
-(``render.py``, ``local.py``, ``sites.py``); each registers its subcommands with
+(``render.py``, ``local.py``, ``sites.py``, ``cluster.py``); each registers its subcommands with
 ``set_defaults(func=...)``, so ``grep 'def cmd_run'`` finds a command's code.
 
 Business logic lives in the layers (:mod:`hpkctl.local`, :mod:`hpkctl.pod`, :mod:`hpkctl.sites`);
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from hpkctl import __version__
-from hpkctl.cli import local, render, sites
+from hpkctl.cli import cluster, local, render, sites
 from hpkctl.errors import HpkError
 
 
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.register(sub)
     local.register(sub)
     sites.register(sub)
+    cluster.register(sub)
     return parser
 
 

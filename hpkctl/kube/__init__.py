@@ -1,5 +1,11 @@
 """The only package that imports the ``kubernetes`` client (an import-linter contract holds it).
 
-Empty until the kubelet issue: the kubelet daemon will talk to the API server only through an
-adapter here, sending plain dict bodies (the client's models are strict pydantic classes since 37.0).
+:class:`Kube` speaks raw JSON to the API server (see :mod:`hpkctl.kube.client` for why); the
+path helpers build the few URLs the kubelet and the scheduler use.
 """
+
+from hpkctl.kube.client import (DEFAULT_TIMEOUT, MERGE, SMP, Kube, KubeError, KubeUnavailable, lease_path,
+                                namespaced, node_path, pod_path)
+
+__all__ = ["DEFAULT_TIMEOUT", "MERGE", "SMP", "Kube", "KubeError", "KubeUnavailable", "lease_path", "namespaced",
+           "node_path", "pod_path"]
