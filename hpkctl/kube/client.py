@@ -80,7 +80,8 @@ class Kube:
     def __init__(self, kubeconfig: str, *, pool_size: int = 4, context: str | None = None) -> None:
         cfg = k8s_client.Configuration()
         try:
-            k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=cfg)
         except (OSError, k8s_config.ConfigException, ValueError, TypeError) as exc:
             raise HpkError(f"cannot load kubeconfig {kubeconfig}: {exc}",
                            hint="pass --kubeconfig with a readable kubeconfig file (ci/kube-up prints one)") from exc
@@ -96,7 +97,7 @@ class Kube:
 
     def close(self) -> None:
         try:
-            self._api.close()
+            self._api.close()  # type: ignore[no-untyped-call]
         except Exception:  # noqa: BLE001 - closing a pool whose threads are gone
             pass
 
