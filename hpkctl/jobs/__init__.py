@@ -17,6 +17,7 @@ from hpkctl.jobs.errors import (
     TimeLimitTooLong,
 )
 from hpkctl.jobs.info import JobInfo, UserJob
+from hpkctl.jobs.nodes import NodeInfo
 from hpkctl.jobs.slurm import Slurm
 from hpkctl.jobs.states import TERMINAL_STATES
 
@@ -25,6 +26,7 @@ __all__ = [
     "InvalidPartition",
     "InvalidQos",
     "JobInfo",
+    "NodeInfo",
     "ResourcesUnavailable",
     "Slurm",
     "SlurmError",

@@ -21,6 +21,7 @@ from hpkctl.jobs.cancel import scancel
 from hpkctl.jobs.command import Commands
 from hpkctl.jobs.final import FinalStates
 from hpkctl.jobs.info import JobInfo, UserJob
+from hpkctl.jobs.nodes import NodeInfo, sinfo_nodes
 from hpkctl.jobs.poll import DEFAULT_BACKOFF, poll
 from hpkctl.jobs.query import squeue, unique_ids, user_jobs
 from hpkctl.jobs.states import TERMINAL_STATES
@@ -75,6 +76,11 @@ class Slurm:
         squeue never reports exit codes: ``exit_code`` is ``None`` here.
         """
         return squeue(self._commands, job_ids)
+
+    def nodes(self, *, partition: str = "") -> list[NodeInfo]:
+        """The nodes of ``partition`` (default: every partition) with CPUs, memory, GPUs and state,
+        from one ``sinfo --Node`` call."""
+        return sinfo_nodes(self._commands, partition=partition)
 
     def user_jobs(self) -> list[UserJob]:
         """Every job of the calling user slurmctld knows (pending, running, and finished ones until
