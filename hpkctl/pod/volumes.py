@@ -163,9 +163,15 @@ def plan_volumes(ctx: Ctx, resources: PodResources, *, pvc_resolver: PvcResolver
                 elif "serviceAccountToken" in proj:
                     tok = proj["serviceAccountToken"]
                     rel = _relative(tok.get("path", "token"), where=f"{pw}.serviceAccountToken.path")
-                    ctx.warn(f"{pw}: no control plane: the service account token at {rel} is empty")
-                    plan.payloads.append(PayloadFile(posixpath.join(vdir, rel), b"", 0o600,
-                                                     "serviceAccountToken (needs a control plane)", missing=True))
+                    issue = getattr(ctx.objects, "service_account_token", None)  # the kubelet's source has it
+                    token = issue(ctx.namespace, ctx.spec.get("serviceAccountName") or "default",
+                                  audience=tok.get("audience"),
+                                  expiration_seconds=tok.get("expirationSeconds")) if issue else None
+                    if token is None:
+                        ctx.warn(f"{pw}: no control plane: the service account token at {rel} is empty")
+                    plan.payloads.append(PayloadFile(posixpath.join(vdir, rel), token or b"", default_mode,
+                                                     "" if token else "serviceAccountToken (needs a control plane)",
+                                                     missing=token is None))
                 else:
                     raise PodError("UnsupportedVolume", f"{pw}: projected source {sorted(proj)} is not supported",
                                    hint="use configMap, secret, downwardAPI or serviceAccountToken")
