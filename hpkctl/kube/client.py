@@ -90,6 +90,7 @@ class Kube:
         self.kubeconfig = kubeconfig
         self.context = context
         self.host = cfg.host
+        self.ca_file: str | None = cfg.ssl_ca_cert  # the cluster CA (a file the loader wrote), if any
         self._api = k8s_client.ApiClient(cfg)
 
     def clone(self, *, pool_size: int = 2) -> "Kube":

@@ -6,5 +6,6 @@ nodes are offline pull here, before submission, with the same protocol as the jo
 """
 
 from hpkctl.runtime.pull import ImageToPull, pull_images
+from hpkctl.runtime.version import apptainer_version
 
-__all__ = ["ImageToPull", "pull_images"]
+__all__ = ["ImageToPull", "apptainer_version", "pull_images"]

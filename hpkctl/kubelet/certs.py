@@ -1,0 +1,51 @@
+"""A self-signed serving certificate for the kubelet API, when the admin gives none.
+
+The real kubelet does the same (``--tls-cert-file`` unset): the API server does not verify the
+kubelet's certificate unless it runs with ``--kubelet-certificate-authority``; what protects the
+kubelet API is that *clients* must present a certificate signed by the cluster CA.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+def self_signed(directory: Path, *, node_name: str, addresses: list[str], days: int = 365) -> tuple[str, str]:
+    """Write (or reuse, while valid for another day) ``kubelet.crt``/``kubelet.key`` in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    crt, key = directory / "kubelet.crt", directory / "kubelet.key"
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if crt.exists() and key.exists():
+        try:
+            cert = x509.load_pem_x509_certificate(crt.read_bytes())
+            if cert.not_valid_after_utc > now + datetime.timedelta(days=1):
+                return str(crt), str(key)
+        except ValueError:
+            pass
+    pkey = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{node_name}@hpkctl")])
+    sans: list[x509.GeneralName] = [x509.DNSName(node_name)]
+    for a in addresses:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(a)))
+        except ValueError:
+            sans.append(x509.DNSName(a))
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(pkey.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .sign(pkey, hashes.SHA256()))
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(pkey.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption()))
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return str(crt), str(key)

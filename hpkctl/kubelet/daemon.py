@@ -1,0 +1,148 @@
+"""``hpkctl kubelet``: wires the node, the lease, the pod reflector, the reconcile workers, the
+status loop and the HTTPS API together, and takes them down again on SIGTERM.
+
+Threads, each with a reason (``kubelet-api.md`` §3.2): the lease on its own client (nothing may
+delay it), node status, the pod reflector on its own client (a watch pins a connection for
+minutes), the bounded reconcile workers, one status loop (one ``squeue`` per round for every
+pod), the HTTPS server's asyncio loop, and a janitor for old pod directories.
+
+Stopping the kubelet stops none of the pods: their jobs run on, and a restarted kubelet adopts them
+(records in ``<state_dir>/kubelet/<node>/pods``, job ids found by pod uid in Slurm's job comments).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpkctl.jobs import Slurm
+from hpkctl.kube import Kube
+from hpkctl.kube.events import EventRecorder
+from hpkctl.kube.reflect import Reflector
+from hpkctl.kubelet.node import LeaseKeeper, NodeReporter, NodeState, host_address
+from hpkctl.kubelet.pods import PodManager
+from hpkctl.kubelet.records import Records
+from hpkctl.runtime import apptainer_version
+from hpkctl.sites.schema import SiteProfile
+
+log = logging.getLogger("hpkctl.kubelet")
+
+CLEAN_EVERY = 60.0
+WATCH_TIMEOUT = 300  # seconds the server is asked to keep each pod watch open
+
+
+@dataclass(frozen=True)
+class KubeletOptions:
+    kubeconfig: str
+    node_name: str
+    port: int
+    address: str = ""
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_ca_file: str | None = None
+
+
+class Kubelet:
+    """The running daemon; :meth:`start` returns once everything runs, :meth:`shutdown` stops it."""
+
+    def __init__(self, profile: SiteProfile, opts: KubeletOptions, *, stop: threading.Event) -> None:
+        self.profile = profile
+        self.opts = opts
+        self.stop = stop
+        cfg = profile.kubelet
+        self.kube = Kube(opts.kubeconfig, pool_size=cfg.workers + 4)
+        self.slurm = Slurm(profile.slurm)
+        self.address = opts.address or host_address()
+        state = Path(os.path.expanduser(profile.pods.state_dir)) / "kubelet" / opts.node_name
+        self.state_dir = state
+        self.records = Records(state)
+        self.recorder = EventRecorder(self.kube, component="kubelet", host=opts.node_name)
+        self.pods = PodManager(kube=self.kube, slurm=self.slurm, profile=profile, node_name=opts.node_name,
+                               records=self.records, recorder=self.recorder, host_ip=self.address)
+        self.server = None
+        self.node_state = NodeState(name=opts.node_name, address=self.address, port=opts.port, site=profile.name,
+                                    runtime_version=apptainer_version(profile.apptainer.binary))
+        self.reporter = NodeReporter(self.kube.clone(pool_size=2), self.node_state,
+                                     slurm_nodes=lambda: self.slurm.nodes(partition=profile.slurm.partition),
+                                     max_pods=cfg.max_pods, stop=stop)
+        self.lease = LeaseKeeper(self.kube.clone(pool_size=2), node_name=opts.node_name,
+                                 node_uid=lambda: self.reporter.uid, stop=stop)
+        self.reflector = Reflector(self.kube.clone(pool_size=2), "/api/v1/pods",
+                                   field_selector=f"spec.nodeName={opts.node_name}",
+                                   on_event=self.pods.on_event, on_sync=self.pods.on_sync, stop=stop,
+                                   timeout_seconds=WATCH_TIMEOUT, name="pods")
+        self._loops: list[threading.Thread] = []
+
+    def _serve(self) -> None:
+        from hpkctl.kubelet.certs import self_signed
+        from hpkctl.kubelet.server import KubeletServer
+
+        cert, key = self.opts.cert_file, self.opts.key_file
+        if not cert or not key:
+            cert, key = self_signed(self.state_dir / "pki", node_name=self.opts.node_name, addresses=[self.address])
+        ca = self.opts.client_ca_file or self.kube.ca_file
+        if not ca:
+            raise ValueError("no client CA for the kubelet API: pass --client-ca-file (the cluster CA that signs "
+                             "the API server's kubelet client certificate)")
+        self.server = KubeletServer(self.pods.table, slurm=self.slurm, node_name=self.opts.node_name,
+                                    host="0.0.0.0", port=self.opts.port, cert_file=cert, key_file=key,
+                                    client_ca_file=ca)
+        self.server.start()
+        self.node_state.port = self.server.port
+
+    def start(self) -> None:
+        self.pods.load_records()
+        self._serve()
+        self.reporter.thread.start()
+        self.lease.thread.start()
+        self.pods.queue.start()
+        self.reflector.start()
+        for target, name in ((self._status_loop, "status"), (self._janitor, "janitor")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._loops.append(t)
+        log.info("kubelet for node %s (site %s) running; API on port %d, state in %s", self.opts.node_name,
+                 self.profile.name, self.node_state.port, self.state_dir)
+
+    def _status_loop(self) -> None:
+        every = self.profile.kubelet.status_poll
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                self.pods.poll()
+            except Exception:  # noqa: BLE001 - Slurm down or a surprise: log, keep polling
+                log.exception("status round failed")
+                self.stop.wait(self.profile.kubelet.slurm_poll)
+            self.stop.wait(max(0.05, every - (time.monotonic() - started)))
+
+    def _janitor(self) -> None:
+        while not self.stop.wait(CLEAN_EVERY):
+            try:
+                self.pods.clean()
+            except Exception:  # noqa: BLE001
+                log.exception("cleaning old pod directories failed")
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self.reflector.join(10)
+        self.pods.queue.stop()
+        self.pods.puller.shutdown()
+        if self.server is not None:
+            self.server.stop()
+        for t in (*self._loops, self.reporter.thread, self.lease.thread):
+            t.join(5)
+        log.info("kubelet stopped; the pods' Slurm jobs keep running")
+
+
+def run_kubelet(profile: SiteProfile, opts: KubeletOptions, *, stop: threading.Event) -> int:
+    kubelet = Kubelet(profile, opts, stop=stop)
+    kubelet.start()
+    try:
+        stop.wait()
+    finally:
+        kubelet.shutdown()
+    return 0

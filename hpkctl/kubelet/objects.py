@@ -1,0 +1,111 @@
+"""ConfigMaps, Secrets, Services and service-account tokens for a pod, read from the API server.
+
+The translator (:mod:`hpkctl.pod`) asks through :class:`hpkctl.pod.ObjectSource`; this one GETs
+each object once per pod translation (no informers: a pod reads a handful of objects once, and
+watching every Secret of the cluster would cost memory for nothing). What was missing is
+remembered, so the kubelet can raise ``Optional…NotFound`` / ``Mandatory…NotFound`` events as
+virtual-kubelet does.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from hpkctl.kube import Kube, KubeError, namespaced
+
+TOKEN_SECONDS = 3607  # what ServiceAccount admission asks for in kube-api-access-* (a real pod's dump)
+
+
+def decode_configmap(obj: Mapping[str, Any]) -> dict[str, bytes]:
+    data = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
+    data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+    return data
+
+
+def decode_secret(obj: Mapping[str, Any]) -> dict[str, bytes]:
+    data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+    data.update({k: str(v).encode() for k, v in (obj.get("stringData") or {}).items()})
+    return data
+
+
+class ApiObjects:
+    """An :class:`~hpkctl.pod.ObjectSource` for one pod's translation."""
+
+    def __init__(self, kube: Kube, *, pod: Mapping[str, Any]) -> None:
+        self.kube = kube
+        self.pod = pod
+        self.missing: list[tuple[str, str]] = []  # ("ConfigMap"|"Secret", name)
+        self.token_expiry: float | None = None
+
+    def _get(self, plural: str, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            obj = self.kube.get(namespaced(plural, namespace, name))
+        except KubeError as exc:
+            if exc.code == 404:
+                if (kind, name) not in self.missing:
+                    self.missing.append((kind, name))
+                return None
+            raise
+        return obj if isinstance(obj, dict) else None
+
+    def configmap(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        obj = self._get("configmaps", "ConfigMap", namespace, name)
+        return decode_configmap(obj) if obj is not None else None
+
+    def secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        obj = self._get("secrets", "Secret", namespace, name)
+        return decode_secret(obj) if obj is not None else None
+
+    def service_account_token(self, namespace: str, service_account: str, *, audience: str | None,
+                              expiration_seconds: int | None) -> bytes | None:
+        """A real token from the TokenRequest API, bound to the pod (its lifetime ends with the pod)."""
+        meta = self.pod.get("metadata") or {}
+        spec: dict[str, Any] = {"expirationSeconds": int(expiration_seconds or TOKEN_SECONDS),
+                                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
+                                                   "uid": meta.get("uid")}}
+        if audience:
+            spec["audiences"] = [audience]
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        out = self.kube.post(namespaced("serviceaccounts", namespace, service_account, "token"), body)
+        token = ((out or {}).get("status") or {}).get("token")
+        if not token:
+            return None
+        expiry = time.time() + spec["expirationSeconds"]
+        self.token_expiry = expiry if self.token_expiry is None else min(self.token_expiry, expiry)
+        return str(token).encode()
+
+
+class ServiceCache:
+    """The Services of a namespace for service-link variables, cached for a few seconds so a burst
+    of pods in one namespace costs one LIST, not one per pod."""
+
+    def __init__(self, kube: Kube, *, ttl: float = 10.0) -> None:
+        self.kube = kube
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+
+    def _list(self, namespace: str) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(namespace)
+        if hit and now - hit[0] < self.ttl:
+            return hit[1]
+        items = list((self.kube.get(namespaced("services", namespace)) or {}).get("items") or [])
+        with self._lock:
+            self._cache[namespace] = (now, items)
+        return items
+
+    def for_pod(self, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The pod namespace's Services when ``enableServiceLinks`` (default true), plus the
+        ``kubernetes`` Service of ``default``, which every pod gets (as the real kubelet does)."""
+        spec = pod.get("spec") or {}
+        ns = (pod.get("metadata") or {}).get("namespace") or "default"
+        out = [s for s in self._list("default") if (s.get("metadata") or {}).get("name") == "kubernetes"]
+        if spec.get("enableServiceLinks", True) is not False:
+            out = [s for s in self._list(ns) if not (ns == "default" and s in out)] + out
+        return out

@@ -1,0 +1,505 @@
+"""Pods to Slurm jobs and back: the kubelet's reconcile loop.
+
+Every pod the API server binds to the node arrives through the reflector (:meth:`PodManager.on_event`,
+:meth:`PodManager.on_sync`) and is handled by :meth:`PodManager.sync` on a bounded pool of workers,
+one worker per pod uid at a time (:class:`~hpkctl.kubelet.workqueue.WorkQueue`). Nothing here waits
+for long: a pull, a grace period or a back-off re-queues the pod for later, so one slow pod never
+holds the others up.
+
+Status flows the other way in :meth:`PodManager.poll`: one ``squeue`` call per ``slurm_poll`` for all
+jobs, the pods' status files every ``status_poll`` (a pod is read again only when its ``status/``
+directory changed — every status write is a rename — or Slurm's view of its job did), and a status
+patch only when something changed.
+
+A per-pod problem never escapes: it becomes the pod's status (a reason and a message) and an event.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from hpkctl.errors import PodError
+from hpkctl.jobs import JobInfo, Slurm, SlurmError, SlurmTimeout, SubmitError
+from hpkctl.kube import Kube, KubeError, KubeUnavailable, pod_path
+from hpkctl.kube.events import EventRecorder
+from hpkctl.kubelet.objects import ApiObjects, ServiceCache
+from hpkctl.kubelet.podstatus import api_status, never_regresses, status_patch
+from hpkctl.kubelet.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records
+from hpkctl.kubelet.table import PodTable, Tracked
+from hpkctl.kubelet.workqueue import WorkQueue
+from hpkctl.local.runs import ended, job_states, mark_deleting, pod_jobs
+from hpkctl.local.submit import images_to_pull
+from hpkctl.pod import render_pod, write_pod_dir
+from hpkctl.pod.lifecycle import grace_period
+from hpkctl.pod.paths import POD_DONE, PodDir
+from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
+from hpkctl.runtime import ImageToPull, pull_images
+from hpkctl.sites.schema import SiteProfile
+
+log = logging.getLogger("hpkctl.kubelet.pods")
+
+JOB_ID_ANNOTATION = "hpk.io/slurm-job-id"
+BACKOFF_START, BACKOFF_MAX = 10.0, 300.0  # as the kubelet's CreateContainerConfigError / image back-off
+_DELETE_CHECK = 0.5  # seconds between checks that a stopping pod has finished its stop sequence
+
+
+class ImagePuller:
+    """Pulls each image once, off the pod-creation path: a pod whose images are missing is parked
+    and re-queued when the pull ends; other pods go on meanwhile. Only used with ``[apptainer] pull
+    = "submit"`` (offline compute nodes); with ``pull = "job"`` the job pulls, on its node."""
+
+    def __init__(self, profile: SiteProfile, *, workers: int = 2) -> None:
+        self.profile = profile
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pull")
+        self._lock = threading.Lock()
+        self._pulls: dict[str, Future[None]] = {}
+
+    def _pull(self, image: ImageToPull) -> None:
+        a = self.profile.apptainer
+        with open(os.devnull, "w") as quiet:
+            pull_images([image], apptainer=a.binary, window=a.always_pull_window, timeout=a.pull_timeout, out=quiet)
+
+    def ensure(self, images: list[ImageToPull], *, when_done: Callable[[], None]) -> list[Future[None]]:
+        """Start (or join) the pulls; the futures not yet done. ``when_done`` runs once per pull that ends."""
+        pending = []
+        with self._lock:
+            for image in images:
+                fut = self._pulls.get(image.sif)
+                if fut is None or (fut.done() and fut.exception() is not None):
+                    fut = self._pool.submit(self._pull, image)
+                    self._pulls[image.sif] = fut
+                if not fut.done():
+                    fut.add_done_callback(lambda _f: when_done())
+                    pending.append(fut)
+                elif fut.exception() is not None:
+                    raise fut.exception()  # type: ignore[misc]
+        return pending
+
+    def forget(self, images: list[ImageToPull]) -> None:
+        """After a failed pull: let the next attempt pull again."""
+        with self._lock:
+            for image in images:
+                fut = self._pulls.get(image.sif)
+                if fut is not None and fut.done():
+                    del self._pulls[image.sif]
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _meta(pod: dict[str, Any]) -> dict[str, Any]:
+    return pod.get("metadata") or {}
+
+
+def _job_key(job: JobInfo | None) -> tuple[Any, ...]:
+    return () if job is None else (job.state, job.reason, job.exit_code, job.signal, job.nodes)
+
+
+class PodManager:
+    def __init__(self, *, kube: Kube, slurm: Slurm, profile: SiteProfile, node_name: str, records: Records,
+                 recorder: EventRecorder, host_ip: str = "", table: PodTable | None = None) -> None:
+        self.kube = kube
+        self.slurm = slurm
+        self.profile = profile
+        self.node_name = node_name
+        self.records = records
+        self.recorder = recorder
+        self.host_ip = host_ip
+        self.table = table or PodTable()
+        self.queue = WorkQueue(self.sync, workers=profile.kubelet.workers)
+        self.puller = ImagePuller(profile)
+        self.services = ServiceCache(kube)
+        self._recs: dict[str, PodRecord] = {}
+        self._recs_lock = threading.Lock()
+        self._gone: set[str] = set()  # uids whose API object no longer exists
+        self._synced_once = False
+        self._jobs: dict[str, JobInfo | None] = {}  # the last squeue answer, by job id
+        self._jobs_asked = 0.0
+        self.slurm_calls = 0  # squeue rounds (bench: Slurm commands per poll)
+
+    # ------------------------------------------------------------------ records
+    def load_records(self) -> None:
+        with self._recs_lock:
+            self._recs = self.records.load_all()
+        log.info("loaded %d pod record(s)", len(self._recs))
+
+    def _rec(self, uid: str) -> PodRecord | None:
+        with self._recs_lock:
+            return self._recs.get(uid)
+
+    def _save(self, rec: PodRecord) -> None:
+        self.records.save(rec)
+        with self._recs_lock:
+            self._recs[rec.uid] = rec
+
+    # ------------------------------------------------------------------ reflector callbacks
+    def _upsert(self, pod: dict[str, Any]) -> str:
+        meta = _meta(pod)
+        uid = str(meta.get("uid") or "")
+        t = self.table.get(uid)
+        if t is None:
+            rec = self._rec(uid)
+            t = Tracked(uid=uid, namespace=meta.get("namespace") or "default", name=meta.get("name") or "", pod=pod)
+            t.sent = dict(pod.get("status") or {})
+            if rec is not None:
+                t.pod_dir = Path(rec.pod_dir)
+                t.job_id = rec.job_id
+                if rec.state == FAILED:
+                    t.extra["final"] = True
+            self.table.put(t)
+        else:
+            t.pod = pod
+        return uid
+
+    def on_event(self, typ: str, pod: dict[str, Any]) -> None:
+        if typ == "DELETED":
+            uid = str(_meta(pod).get("uid") or "")
+            if self.table.get(uid) is None and self._rec(uid) is None:
+                return
+            if self.table.get(uid) is None:
+                self._upsert(pod)
+            self._gone.add(uid)
+            self.queue.add(uid)
+            return
+        self.queue.add(self._upsert(pod))
+
+    def on_sync(self, items: list[dict[str, Any]]) -> None:
+        """A full list: every pod is (re)considered; tracked pods and records the list lacks were
+        deleted while nobody watched (only decided from a complete list: never from a partial view)."""
+        fresh = {str(_meta(p).get("uid") or ""): p for p in items}
+        for uid, pod in fresh.items():
+            self._gone.discard(uid)
+            self.queue.add(self._upsert(pod))
+        for t in self.table.snapshot():
+            if t.uid not in fresh:
+                self._gone.add(t.uid)
+                self.queue.add(t.uid)
+        if not self._synced_once:
+            self._synced_once = True
+            with self._recs_lock:
+                orphans = [r for u, r in self._recs.items() if u not in fresh and r.state in (SUBMITTING, SUBMITTED)]
+            for rec in orphans:
+                log.info("pod %s/%s (uid %s) was deleted while the kubelet was away: stopping job %s",
+                         rec.namespace, rec.name, rec.uid, rec.job_id or "(none recorded)")
+                self.table.put(Tracked(uid=rec.uid, namespace=rec.namespace, name=rec.name, pod=self._saved_pod(rec),
+                                       pod_dir=Path(rec.pod_dir), job_id=rec.job_id))
+                self._gone.add(rec.uid)
+                self.queue.add(rec.uid)
+
+    @staticmethod
+    def _saved_pod(rec: PodRecord) -> dict[str, Any]:
+        try:
+            return dict(json.loads(PodDir(Path(rec.pod_dir)).pod_json.read_text()))
+        except (OSError, ValueError):
+            return {"metadata": {"name": rec.name, "namespace": rec.namespace, "uid": rec.uid}, "spec": {}}
+
+    # ------------------------------------------------------------------ the reconcile step
+    def sync(self, uid: str) -> None:
+        t = self.table.get(uid)
+        if t is None:
+            return
+        try:
+            if uid in self._gone:
+                self._stop(t, final_delete=False)
+            elif _meta(t.pod).get("deletionTimestamp"):
+                self._stop(t, final_delete=True)
+            elif t.extra.get("final"):
+                return
+            else:
+                rec = self._rec(uid)
+                if rec is None or (rec.state == SUBMITTING and not rec.job_id):
+                    self._create(t, rec)
+        except (KubeError, KubeUnavailable) as exc:
+            log.warning("pod %s: API server: %s (retrying)", t.key, exc)
+            self.queue.add_after(uid, self._backoff(t))
+        except SlurmError as exc:
+            log.warning("pod %s: Slurm: %s (retrying)", t.key, exc)
+            self.queue.add_after(uid, self._backoff(t))
+
+    def _backoff(self, t: Tracked) -> float:
+        delay = float(t.extra.get("backoff") or BACKOFF_START / 2)
+        t.extra["backoff"] = min(delay * 2, BACKOFF_MAX)
+        return delay
+
+    def _event(self, t: Tracked, reason: str, message: str, *, warning: bool = False) -> None:
+        pod = dict(t.pod)
+        pod.setdefault("kind", "Pod")
+        pod.setdefault("apiVersion", "v1")
+        self.recorder.record(pod, reason=reason, message=message, type="Warning" if warning else "Normal")
+
+    # ------------------------------------------------------------------ create
+    def _create(self, t: Tracked, rec: PodRecord | None) -> None:
+        pod = t.pod
+        if rec is not None and rec.state == SUBMITTING:
+            # the kubelet stopped during an earlier submission: a job may exist, named by the uid
+            found = [job for juid, job in pod_jobs(self.slurm) if juid == t.uid]
+            if found:
+                log.info("pod %s: adopting job %s found by its uid after a restart", t.key, found[0].job_id)
+                self._submitted(t, rec, found[0].job_id)
+                return
+        objects = ApiObjects(self.kube, pod=pod)
+        try:
+            rendered = render_pod(pod, self.profile, objects=objects, services=self.services.for_pod(pod))
+        except PodError as exc:
+            self._missing_events(t, objects, mandatory=exc.reason == "CreateContainerConfigError")
+            if exc.reason == "CreateContainerConfigError":
+                self._waiting(t, exc.reason, exc.message)
+                self.queue.add_after(t.uid, self._backoff(t))
+            else:
+                self._fail(t, exc.reason, f"{exc.message}" + (f" (fix: {exc.hint})" if exc.hint else ""))
+            return
+        self._missing_events(t, objects, mandatory=False)
+        for w in rendered.warnings:
+            log.info("pod %s: %s", t.key, w)
+        if self.profile.apptainer.pull == "submit":
+            images = images_to_pull(rendered)
+            try:
+                pending = self.puller.ensure(images, when_done=lambda: self.queue.add(t.uid))
+            except PodError as exc:
+                self.puller.forget(images)
+                reason = "ImagePullBackOff" if t.extra.get("pull_failed") else exc.reason
+                t.extra["pull_failed"] = True
+                self._event(t, "Failed", exc.message, warning=True)
+                self._waiting(t, reason, exc.message)
+                self.queue.add_after(t.uid, self._backoff(t))
+                return
+            if pending:
+                if not t.extra.get("pulling"):
+                    t.extra["pulling"] = True
+                    self._event(t, "Pulling", "Pulling image(s) " + ", ".join(i.source for i in images))
+                self._waiting(t, "ContainerCreating", "pulling images")
+                return
+            if t.extra.pop("pulling", None):
+                self._event(t, "Pulled", "Image(s) pulled: " + ", ".join(i.source for i in images))
+        root = Path(rendered.plan.pod_dir)
+        rec = PodRecord(uid=t.uid, namespace=t.namespace, name=t.name, pod_dir=str(root), state=SUBMITTING,
+                        submitted=time.time())
+        self._save(rec)  # the intent, before anything outside this process exists
+        write_pod_dir(rendered, pod_json=json.dumps(pod, indent=1).encode())
+        t.pod_dir = root
+        try:
+            job_id = self.slurm.submit(root / "job" / "job.sh", workdir=root)
+        except SlurmTimeout:
+            log.warning("pod %s: sbatch timed out; the job may exist: looking for it by uid next", t.key)
+            self.queue.add_after(t.uid, 5.0)
+            return
+        except SubmitError as exc:
+            rec.state = FAILED
+            self._save(rec)
+            self._fail(t, "SlurmRejected", f"Slurm refused the job: {exc.message}"
+                       + (f" (fix: {exc.hint})" if exc.hint else ""))
+            return
+        self._submitted(t, rec, job_id)
+
+    def _submitted(self, t: Tracked, rec: PodRecord, job_id: str) -> None:
+        rec.job_id, rec.state = job_id, SUBMITTED
+        self._save(rec)
+        t.job_id, t.pod_dir = job_id, Path(rec.pod_dir)
+        t.extra.pop("backoff", None)
+        self._event(t, "Scheduled", f"Submitted to Slurm as job {job_id}")
+        self.kube.patch(pod_path(t.namespace, t.name, "status"),
+                        {"metadata": {"uid": t.uid, "annotations": {JOB_ID_ANNOTATION: job_id}}})
+        t.extra["key"] = None  # read its status at the next poll
+
+    def _missing_events(self, t: Tracked, objects: ApiObjects, *, mandatory: bool) -> None:
+        for kind, name in objects.missing:
+            tag = f"missing:{kind}:{name}"
+            if t.extra.get(tag):
+                continue
+            t.extra[tag] = True
+            which = "Mandatory" if mandatory else "Optional"
+            self._event(t, f"{which}{kind}NotFound",
+                        f"{kind.lower()} {t.namespace}/{name} not found" + ("" if mandatory else " (optional: skipped)"),
+                        warning=mandatory)
+
+    def _waiting(self, t: Tracked, reason: str, message: str) -> None:
+        spec = t.pod.get("spec") or {}
+        status = {"phase": "Pending",
+                  "containerStatuses": [{"name": c.get("name"), "image": c.get("image", ""), "imageID": "",
+                                         "ready": False, "restartCount": 0, "started": False,
+                                         "state": {"waiting": {"reason": reason, "message": message}}}
+                                        for c in spec.get("containers") or []]}
+        self._send(t, status)
+
+    def _fail(self, t: Tracked, reason: str, message: str) -> None:
+        log.warning("pod %s: %s: %s", t.key, reason, message)
+        self._event(t, "Failed", f"{reason}: {message}", warning=True)
+        t.error = reason
+        t.extra["final"] = True
+        spec = t.pod.get("spec") or {}
+        status = {"phase": "Failed", "reason": reason, "message": message,
+                  "containerStatuses": [{"name": c.get("name"), "image": c.get("image", ""), "imageID": "",
+                                         "ready": False, "restartCount": 0, "started": False,
+                                         "state": {"waiting": {"reason": reason, "message": message[:1000]}}}
+                                        for c in spec.get("containers") or []]}
+        if self._rec(t.uid) is None:
+            self._save(PodRecord(uid=t.uid, namespace=t.namespace, name=t.name, pod_dir="", state=FAILED,
+                                 submitted=time.time()))
+        self._send(t, status)
+
+    def _send(self, t: Tracked, status: dict[str, Any]) -> bool:
+        patch = status_patch(t.uid, status, t.sent)
+        if patch is None:
+            return False
+        try:
+            self.kube.patch(pod_path(t.namespace, t.name, "status"), patch)
+        except KubeError as exc:
+            if exc.code in (404, 409):  # deleted meanwhile, or another pod now has the name
+                return False
+            raise
+        t.sent = {**(t.sent or {}), **{k: v for k, v in status.items()}}
+        for k, v in patch["status"].items():
+            if v is None:
+                t.sent.pop(k, None)
+        return True
+
+    # ------------------------------------------------------------------ delete
+    def _stop(self, t: Tracked, *, final_delete: bool) -> None:
+        """The pod's stop sequence, without blocking a worker: TERM to the batch shell (which runs
+        preStop, SIGTERM, the grace period, SIGKILL), then re-check every half second until the pod
+        is done or its grace is up; then ``scancel``; then, for a pod the API still has, the final
+        ``DELETE`` with grace 0 and the uid as precondition (so nothing stays Terminating)."""
+        rec = self._rec(t.uid)
+        job_id = t.job_id or (rec.job_id if rec else "")
+        if not t.deleting:
+            t.deleting = True
+            if job_id:
+                self._event(t, "Killing", f"Stopping the pod's containers (Slurm job {job_id})")
+        if job_id:
+            job = self._job_now(job_id)
+            if not ended(job):
+                pd = PodDir(t.pod_dir) if t.pod_dir else None
+                started = t.extra.get("term_sent")
+                if job is not None and job.state == "RUNNING" and pd is not None and started is None:
+                    mark_deleting(pd)
+                    self.slurm.cancel(job_id, signal="TERM", batch_only=True)
+                    t.extra["term_sent"] = time.monotonic()
+                    self.queue.add_after(t.uid, _DELETE_CHECK)
+                    return
+                if started is not None and pd is not None and not pd.exists(POD_DONE) and \
+                        time.monotonic() - started < self._grace(t):
+                    self.queue.add_after(t.uid, _DELETE_CHECK)
+                    return
+                self.slurm.cancel(job_id)
+        self._final_status(t, job_id)
+        if final_delete:
+            try:
+                self.kube.delete(pod_path(t.namespace, t.name), {"gracePeriodSeconds": 0,
+                                                                   "preconditions": {"uid": t.uid}},
+                                 query={"gracePeriodSeconds": 0})
+            except KubeError as exc:
+                if exc.code not in (404, 409):  # gone already, or the name is another pod's now
+                    raise
+        if rec is not None:
+            rec.state, rec.stopped = STOPPED, time.time()
+            self._save(rec)
+        self.table.pop(t.uid)
+        self._gone.discard(t.uid)
+        self.recorder.forget(t.uid)
+        log.info("pod %s (uid %s) stopped%s", t.key, t.uid, f", job {job_id} cancelled" if job_id else "")
+
+    def _grace(self, t: Tracked) -> float:
+        meta = _meta(t.pod)
+        grace = meta.get("deletionGracePeriodSeconds")
+        spec = t.pod.get("spec") or {}
+        base = float(grace if grace is not None else grace_period(spec))
+        sidecars = sum(1 for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always")
+        return max(base, 2.0) * (1 + sidecars) + 5.0
+
+    def _job_now(self, job_id: str) -> JobInfo | None:
+        return self.slurm.query([job_id]).get(job_id)
+
+    def _final_status(self, t: Tracked, job_id: str) -> None:
+        """Report the containers' last states before the pod goes (best effort)."""
+        if t.pod_dir is None or t.uid in self._gone or not job_id:
+            return
+        try:
+            st = read_pod_status(t.pod_dir, containers_of(t.pod), None, job_known=False)
+            self._report(t, st)
+        except (KubeError, KubeUnavailable, OSError) as exc:
+            log.debug("pod %s: final status not sent: %s", t.key, exc)
+
+    # ------------------------------------------------------------------ status
+    def _report(self, t: Tracked, st: PodStatus) -> None:
+        new = api_status(t.pod, st, job_id=t.job_id, host_ip=self.host_ip, previous=t.sent)
+        policy = (t.pod.get("spec") or {}).get("restartPolicy") or "Always"
+        if not never_regresses(new, t.sent, restart_policy=policy):
+            log.warning("pod %s: not reporting a terminated container as running again", t.key)
+            return
+        before = t.status
+        t.status = st
+        if self._send(t, new):
+            self._transition_events(t, before, st)
+
+    def _transition_events(self, t: Tracked, before: PodStatus | None, st: PodStatus) -> None:
+        old = {c.name: c for c in (before.containers if before else [])}
+        for c in st.containers:
+            prev = old.get(c.name)
+            if c.state == "running" and (prev is None or prev.state != "running" or prev.started_at != c.started_at):
+                self._event(t, "Started", f"Started container {c.name}")
+            if c.probe_kill and (prev is None or prev.probe_kill != c.probe_kill):
+                self._event(t, "Unhealthy", c.probe_kill, warning=True)
+        if st.phase == "Failed" and (before is None or before.phase != "Failed"):
+            self._event(t, "Failed", f"{st.reason}: {st.message}", warning=True)
+
+    def poll(self, *, now: float | None = None) -> int:
+        """One status round: Slurm (if due), then every live pod whose files or job changed.
+        Returns the number of pods whose status was read."""
+        now = time.monotonic() if now is None else now
+        live = [t for t in self.table.snapshot() if t.job_id and t.pod_dir and not t.extra.get("final")
+                and not t.deleting]
+        if live and now - self._jobs_asked >= self.profile.kubelet.slurm_poll:
+            self._jobs = job_states(self.slurm, [t.job_id for t in live])
+            self._jobs_asked = now
+            self.slurm_calls += 1
+        read = 0
+        for t in live:
+            job = self._jobs.get(t.job_id)
+            assert t.pod_dir is not None
+            try:
+                mtime = os.stat(t.pod_dir / "status").st_mtime_ns
+            except OSError:
+                mtime = 0
+            key = (mtime, _job_key(job), t.job_id in self._jobs)
+            if key == t.extra.get("key"):
+                continue
+            try:
+                st = read_pod_status(t.pod_dir, containers_of(t.pod), job, job_known=t.job_id in self._jobs)
+                self._report(t, st)
+            except (KubeError, KubeUnavailable) as exc:
+                log.warning("pod %s: status not sent: %s (next round)", t.key, exc)
+                continue
+            except Exception:  # noqa: BLE001 - a bad pod directory must not stop the others' status
+                log.exception("pod %s: reading its status failed", t.key)
+                t.extra["key"] = key  # not again until something changes
+                continue
+            t.extra["key"] = key
+            read += 1
+            if st.finished and (ended(job) or (job is None and t.job_id in self._jobs)):
+                t.extra["final"] = True
+        return read
+
+    # ------------------------------------------------------------------ cleanup
+    def clean(self) -> int:
+        """Remove directories and records of pods deleted more than ``keep_pod_dirs`` seconds ago."""
+        keep = self.profile.kubelet.keep_pod_dirs
+        with self._recs_lock:
+            old = [r for r in self._recs.values() if r.state == STOPPED and time.time() - r.stopped >= keep]
+        state = Path(os.path.expanduser(self.profile.pods.state_dir)).resolve()
+        for rec in old:
+            if rec.pod_dir and Path(rec.pod_dir).resolve().is_relative_to(state):
+                shutil.rmtree(rec.pod_dir, ignore_errors=True)
+            self.records.remove(rec.uid)
+            with self._recs_lock:
+                self._recs.pop(rec.uid, None)
+        return len(old)
+

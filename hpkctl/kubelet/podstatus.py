@@ -1,0 +1,110 @@
+"""A pod's ``status`` for the API server, and the patch that carries only what changed.
+
+The status comes from :func:`hpkctl.pod.status.read_pod_status` (status files + Slurm's facts),
+shaped as the real kubelet reports it. The patch is a strategic merge patch of ``pods/{p}/status``
+that carries ``metadata.uid`` (the server then refuses it for another pod of the same name, as the
+real kubelet's ``preparePatchBytesForPodStatus`` intends). ``containerStatuses`` are atomic lists
+in the schema, so they are sent whole; conditions merge by ``type``, so only the kubelet's own
+are sent (``PodScheduled`` belongs to the scheduler).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hpkctl.kubelet.node import now_rfc3339
+from hpkctl.pod.status import PodStatus
+
+KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+_TOP = ("phase", "reason", "message", "podIP", "podIPs", "hostIP", "hostIPs", "startTime")
+
+
+def _container_extras(pod: Mapping[str, Any], entry: dict[str, Any], *, job_id: str) -> dict[str, Any]:
+    spec = pod.get("spec") or {}
+    images = {c.get("name"): c.get("image", "") for c in (spec.get("initContainers") or [])
+              + (spec.get("containers") or [])}
+    image = images.get(entry["name"], "")
+    entry["image"] = image
+    entry["imageID"] = f"sif://{image}" if image else ""
+    if job_id and "waiting" not in entry["state"]:
+        entry["containerID"] = f"slurm://{job_id}/{entry['name']}"
+    return entry
+
+
+def api_status(pod: Mapping[str, Any], st: PodStatus, *, job_id: str, host_ip: str,
+               previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The pod's status as the API server should hold it (without ``qosClass``, which the server owns)."""
+    out = st.as_k8s()
+    prev_conds = {c.get("type"): c for c in (previous or {}).get("conditions") or []}
+    conds = []
+    for c in out.pop("conditions"):
+        if c["type"] not in KUBELET_CONDITIONS:
+            continue
+        old = prev_conds.get(c["type"])
+        c["lastTransitionTime"] = (old.get("lastTransitionTime") if old and old.get("status") == c["status"]
+                                   and old.get("lastTransitionTime") else now_rfc3339())
+        c["lastProbeTime"] = None
+        conds.append(c)
+    out["conditions"] = conds
+    if host_ip:
+        out["hostIP"] = host_ip
+        out["hostIPs"] = [{"ip": host_ip}]
+    if st.phase == "Pending" and job_id and st.job is not None:
+        reason = st.job.reason or st.job.state
+        out["message"] = f"Slurm job {job_id} is {st.job.state.lower()}" + (f" ({reason})" if reason else "")
+        out.pop("reason", None)
+    if st.phase == "Running":
+        out.pop("reason", None)
+        out.pop("message", None)
+    for key in ("initContainerStatuses", "containerStatuses"):
+        out[key] = [_container_extras(pod, dict(e), job_id=job_id) for e in out[key]]
+        for e in out[key]:
+            if st.phase == "Pending" and "waiting" in e["state"] and e["state"]["waiting"].get("reason") in (
+                    "Waiting", "PodInitializing", "", None) and not st.started_at:
+                e["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    if not out["initContainerStatuses"]:
+        out.pop("initContainerStatuses")
+    gen = (pod.get("metadata") or {}).get("generation")
+    if gen:
+        out["observedGeneration"] = gen
+    return out
+
+
+def _comparable(status: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What counts as a change: everything but the condition timestamps."""
+    s = dict(status or {})
+    s["conditions"] = sorted(({k: v for k, v in c.items() if k not in ("lastTransitionTime", "lastProbeTime")}
+                              for c in s.get("conditions") or [] if c.get("type") in KUBELET_CONDITIONS),
+                             key=lambda c: str(c.get("type")))
+    s.pop("qosClass", None)
+    return s
+
+
+def status_patch(uid: str, new: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The strategic merge patch from ``old`` to ``new``; ``None`` when nothing changed."""
+    if _comparable(new) == _comparable(old):
+        return None
+    body: dict[str, Any] = dict(new)
+    for key in (*_TOP, "initContainerStatuses"):
+        if key not in new and (old or {}).get(key) is not None:
+            body[key] = None  # SMP: null deletes the field
+    return {"metadata": {"uid": uid}, "status": body}
+
+
+def never_regresses(new: Mapping[str, Any], old: Mapping[str, Any] | None, *, restart_policy: str) -> bool:
+    """Whether ``new`` keeps every container that ``old`` reported terminated for good, terminated
+    (the API server refuses a terminated container going back to running under Never, and under
+    OnFailure after exit 0; a re-adopting kubelet must never try)."""
+    if restart_policy == "Always" or not old:
+        return True
+    for key in ("initContainerStatuses", "containerStatuses"):
+        before = {c.get("name"): c for c in old.get(key) or []}
+        for c in new.get(key) or []:
+            prev = before.get(c.get("name"))
+            term = ((prev or {}).get("state") or {}).get("terminated")
+            if term is None or "terminated" in (c.get("state") or {}):
+                continue
+            if restart_policy == "Never" or (restart_policy == "OnFailure" and term.get("exitCode") == 0):
+                return False
+    return True
