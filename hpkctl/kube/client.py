@@ -115,7 +115,7 @@ class Kube:
             url += "?" + urlencode([(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in items])
         try:
             return self._api.call_api(method, url, header_params=headers,
-                                      body=json.dumps(body) if body is not None else None,
+                                      body=body,  # the client serialises it (every content type we send is +json)
                                       _request_timeout=timeout)
         except ApiException as exc:  # the client raises only for transport failures (status 0)
             raise KubeUnavailable(f"{method} {path}: {exc.reason or exc}") from exc

@@ -374,6 +374,7 @@ class PodManager:
             t.deleting = True
             if job_id:
                 self._event(t, "Killing", f"Stopping the pod's containers (Slurm job {job_id})")
+        cancelled = False
         if job_id:
             job = self._job_now(job_id)
             if not ended(job):
@@ -390,6 +391,7 @@ class PodManager:
                     self.queue.add_after(t.uid, _DELETE_CHECK)
                     return
                 self.slurm.cancel(job_id)
+                cancelled = True
         self._final_status(t, job_id)
         if final_delete:
             try:
@@ -405,7 +407,7 @@ class PodManager:
         self.table.pop(t.uid)
         self._gone.discard(t.uid)
         self.recorder.forget(t.uid)
-        log.info("pod %s (uid %s) stopped%s", t.key, t.uid, f", job {job_id} cancelled" if job_id else "")
+        log.info("pod %s (uid %s) stopped%s", t.key, t.uid, f", job {job_id} cancelled" if cancelled else "")
 
     def _grace(self, t: Tracked) -> float:
         meta = _meta(t.pod)

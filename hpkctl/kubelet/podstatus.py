@@ -54,7 +54,7 @@ def api_status(pod: Mapping[str, Any], st: PodStatus, *, job_id: str, host_ip: s
         reason = st.job.reason or st.job.state
         out["message"] = f"Slurm job {job_id} is {st.job.state.lower()}" + (f" ({reason})" if reason else "")
         out.pop("reason", None)
-    if st.phase == "Running":
+    if st.phase in ("Running", "Succeeded"):  # as the real kubelet: the containers say how they ended
         out.pop("reason", None)
         out.pop("message", None)
     for key in ("initContainerStatuses", "containerStatuses"):
