@@ -1,0 +1,150 @@
+"""core/v1 Events as client-go's recorder writes them (kubelet-api.md §1.6), for the kubelet and the
+scheduler: what ``kubectl describe pod`` shows under "Events".
+
+core/v1 rather than events.k8s.io/v1: both are views of one storage, and core/v1 is what
+``kubectl describe`` reads and what the kubelet writes. ``eventTime`` is left unset, as the
+kubelet's recorder leaves it: a set ``eventTime`` makes the API server apply the newer validation
+(``action``, ``reportingController`` required) and must then be a MicroTime with exactly six
+fractional digits (``2006-01-02T15:04:05.000000Z``). ``firstTimestamp``/``lastTimestamp`` are
+metav1.Time, RFC 3339 in whole seconds.
+
+:class:`EventRecorder` aggregates as client-go does: the same event again (same object, type,
+reason and message) bumps ``count`` and ``lastTimestamp`` of the event already posted instead of
+adding another, so a retried failure shows as "x12 over 5m" and not as twelve lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from datetime import datetime, timezone
+from typing import Any
+
+from hpkctl.kube.client import Kube, KubeError, KubeUnavailable, namespaced
+
+log = logging.getLogger("hpkctl.kube.events")
+
+Obj = dict[str, Any]
+TYPES = ("Normal", "Warning")
+#: events.k8s.io/v1 limits ``note`` (core/v1 ``message``) to 1 kB, and it is the same storage
+MESSAGE_LIMIT = 1024
+#: client-go's recorder remembers this many distinct events for aggregation
+TRACKED = 4096
+_NAME_LIMIT = 253
+
+
+def rfc3339(when: datetime | None = None) -> str:
+    """metav1.Time: RFC 3339 in whole seconds, UTC (``2026-11-24T02:16:36Z``)."""
+    return (when or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def involved_object(obj: Obj) -> Obj:
+    """The ObjectReference of ``obj``; it needs ``kind`` and ``apiVersion`` (a list's items lack them:
+    :class:`hpkctl.kube.reflect.Reflector` fills them in)."""
+    meta = obj.get("metadata") or {}
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if not kind or not api_version or not meta.get("name"):
+        raise ValueError(f"an event needs an object with kind, apiVersion and metadata.name, got kind={kind!r} "
+                         f"apiVersion={api_version!r} name={meta.get('name')!r}; set them on objects taken from "
+                         "a list's items")
+    ref: Obj = {"kind": kind, "apiVersion": api_version, "name": meta["name"]}
+    for src, dst in (("namespace", "namespace"), ("uid", "uid"), ("resourceVersion", "resourceVersion")):
+        if meta.get(src):
+            ref[dst] = meta[src]
+    return ref
+
+
+def _message(message: str) -> str:
+    return message if len(message) <= MESSAGE_LIMIT else message[:MESSAGE_LIMIT - 3] + "..."
+
+
+def event_body(*, obj: Obj, reason: str, message: str, type: str = "Normal", component: str,
+               host: str | None = None, when: datetime | None = None) -> Obj:
+    """The Event client-go's ``recorder.makeEvent`` builds: named ``<object>.<hex nanoseconds>``, in the
+    object's namespace (``default`` for cluster-scoped objects such as Nodes)."""
+    if type not in TYPES:
+        raise ValueError(f"event type must be one of {TYPES}, not {type!r}")
+    if not reason or not component:
+        raise ValueError("an event needs a reason and a component")
+    ref = involved_object(obj)
+    ts = rfc3339(when)
+    suffix = f".{time.time_ns():x}"
+    source: Obj = {"component": component}
+    if host:
+        source["host"] = host
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": ref["name"][:_NAME_LIMIT - len(suffix)] + suffix,
+                         "namespace": ref.get("namespace") or "default"},
+            "involvedObject": ref, "reason": reason, "message": _message(message), "type": type,
+            "source": source, "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+            "reportingComponent": component, "reportingInstance": host or ""}
+
+
+def post_event(kube: Kube, *, obj: Obj, reason: str, message: str, type: str = "Normal", component: str,
+               host: str | None = None) -> Obj:
+    """Create one Event about ``obj``; the created Event. Raises :class:`KubeError`/:class:`KubeUnavailable`."""
+    body = event_body(obj=obj, reason=reason, message=message, type=type, component=component, host=host)
+    created: Obj = kube.post(namespaced("events", body["metadata"]["namespace"]), body)
+    return created
+
+
+class EventRecorder:
+    """Posts Events for one component, aggregating repeats (see the module docstring). Thread-safe.
+
+    Events are best effort, as in client-go: :meth:`record` logs a failure and returns ``None``
+    rather than failing the work the event is about.
+    """
+
+    def __init__(self, kube: Kube, *, component: str, host: str | None = None, tracked: int = TRACKED) -> None:
+        self.kube = kube
+        self.component = component
+        self.host = host
+        self.tracked = tracked
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[tuple[str, ...], tuple[str, str, int]] = OrderedDict()  # key -> (ns, name, count)
+
+    def _key(self, obj: Obj, reason: str, message: str, type: str) -> tuple[str, ...]:
+        ref = involved_object(obj)
+        return (ref["kind"], ref.get("namespace", ""), ref["name"], ref.get("uid", ""), type, reason,
+                _message(message))
+
+    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal") -> Obj | None:
+        """Post the event, or bump the count of the same one posted before; the Event, or None if the
+        API server refused or could not be reached (logged)."""
+        key = self._key(obj, reason, message, type)
+        with self._lock:
+            seen = self._seen.get(key)
+        try:
+            if seen is not None:
+                ns, name, count = seen
+                try:
+                    ev: Obj = self.kube.patch(namespaced("events", ns, name),
+                                              {"count": count + 1, "lastTimestamp": rfc3339()})
+                    self._remember(key, ns, name, int(ev.get("count") or count + 1))
+                    return ev
+                except KubeError as exc:
+                    if exc.code != 404:  # 404: expired (event TTL, 1 h by default): post it anew
+                        raise
+            ev = post_event(self.kube, obj=obj, reason=reason, message=message, type=type,
+                            component=self.component, host=self.host)
+            meta = ev.get("metadata") or {}
+            self._remember(key, str(meta.get("namespace") or ""), str(meta.get("name") or ""), 1)
+            return ev
+        except (KubeError, KubeUnavailable) as exc:
+            log.warning("event %s %s about %s/%s not recorded: %s", type, reason, key[1], key[2], exc)
+            return None
+
+    def _remember(self, key: tuple[str, ...], ns: str, name: str, count: int) -> None:
+        with self._lock:
+            self._seen[key] = (ns, name, count)
+            self._seen.move_to_end(key)
+            while len(self._seen) > self.tracked:
+                self._seen.popitem(last=False)
+
+    def forget(self, uid: str) -> None:
+        """Drop what is remembered about one object (it was deleted): its events are not bumped again."""
+        with self._lock:
+            for key in [k for k in self._seen if k[3] == uid]:
+                del self._seen[key]

@@ -1,0 +1,119 @@
+"""hpkctl.kube.events against the Kubernetes API stand-in (which validates Events as the real server
+does): the body client-go's recorder would post, aggregation of repeats into ``count``, a new event
+once the remembered one is gone, and events about cluster-scoped objects (Nodes) in ``default``."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpkctl.kube import Kube, namespaced, pod_path
+from hpkctl.kube.events import EventRecorder, event_body, post_event
+from tests.support.kubeapi import KubeApi, pod, require_kubectl, start
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[KubeApi]:
+    d = Path(tempfile.mkdtemp(prefix="events-test-"))
+    a = start(d / "state")
+    try:
+        yield a
+    finally:
+        a.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def kube(api: KubeApi) -> Kube:
+    return Kube(str(api.kubeconfig))
+
+
+def make_pod(api: KubeApi, name: str) -> Obj:
+    code, out = api.post(pod_path("default"), pod(name))
+    assert code == 201, out
+    return dict(out)
+
+
+def events_about(api: KubeApi, uid: str) -> list[Obj]:
+    code, out = api.get("/api/v1/namespaces/default/events", params={"fieldSelector": f"involvedObject.uid={uid}"})
+    assert code == 200, out
+    return list(out["items"])
+
+
+@pytest.mark.standin
+def test_post_event_is_what_the_kubelet_recorder_posts(api: KubeApi, kube: Kube) -> None:
+    p = make_pod(api, "ev-shape")
+    ev = post_event(kube, obj=p, reason="Pulled", message="image pulled", component="kubelet", host="hpk")
+    assert re.fullmatch(r"ev-shape\.[0-9a-f]+", ev["metadata"]["name"])
+    assert ev["involvedObject"] == {"kind": "Pod", "apiVersion": "v1", "name": "ev-shape", "namespace": "default",
+                                    "uid": p["metadata"]["uid"], "resourceVersion": p["metadata"]["resourceVersion"]}
+    assert (ev["type"], ev["reason"], ev["count"], ev["source"]) == ("Normal", "Pulled", 1,
+                                                                      {"component": "kubelet", "host": "hpk"})
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", ev["firstTimestamp"])
+    assert ev["lastTimestamp"] == ev["firstTimestamp"] and "eventTime" not in ev
+    assert [e["metadata"]["name"] for e in events_about(api, p["metadata"]["uid"])] == [ev["metadata"]["name"]]
+
+
+@pytest.mark.standin
+def test_kubectl_describe_lists_the_event(api: KubeApi, kube: Kube) -> None:
+    """``kubectl describe pod`` finds events by involvedObject fields: ours must be found that way."""
+    require_kubectl()
+    p = make_pod(api, "ev-describe")
+    post_event(kube, obj=p, reason="FailedScheduling", message="0/1 nodes are available: 1 node(s) were unschedulable.",
+               type="Warning", component="hpk-scheduler")
+    out = api.kubectl("describe", "pod", "ev-describe").stdout
+    assert re.search(r"Warning\s+FailedScheduling\s+.*hpk-scheduler\s+0/1 nodes are available", out), out
+
+
+@pytest.mark.standin
+def test_recorder_aggregates_repeats_and_starts_over_when_the_event_is_gone(api: KubeApi, kube: Kube) -> None:
+    p = make_pod(api, "ev-agg")
+    rec = EventRecorder(kube, component="hpk-scheduler")
+    first = rec.record(p, reason="FailedScheduling", message="0/1 nodes are available", type="Warning")
+    assert first is not None and first["count"] == 1
+    for n in (2, 3):
+        again = rec.record(p, reason="FailedScheduling", message="0/1 nodes are available", type="Warning")
+        assert again is not None and (again["metadata"]["name"], again["count"]) == (first["metadata"]["name"], n)
+    other = rec.record(p, reason="FailedScheduling", message="another message", type="Warning")
+    assert other is not None and other["metadata"]["name"] != first["metadata"]["name"]
+    assert sorted(e["count"] for e in events_about(api, p["metadata"]["uid"])) == [1, 3]
+    # expired (TTL) or deleted: the next repeat is a new event, not an error
+    assert api.delete(namespaced("events", "default", first["metadata"]["name"]))[0] == 200
+    fresh = rec.record(p, reason="FailedScheduling", message="0/1 nodes are available", type="Warning")
+    assert fresh is not None and fresh["count"] == 1 and fresh["metadata"]["name"] != first["metadata"]["name"]
+
+
+@pytest.mark.standin
+def test_events_about_a_node_go_to_default(api: KubeApi, kube: Kube) -> None:
+    code, node = api.post("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ev-node"}})
+    assert code == 201, node
+    ev = post_event(kube, obj=node, reason="NodeReady", message="ready", component="kubelet", host="ev-node")
+    assert ev["metadata"]["namespace"] == "default" and "namespace" not in ev["involvedObject"]
+
+
+@pytest.mark.standin
+def test_recorder_failure_is_logged_not_raised(api: KubeApi, kube: Kube, caplog: pytest.LogCaptureFixture) -> None:
+    ghost = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "ghost", "namespace": "no-such-namespace",
+                                                             "uid": "0000"}}
+    assert EventRecorder(kube, component="hpk-scheduler").record(ghost, reason="X", message="m") is None
+    assert "not recorded" in caplog.text
+
+
+def test_event_body_refuses_what_the_server_would() -> None:
+    obj = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "namespace": "default"}}
+    with pytest.raises(ValueError, match="type"):
+        event_body(obj=obj, reason="R", message="m", type="Error", component="c")
+    with pytest.raises(ValueError, match="list's items"):
+        event_body(obj={"metadata": {"name": "p"}}, reason="R", message="m", component="c")
+    long = event_body(obj=obj, reason="R", message="x" * 5000, component="c")
+    assert len(long["message"]) == 1024 and long["message"].endswith("...")
+    assert len(event_body(obj={**obj, "metadata": {"name": "n" * 253}}, reason="R", message="m",
+                          component="c")["metadata"]["name"]) == 253
