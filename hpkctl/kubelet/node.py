@@ -117,8 +117,9 @@ class NodeState:
             conds.append(_condition(kind, False, reason, msg, beat=beat, since=self._since(kind, False)))
         return {
             "capacity": dict(self.capacity), "allocatable": dict(self.capacity), "conditions": conds,
-            "addresses": [{"type": "InternalIP", "address": self.address},
-                          {"type": "Hostname", "address": self.name}],
+            # only the address the API server can dial: it tries Hostname first, and the node's name
+            # (or this host's short name) rarely resolves on the control plane's node
+            "addresses": [{"type": "InternalIP", "address": self.address}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
             "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": platform.release(),
                          "osImage": f"Slurm via hpkctl {__version__}", "containerRuntimeVersion": self.runtime_version,

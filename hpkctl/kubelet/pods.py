@@ -444,9 +444,12 @@ class PodManager:
 
     def _transition_events(self, t: Tracked, before: PodStatus | None, st: PodStatus) -> None:
         old = {c.name: c for c in (before.containers if before else [])}
+        seen = t.extra.setdefault("started", {})
         for c in st.containers:
             prev = old.get(c.name)
-            if c.state == "running" and (prev is None or prev.state != "running" or prev.started_at != c.started_at):
+            # every run that started, even one that ended between two polls
+            if c.started_at and c.state in ("running", "terminated") and seen.get(c.name) != c.started_at:
+                seen[c.name] = c.started_at
                 self._event(t, "Started", f"Started container {c.name}")
             if c.probe_kill and (prev is None or prev.probe_kill != c.probe_kill):
                 self._event(t, "Unhealthy", c.probe_kill, warning=True)

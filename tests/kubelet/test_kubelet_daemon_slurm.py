@@ -1,0 +1,189 @@
+"""The kubelet end to end: the API stand-in + ``hpkctl scheduler`` + ``hpkctl kubelet`` as user hpk +
+the real local Slurm + the Apptainer stand-in. Pods are created with the official Python client,
+with raw HTTP and with the real kubectl; what they prove is in each test's docstring."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import time
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import Cluster, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+
+
+def bpod(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
+    spec.setdefault("restartPolicy", "Never")
+    containers = spec.pop("containers", None) or [{"name": "c", "image": "busybox", "command": command}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": containers, **spec}}
+
+
+def slurm_state(job_id: str) -> str:
+    out = subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={job_id}", "--format=%T"],
+                         capture_output=True, text=True, check=False).stdout.strip()
+    if out:
+        return out
+    with open("/var/log/slurm/jobcomp.log") as fh:
+        lines = [ln for ln in fh if f"JobId={job_id} " in ln]
+    return lines[-1].split("JobState=")[1].split()[0] if lines else ""
+
+
+def test_node_and_lease(cluster: Cluster) -> None:
+    """The node is registered once with capacity from sinfo, nodeInfo, the kubelet's port and WebSocket
+    streaming declared; the lease is renewed with a MicroTime of six fractional digits."""
+    code, node = cluster.api.get("/api/v1/nodes/hpk")
+    assert code == 200
+    st = node["status"]
+    cpus = subprocess.run(["sinfo", "--noheader", "--Node", "--format=%c"], capture_output=True, text=True,
+                          check=True).stdout.split()
+    assert st["capacity"]["cpu"] == str(sum(int(c) for c in cpus[:1]))
+    assert st["capacity"]["pods"] == "1000"
+    assert st["daemonEndpoints"]["kubeletEndpoint"]["Port"] > 0
+    assert st["declaredFeatures"] == ["ExtendWebSocketsToKubelet"]
+    assert st["nodeInfo"]["containerRuntimeVersion"].startswith("apptainer://")
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in st["addresses"]
+    code, lease = cluster.api.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/hpk")
+    assert code == 200, lease
+    assert lease["spec"]["holderIdentity"] == "hpk"
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+    first = lease["spec"]["renewTime"]
+    assert len(first.split(".")[1]) == len("000000Z")
+    wait_for("a lease renewal", lambda: cluster.api.get(
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/hpk")[1]["spec"]["renewTime"] != first,
+        timeout=25)
+
+
+def test_python_client_pod_succeeds_with_events_annotation_and_logs(cluster: Cluster) -> None:
+    """A pod created with the official client, unbound: the scheduler binds it, the kubelet runs it as
+    one Slurm job (annotated), status reaches Succeeded with exit code 0, the log comes through the
+    API server's log route, events say Scheduled and Started."""
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.api.kubeconfig)))
+    text = "quotes ' \" $(date) `id` ünïcödé"
+    api.create_namespaced_pod("default", bpod("py-hello", ["sh", "-c", 'printf "%s\\n" "$MSG"'],
+                                              containers=[{"name": "c", "image": "busybox",
+                                                           "command": ["sh", "-c", 'printf "%s\\n" "$MSG"'],
+                                                           "env": [{"name": "MSG", "value": text}]}]))
+    p = cluster.wait_phase("py-hello", "Succeeded")
+    assert p["spec"]["nodeName"] == "hpk"
+    cs = p["status"]["containerStatuses"][0]
+    assert cs["state"]["terminated"]["exitCode"] == 0 and cs["state"]["terminated"]["reason"] == "Completed"
+    job = cluster.job_id("py-hello")
+    assert job and wait_for("the job to leave", lambda: slurm_state(job) == "COMPLETED", timeout=30)
+    reasons = {e["reason"] for e in cluster.events("py-hello")}
+    assert {"Scheduled", "Started"} <= reasons, reasons
+    assert api.read_namespaced_pod_log("py-hello", "default") == text + "\n"
+
+
+def test_kubectl_failing_pod_reports_exit_code(cluster: Cluster) -> None:
+    """kubectl apply of a pod whose container exits 3: phase Failed, the container terminated with
+    exit code 3 and reason Error, and a Failed event."""
+    cluster.kubectl("apply", "-f", "-", input="""
+apiVersion: v1
+kind: Pod
+metadata: {name: fails}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: c, image: busybox, command: ["sh", "-c", "echo about to fail; exit 3"]}
+""")
+    p = cluster.wait_phase("fails", "Failed")
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (term["exitCode"], term["reason"]) == (3, "Error")
+    out = cluster.kubectl("get", "pod", "fails").stdout
+    assert "Error" in out
+    assert any(e["reason"] == "Failed" and e["type"] == "Warning" for e in cluster.events("fails"))
+
+
+def test_delete_running_pod_cancels_job(cluster: Cluster) -> None:
+    """kubectl delete --wait of a running pod: the stop sequence runs (the container sees SIGTERM),
+    the job is cancelled, and the pod object is gone (nothing stays Terminating)."""
+    cluster.create(bpod("stopme", ["sh", "-c", "trap 'echo got TERM; exit 0' TERM; while :; do sleep 1; done"],
+                        terminationGracePeriodSeconds=5))
+    cluster.wait_phase("stopme", "Running")
+    job = cluster.job_id("stopme")
+    started = time.monotonic()
+    cluster.kubectl("delete", "pod", "stopme", "--wait", "--timeout=60s", timeout=70)
+    took = time.monotonic() - started
+    assert cluster.pod("stopme") is None
+    assert wait_for("job cancelled", lambda: slurm_state(job) in ("CANCELLED", "COMPLETED"), timeout=30)
+    assert took < 30, took
+
+
+def test_force_delete_cancels_job(cluster: Cluster) -> None:
+    """--force --grace-period=0 removes the object at once: the kubelet sees only DELETED and still
+    cancels the job."""
+    cluster.create(bpod("forced", ["sleep", "300"]))
+    cluster.wait_phase("forced", "Running")
+    job = cluster.job_id("forced")
+    cluster.kubectl("delete", "pod", "forced", "--force", "--grace-period=0")
+    assert wait_for("job cancelled", lambda: slurm_state(job) == "CANCELLED", timeout=30)
+
+
+def test_mandatory_configmap_waits_optional_secret_skipped(cluster: Cluster) -> None:
+    """A missing mandatory ConfigMap keeps the pod Pending (CreateContainerConfigError, event
+    MandatoryConfigMapNotFound); once the ConfigMap exists the pod runs. A missing optional Secret
+    only raises OptionalSecretNotFound."""
+    cluster.create(bpod("needs-cm", ["sh", "-c", 'printf "%s|%s" "$A" "${B:-unset}"'],
+                        containers=[{"name": "c", "image": "busybox",
+                                     "command": ["sh", "-c", 'printf "%s|%s" "$A" "${B:-unset}"'],
+                                     "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "late",
+                                                                                             "key": "a"}}},
+                                             {"name": "B", "valueFrom": {"secretKeyRef": {
+                                                 "name": "nosuch", "key": "b", "optional": True}}}]}]))
+
+    def waiting() -> bool:
+        p = cluster.pod("needs-cm") or {}
+        cs = (p.get("status", {}).get("containerStatuses") or [{}])[0]
+        return cs.get("state", {}).get("waiting", {}).get("reason") == "CreateContainerConfigError"
+
+    wait_for("CreateContainerConfigError", waiting, timeout=30)
+    assert cluster.phase("needs-cm") == "Pending"
+    assert any(e["reason"] == "MandatoryConfigMapNotFound" for e in cluster.events("needs-cm"))
+    code, _ = cluster.api.post("/api/v1/namespaces/default/configmaps",
+                               {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"},
+                                "data": {"a": "x y"}})
+    assert code == 201
+    cluster.wait_phase("needs-cm", "Succeeded", timeout=60)
+    assert cluster.kubectl("logs", "needs-cm").stdout == "x y|unset"
+    assert any(e["reason"] == "OptionalSecretNotFound" for e in cluster.events("needs-cm"))
+
+
+def test_configmap_secret_volumes_and_token(cluster: Cluster) -> None:
+    """ConfigMap and Secret volumes, envFrom, and the projected service-account token (a real token
+    from the TokenRequest API) with kube-root-ca.crt."""
+    cluster.api.post("/api/v1/namespaces/default/configmaps",
+                     {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+                      "data": {"file.txt": "line1\nline2 $HOME\n"}})
+    cluster.api.post("/api/v1/namespaces/default/secrets",
+                     {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec"},
+                      "data": {"PASSWORD": base64.b64encode(b"s3cr'et").decode()}})
+    script = ('cat /cfg/file.txt; printf "%s\\n" "$PASSWORD"; '
+              'head -c 3 /var/run/secrets/kubernetes.io/serviceaccount/token; echo; '
+              'grep -c BEGIN /var/run/secrets/kubernetes.io/serviceaccount/ca.crt; '
+              'cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo')
+    cluster.create(bpod("vols", [], containers=[{
+        "name": "c", "image": "busybox", "command": ["sh", "-c", script],
+        "envFrom": [{"secretRef": {"name": "sec"}}],
+        "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}],
+        volumes=[{"name": "cfg", "configMap": {"name": "cfg"}}]))
+    cluster.wait_phase("vols", "Succeeded")
+    assert cluster.kubectl("logs", "vols").stdout == "line1\nline2 $HOME\ns3cr'et\neyJ\n1\ndefault\n"
+
+
+def test_unsupported_pod_fails_with_reason_and_kubelet_survives(cluster: Cluster) -> None:
+    """A pod the translator refuses (an unsupported volume type) becomes Failed with the reason and an
+    event; the kubelet goes on running the next pod."""
+    cluster.create(bpod("bad-vol", ["true"], volumes=[{"name": "x", "nfs": {"server": "n", "path": "/e"}}],
+                        containers=[{"name": "c", "image": "busybox", "command": ["true"],
+                                     "volumeMounts": [{"name": "x", "mountPath": "/x"}]}]))
+    p = cluster.wait_phase("bad-vol", "Failed", timeout=30)
+    assert p["status"]["reason"] == "UnsupportedVolume"
+    assert any(e["reason"] == "Failed" and "UnsupportedVolume" in e["message"] for e in cluster.events("bad-vol"))
+    cluster.create(bpod("after-bad", ["true"]))
+    cluster.wait_phase("after-bad", "Succeeded")

@@ -1,0 +1,164 @@
+"""A whole mini cloud for end-to-end tests: the Kubernetes API stand-in, ``hpkctl scheduler`` and
+``hpkctl kubelet`` as the normal user hpk, the real local Slurm, the Apptainer stand-in.
+
+Each cluster gets its own state directory (stand-in objects, kubeconfigs) and its own site profile
+file (``extends = "ci"``, a private ``[pods] state_dir``), so kubelet records of other tests never
+mix in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.support.ci import HPK_USER
+from tests.support.hpk import STANDIN, VENV_BIN
+from tests.support.kubeapi import KubeApi, free_port, require_kubectl, require_modules
+
+T = TypeVar("T")
+
+
+def _as_hpk(argv: list[str], *, home: str) -> list[str]:
+    env = {"PATH": f"{STANDIN}:{VENV_BIN}:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8",
+           "https_proxy": "http://127.0.0.1:9", "no_proxy": "127.0.0.1,localhost"}
+    argv = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
+    return ["runuser", "-u", HPK_USER, "--", *argv] if os.geteuid() == 0 else argv
+
+
+def wait_for(what: str, probe: Callable[[], T | None], *, timeout: float = 60, every: float = 0.3) -> T:
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last: {last!r}")
+
+
+class Cluster:
+    def __init__(self, root: Path, *, profile_extra: str = "") -> None:
+        self.root = root
+        self.api = KubeApi(root / "api", free_port(), ("--kubeconfig-owner", HPK_USER))
+        self.profile = root / "site.toml"
+        self.profile.write_text(f'extends = "ci"\n\n[pods]\nstate_dir = "{root / "hpk-state"}"\n'
+                                f'restart_backoff = 1\n\n[kubelet]\nslurm_poll = 1.0\nkeep_pod_dirs = 0\n'
+                                f'{profile_extra}')
+        self.profile.chmod(0o644)
+        state = root / "hpk-state"
+        state.mkdir()
+        if os.geteuid() == 0:
+            shutil.chown(state, HPK_USER, HPK_USER)
+        self.home = os.path.expanduser(f"~{HPK_USER}")
+        self.kubelet: subprocess.Popen[bytes] | None = None
+        self.scheduler: subprocess.Popen[bytes] | None = None
+
+    # ------------------------------------------------------------------ processes
+    def start(self, *, scheduler: bool = True) -> "Cluster":
+        require_modules()
+        require_kubectl()
+        (self.root / "api").mkdir(exist_ok=True)
+        self.api.start()
+        if scheduler:
+            self.start_scheduler()
+        self.start_kubelet()
+        return self
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.root / f"{name}.log", "ab")
+        return subprocess.Popen(_as_hpk([str(VENV_BIN / "hpkctl"), *args], home=self.home), stdout=log,
+                                stderr=log, start_new_session=True)
+
+    def start_kubelet(self) -> None:
+        self.kubelet = self._spawn("kubelet", "kubelet", "--site", str(self.profile), "--kubeconfig",
+                                   str(self.api.state / "kubelet.kubeconfig"), "--port", "0",
+                                   "--address", "127.0.0.1")
+        wait_for("the node hpk to be Ready", self.node_ready, timeout=30)
+
+    def start_scheduler(self) -> None:
+        self.scheduler = self._spawn("scheduler", "scheduler", "--site", str(self.profile), "--kubeconfig",
+                                     str(self.api.state / "scheduler.kubeconfig"))
+
+    def node_ready(self) -> bool:
+        if self.kubelet is not None and self.kubelet.poll() is not None:
+            raise RuntimeError(f"the kubelet exited {self.kubelet.returncode}:\n{self.log('kubelet')[-3000:]}")
+        code, node = self.api.get("/api/v1/nodes/hpk")
+        return code == 200 and any(c["type"] == "Ready" and c["status"] == "True"
+                                   for c in node.get("status", {}).get("conditions", []))
+
+    def stop_process(self, proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> int | None:
+        if proc is None or proc.poll() is not None:
+            return proc.returncode if proc else None
+        os.killpg(proc.pid, sig)  # runuser and the daemon under it
+        try:
+            return proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return proc.wait()
+
+    def stop(self) -> None:
+        self.stop_process(self.kubelet)
+        self.stop_process(self.scheduler)
+        self.api.stop()
+
+    def log(self, name: str) -> str:
+        p = self.root / f"{name}.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    # ------------------------------------------------------------------ API helpers
+    def kubectl(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+        return self.api.kubectl(*args, **kw)
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
+        code, body = self.api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        return body if code == 200 else None
+
+    def create(self, pod: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
+        code, body = self.api.post(f"/api/v1/namespaces/{namespace}/pods", pod)
+        assert code == 201, body
+        return dict(body)
+
+    def phase(self, name: str, namespace: str = "default") -> str:
+        p = self.pod(name, namespace)
+        return p["status"].get("phase", "") if p else ""
+
+    def wait_phase(self, name: str, *phases: str, timeout: float = 90, namespace: str = "default") -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            p = self.pod(name, namespace)
+            return p if p and p.get("status", {}).get("phase") in phases else None
+        try:
+            return wait_for(f"pod {name} to be {'/'.join(phases)}", probe, timeout=timeout)
+        except AssertionError:
+            raise AssertionError(f"pod {name} is not {phases}: {self.pod(name, namespace)}\n--- kubelet log:\n"
+                                 f"{self.log('kubelet')[-4000:]}") from None
+
+    def events(self, name: str, namespace: str = "default") -> list[dict[str, Any]]:
+        code, body = self.api.get(f"/api/v1/namespaces/{namespace}/events",
+                                  params={"fieldSelector": f"involvedObject.name={name}"})
+        assert code == 200, body
+        return list(body["items"])
+
+    def job_id(self, name: str, namespace: str = "default") -> str:
+        p = self.pod(name, namespace) or {}
+        return str((p.get("metadata", {}).get("annotations") or {}).get("hpk.io/slurm-job-id", ""))
+
+
+def make_root() -> Path:
+    base = os.environ.get("HPK_TEST_TMPDIR", "/tmp")
+    root = Path(tempfile.mkdtemp(prefix="hpk-cluster-", dir=base))
+    root.chmod(0o755)
+    return root
+
+
+def remove_root(root: Path) -> None:
+    if os.geteuid() == 0:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+    else:
+        shutil.rmtree(root, ignore_errors=True)
