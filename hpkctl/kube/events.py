@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from hpkctl.kube.client import Kube, KubeError, KubeUnavailable, namespaced
@@ -37,7 +37,7 @@ _NAME_LIMIT = 253
 
 def rfc3339(when: datetime | None = None) -> str:
     """metav1.Time: RFC 3339 in whole seconds, UTC (``2026-11-24T02:16:36Z``)."""
-    return (when or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (when or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def involved_object(obj: Obj) -> Obj:

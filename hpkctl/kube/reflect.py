@@ -227,10 +227,9 @@ class Reflector:
         """The list/watch loop; returns once ``stop`` is set."""
         expired_in_a_row = 0
         while not self.stop.is_set():
-            if not self.resource_version:
-                if not self._list():
-                    self._wait(f"list {self.name}")
-                    continue
+            if not self.resource_version and not self._list():
+                self._wait(f"list {self.name}")
+                continue
             try:
                 progressed = self._watch()
             except _Expired as exc:
@@ -304,7 +303,7 @@ class Reflector:
         self.resource_version = rv
         try:
             self.on_sync(items)
-        except Exception:  # noqa: BLE001 - a caller's bug must not stop the reflector
+        except Exception:  # a caller's bug must not stop the reflector
             log.exception("reflector %s: on_sync failed", self.name)
         self.synced.set()
         return True
@@ -356,7 +355,7 @@ class Reflector:
             self.resource_version = rv
         try:
             self.on_event(typ, obj)
-        except Exception:  # noqa: BLE001 - a caller's bug must not stop the reflector
+        except Exception:  # a caller's bug must not stop the reflector
             log.exception("reflector %s: on_event(%s) failed", self.name, typ)
 
 

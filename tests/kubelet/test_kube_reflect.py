@@ -177,7 +177,8 @@ def test_bookmarks_keep_the_resume_point_fresh(tmp_path: Path, stop: threading.E
         r = reflector(Kube(str(a.kubeconfig)), "default", seen, stop, timeout_seconds=1)
         code, cm = a.post("/api/v1/namespaces/default/configmaps", {"metadata": {"name": "bump"}})
         assert code == 201
-        wait_for("a bookmark past the configmap", lambda: int(r.resource_version) >= int(cm["metadata"]["resourceVersion"]))
+        bumped = int(cm["metadata"]["resourceVersion"])
+        wait_for("a bookmark past the configmap", lambda: int(r.resource_version) >= bumped)
         a.post("/standin/compact", None)
         time.sleep(2.5)  # at least two reconnects, each from the bookmarked revision
         assert (r.lists, seen.events) == (1, [])
