@@ -218,6 +218,8 @@ class PodManager:
                 rec = self._rec(uid)
                 if rec is None or (rec.state == SUBMITTING and not rec.job_id):
                     self._create(t, rec)
+                elif rec.job_id and (_meta(t.pod).get("annotations") or {}).get(JOB_ID_ANNOTATION) != rec.job_id:
+                    self._annotate(t, rec.job_id)  # killed between sbatch and the annotation: finish the step
         except (KubeError, KubeUnavailable) as exc:
             log.warning("pod %s: API server: %s (retrying)", t.key, exc)
             self.queue.add_after(uid, self._backoff(t))
@@ -306,9 +308,14 @@ class PodManager:
         t.job_id, t.pod_dir = job_id, Path(rec.pod_dir)
         t.extra.pop("backoff", None)
         self._event(t, "Scheduled", f"Submitted to Slurm as job {job_id}")
+        self._annotate(t, job_id)
+        t.extra["key"] = None  # read its status at the next poll
+
+    def _annotate(self, t: Tracked, job_id: str) -> None:
+        """The job id on the pod, for users (``kubectl describe``) and tools; through ``pods/status``,
+        which keeps annotation changes, so the kubelet needs no right to update pods."""
         self.kube.patch(pod_path(t.namespace, t.name, "status"),
                         {"metadata": {"uid": t.uid, "annotations": {JOB_ID_ANNOTATION: job_id}}})
-        t.extra["key"] = None  # read its status at the next poll
 
     def _missing_events(self, t: Tracked, objects: ApiObjects, *, mandatory: bool) -> None:
         for kind, name in objects.missing:

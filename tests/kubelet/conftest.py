@@ -17,8 +17,9 @@ def cluster() -> Iterator[Cluster]:
     require_cluster(SINGLE_CONF, 1)
     require_standin()
     root = make_root()
-    c = Cluster(root).start()
+    c = Cluster(root)
     try:
+        c.start()
         yield c
     finally:
         c.stop()

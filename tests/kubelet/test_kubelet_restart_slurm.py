@@ -1,0 +1,77 @@
+"""Robustness end to end: the kubelet killed with SIGKILL in the middle of a burst and restarted;
+the API stand-in restarted under a running kubelet. Real Slurm, real jobs."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import Cluster, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+
+
+def jobs_by_uid() -> Counter[str]:
+    """How many Slurm jobs carry each pod uid in their comment (``hpk-uid=<uid> ...``), pending,
+    running and finished ones still in slurmctld's memory (MinJobAge) alike."""
+    out = subprocess.run(["squeue", "--noheader", "--all", "--states=all", "--format=%k"], capture_output=True,
+                         text=True, check=True).stdout
+    return Counter(line.split()[0].removeprefix("hpk-uid=") for line in out.splitlines()
+                   if line.startswith("hpk-uid="))
+
+
+def burst_pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"burst": "yes"}},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
+                     "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 2; echo ok"]}]}}
+
+
+def test_sigkill_during_burst_of_50_then_restart(cluster: Cluster) -> None:
+    """50 pods created at once; the kubelet is killed with SIGKILL while it submits them and started
+    again: every pod ends Succeeded, each with exactly one Slurm job (no duplicate, none orphaned)."""
+    names = [f"burst-{i:02d}" for i in range(50)]
+    uids = {}
+    for n in names:
+        uids[n] = cluster.create(burst_pod(n))["metadata"]["uid"]
+    wait_for("some pods submitted", lambda: sum(1 for n in names if cluster.job_id(n)) >= 5, timeout=60, every=0.05)
+    cluster.stop_process(cluster.kubelet, signal.SIGKILL)
+    submitted_before = sum(1 for n in names if cluster.job_id(n))
+    assert submitted_before < 50, "the kill came too late to test anything"
+    cluster.start_kubelet()
+
+    def all_done() -> bool:
+        return all(cluster.phase(n) in ("Succeeded", "Failed") for n in names)
+
+    try:
+        wait_for("all 50 pods to finish", all_done, timeout=600, every=2)
+    except AssertionError:
+        phases = Counter(cluster.phase(n) for n in names)
+        raise AssertionError(f"phases {phases}\n{cluster.log('kubelet')[-3000:]}") from None
+    assert Counter(cluster.phase(n) for n in names) == Counter({"Succeeded": 50})
+    counts = jobs_by_uid()
+    assert {n: counts[u] for n, u in uids.items()} == {n: 1 for n in names}
+    assert len({cluster.job_id(n) for n in names}) == 50
+
+
+def test_api_server_restart_under_the_kubelet(cluster: Cluster) -> None:
+    """The API stand-in stops for a while and comes back (its objects kept, old watch positions gone):
+    the kubelet keeps its node Ready, reports a pod that finished meanwhile and runs a new one."""
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "through-outage"},
+                    "spec": {"restartPolicy": "Never", "containers": [
+                        {"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 4; exit 0"]}]}})
+    cluster.wait_phase("through-outage", "Running")
+    cluster.api.stop()
+    time.sleep(8)  # the pod finishes while nobody can be told
+    cluster.api.start()
+    cluster.wait_phase("through-outage", "Succeeded", timeout=90)
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after-outage"},
+                    "spec": {"restartPolicy": "Never", "containers": [
+                        {"name": "c", "image": "busybox", "command": ["true"]}]}})
+    cluster.wait_phase("after-outage", "Succeeded", timeout=90)
+    assert cluster.node_ready()
+    assert cluster.kubelet is not None and cluster.kubelet.poll() is None
