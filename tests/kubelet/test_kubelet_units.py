@@ -1,0 +1,175 @@
+"""Unit tests of the kubelet's parts that need neither Slurm nor an API server: the work queue, the
+status patch and its no-regression rule, the intent records, the node's capacity and times."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hpkctl.jobs import NodeInfo
+from hpkctl.kubelet.node import NodeState, capacity, micro_time
+from hpkctl.kubelet.podstatus import api_status, never_regresses, status_patch
+from hpkctl.kubelet.records import SUBMITTED, SUBMITTING, PodRecord, Records
+from hpkctl.kubelet.workqueue import WorkQueue
+from hpkctl.pod.status import ContainerStatus, PodStatus
+
+
+# ---------------------------------------------------------------------------- work queue
+def test_one_key_never_runs_twice_at_once_and_no_add_is_lost() -> None:
+    running: dict[str, int] = {}
+    overlap: list[str] = []
+    calls: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def handler(key: str) -> None:
+        with lock:
+            running[key] = running.get(key, 0) + 1
+            if running[key] > 1:
+                overlap.append(key)
+            calls[key] = calls.get(key, 0) + 1
+        time.sleep(0.02)
+        with lock:
+            running[key] -= 1
+
+    q = WorkQueue(handler, workers=4)
+    q.start()
+    for _ in range(20):
+        for k in ("a", "b", "c"):
+            q.add(k)
+        time.sleep(0.005)
+    deadline = time.monotonic() + 5
+    while not q.idle() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    q.add("a")  # an add after the burst is worked on again
+    time.sleep(0.2)
+    q.stop()
+    assert overlap == []
+    assert all(calls[k] >= 2 for k in ("a", "b", "c")), calls
+    assert calls["a"] <= 41
+
+
+def test_add_after_delays_and_a_failing_handler_does_not_kill_workers() -> None:
+    seen: list[tuple[str, float]] = []
+    start = time.monotonic()
+
+    def handler(key: str) -> None:
+        seen.append((key, time.monotonic() - start))
+        if key == "boom":
+            raise RuntimeError("a bad pod")
+
+    q = WorkQueue(handler, workers=1)
+    q.start()
+    q.add("boom")
+    q.add_after("late", 0.3)
+    q.add("now")
+    time.sleep(0.6)
+    q.stop()
+    keys = [k for k, _ in seen]
+    assert keys == ["boom", "now", "late"]
+    assert dict(seen)["late"] >= 0.3
+
+
+# ---------------------------------------------------------------------------- status
+def _status(phase: str, state: str, code: int | None = None, started: str | None = "2026-01-01T00:00:00Z") -> PodStatus:
+    c = ContainerStatus(name="c", init=False, state=state, exit_code=code, started_at=started,
+                        finished_at="2026-01-01T00:00:05Z" if state == "terminated" else None,
+                        reason="Completed" if code == 0 else ("Error" if code else ""))
+    return PodStatus(phase, "", "", code, "10.0.0.5", "n1", started, [c])
+
+
+POD = {"metadata": {"uid": "u1", "generation": 2},
+       "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}}
+
+
+def test_api_status_shape_and_owned_conditions() -> None:
+    out = api_status(POD, _status("Running", "running"), job_id="42", host_ip="10.0.0.5")
+    assert out["phase"] == "Running" and out["podIP"] == "10.0.0.5" and out["hostIPs"] == [{"ip": "10.0.0.5"}]
+    assert {c["type"] for c in out["conditions"]} == {"PodReadyToStartContainers", "Initialized", "ContainersReady",
+                                                     "Ready"}  # PodScheduled is the scheduler's
+    (cs,) = out["containerStatuses"]
+    assert (cs["image"], cs["containerID"]) == ("busybox:1.36", "slurm://42/c")
+    assert out["observedGeneration"] == 2
+    assert "initContainerStatuses" not in out
+
+
+def test_patch_carries_uid_skips_no_change_and_deletes_vanished_fields() -> None:
+    pending = api_status(POD, PodStatus("Pending", "Submitted", "waiting", None, None, None, None, []),
+                         job_id="", host_ip="")
+    running = api_status(POD, _status("Running", "running"), job_id="42", host_ip="10.0.0.5", previous=pending)
+    patch = status_patch("u1", running, pending)
+    assert patch is not None and patch["metadata"] == {"uid": "u1"}
+    assert status_patch("u1", running, running) is None
+    # only timestamps differ: no patch either
+    again = api_status(POD, _status("Running", "running"), job_id="42", host_ip="10.0.0.5")
+    assert status_patch("u1", again, running) is None
+    # a field the old status had and the new one lacks is deleted (SMP null)
+    old = dict(running, reason="Something")
+    assert status_patch("u1", running, old)["status"]["reason"] is None  # type: ignore[index]
+
+
+def test_condition_transition_time_kept_while_status_holds() -> None:
+    first = api_status(POD, _status("Running", "running"), job_id="42", host_ip="")
+    first["conditions"][0]["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+    second = api_status(POD, _status("Running", "running"), job_id="42", host_ip="", previous=first)
+    assert second["conditions"][0]["lastTransitionTime"] == "2020-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize(("policy", "code", "ok"), [("Never", 0, False), ("Never", 1, False), ("OnFailure", 0, False),
+                                                    ("OnFailure", 1, True), ("Always", 0, True)])
+def test_a_terminated_container_never_goes_back_to_running(policy: str, code: int, ok: bool) -> None:
+    pod = {"spec": {"restartPolicy": policy, "containers": [{"name": "c", "image": "x"}]}}
+    done = api_status(pod, _status("Failed" if code else "Succeeded", "terminated", code), job_id="1", host_ip="")
+    again = api_status(pod, _status("Running", "running"), job_id="1", host_ip="")
+    assert never_regresses(again, done, restart_policy=policy) is ok
+    assert never_regresses(done, done, restart_policy=policy)
+
+
+# ---------------------------------------------------------------------------- records
+def test_records_round_trip_atomic_and_skip_garbage(tmp_path: Path) -> None:
+    recs = Records(tmp_path)
+    a = PodRecord(uid="u-1", namespace="ns", name="p", pod_dir="/x/u-1", state=SUBMITTING, submitted=1.5)
+    recs.save(a)
+    a.state, a.job_id = SUBMITTED, "77"
+    recs.save(a)
+    (recs.root / "broken.json").write_text("{not json")
+    (recs.root / "old.json").write_text(json.dumps({**a.__dict__, "uid": "u-2", "future_field": 1}))
+    loaded = recs.load_all()
+    assert loaded["u-1"] == a
+    assert loaded["u-2"].uid == "u-2"  # unknown fields of a newer version are ignored
+    assert not [p for p in recs.root.iterdir() if p.name.startswith(".tmp-")]
+    with pytest.raises(ValueError):
+        recs.path("../escape")
+
+
+# ---------------------------------------------------------------------------- node
+def test_capacity_sums_usable_nodes_and_counts_gpus() -> None:
+    nodes = [NodeInfo("a", ("p",), 16, 64000, 4, "mixed"), NodeInfo("b", ("p",), 8, 1000, 0, "idle"),
+             NodeInfo("c", ("p",), 99, 99, 9, "drained"), NodeInfo("d", ("p",), 99, 99, 9, "down")]
+    cap = capacity(nodes, max_pods=110)
+    assert cap == {"cpu": "24", "memory": f"{65000 * 1024}Ki", "pods": "110", "ephemeral-storage": "0",
+                   "nvidia.com/gpu": "4"}
+    assert "nvidia.com/gpu" not in capacity(nodes[1:2], max_pods=1)
+
+
+@given(st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1)))
+def test_micro_time_has_exactly_six_fractional_digits(dt: datetime) -> None:
+    text = micro_time(dt.replace(tzinfo=timezone.utc))
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", text), text
+
+
+def test_node_status_heartbeat_only_change_is_not_a_change() -> None:
+    from hpkctl.kubelet.node import _without_beats
+
+    n = NodeState(name="hpk", address="10.1.1.1", port=10250, site="ci", runtime_version="apptainer://1")
+    a, b = n.status(beat="2026-01-01T00:00:00Z"), n.status(beat="2026-01-01T00:05:00Z")
+    assert a != b and _without_beats(a) == _without_beats(b)
+    assert a["addresses"] == [{"type": "InternalIP", "address": "10.1.1.1"}]
+    assert a["declaredFeatures"] == ["ExtendWebSocketsToKubelet"]
