@@ -123,8 +123,9 @@ class Kubelet:
         while not self.stop.wait(CLEAN_EVERY):
             try:
                 self.pods.clean()
+                self.pods.refresh_tokens()
             except Exception:  # noqa: BLE001
-                log.exception("cleaning old pod directories failed")
+                log.exception("cleaning old pod directories or refreshing tokens failed")
 
     def shutdown(self) -> None:
         self.stop.set()

@@ -35,6 +35,7 @@ from hpkctl.kubelet.objects import ApiObjects, ServiceCache
 from hpkctl.kubelet.podstatus import api_status, never_regresses, status_patch
 from hpkctl.kubelet.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records
 from hpkctl.kubelet.table import PodTable, Tracked
+from hpkctl.kubelet.tokens import refresh, refresh_after
 from hpkctl.kubelet.workqueue import WorkQueue
 from hpkctl.local.runs import ended, job_states, mark_deleting, pod_jobs
 from hpkctl.local.submit import images_to_pull
@@ -301,6 +302,8 @@ class PodManager:
                        + (f" (fix: {exc.hint})" if exc.hint else ""))
             return
         self._submitted(t, rec, job_id)
+        if (due := refresh_after(pod)) is not None:
+            t.extra["token_due"] = time.time() + due
 
     def _submitted(self, t: Tracked, rec: PodRecord, job_id: str) -> None:
         rec.job_id, rec.state = job_id, SUBMITTED
@@ -499,6 +502,26 @@ class PodManager:
             if st.finished and (ended(job) or (job is None and t.job_id in self._jobs)):
                 t.extra["final"] = True
         return read
+
+    def refresh_tokens(self, *, now: float | None = None) -> int:
+        """Renew the projected tokens of running pods that are due (after a restart: all of them
+        once, since their issue time is unknown). The number of pods refreshed."""
+        now = time.time() if now is None else now
+        n = 0
+        for t in self.table.snapshot():
+            if t.pod_dir is None or t.extra.get("final") or t.deleting or not t.job_id:
+                continue
+            due = t.extra.get("token_due", 0.0)
+            after = refresh_after(t.pod)
+            if after is None or due > now:
+                continue
+            try:
+                refresh(ApiObjects(self.kube, pod=t.pod), t.pod, t.pod_dir)
+                t.extra["token_due"] = now + after
+                n += 1
+            except (KubeError, KubeUnavailable, OSError) as exc:
+                log.warning("pod %s: token refresh failed (next round): %s", t.key, exc)
+        return n
 
     # ------------------------------------------------------------------ cleanup
     def clean(self) -> int:
