@@ -75,3 +75,23 @@ def test_api_server_restart_under_the_kubelet(cluster: Cluster) -> None:
     cluster.wait_phase("after-outage", "Succeeded", timeout=90)
     assert cluster.node_ready()
     assert cluster.kubelet is not None and cluster.kubelet.poll() is None
+
+
+def test_pod_deleted_while_the_kubelet_is_down(cluster: Cluster) -> None:
+    """A running pod is deleted while the kubelet is down (it stays Terminating: only the kubelet may
+    finish a graceful delete); the restarted kubelet stops its job and removes it."""
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "orphan-to-be"},
+                    "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 3, "containers": [
+                        {"name": "c", "image": "busybox", "command": ["sleep", "300"]}]}})
+    cluster.wait_phase("orphan-to-be", "Running")
+    job = cluster.job_id("orphan-to-be")
+    cluster.stop_process(cluster.kubelet, signal.SIGTERM)
+    cluster.kubectl("delete", "pod", "orphan-to-be", "--wait=false")
+    time.sleep(1)
+    p = cluster.pod("orphan-to-be")
+    assert p is not None and p["metadata"].get("deletionTimestamp"), "a bound pod waits for its kubelet"
+    cluster.start_kubelet()
+    wait_for("the pod to be gone", lambda: cluster.pod("orphan-to-be") is None, timeout=60)
+    state = subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={job}", "--format=%T"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    assert state in ("CANCELLED", "COMPLETING"), state
