@@ -493,6 +493,8 @@ hpk_in_parent() {
   export HPK_PARENT_APPTAINER
   hpk_parent &
   local parent=$!
+  # "job.sh exec" (the kubelet's exec, a later step of this job) finds the pod's namespaces below it.
+  mkdir -p "$HPK_POD_DIR/run" && printf '%s\n' "$parent" >"$HPK_POD_DIR/run/parent.pid"
   # SIGTERM (delete, the time limit) goes on to the pod part inside (apptainer hands it to its
   # process), which stops the containers; this shell waits for it.
   # shellcheck disable=SC2046  # one pid per word
@@ -737,12 +739,98 @@ hpk_probe_http() {
   return 1
 }
 
-# "job.sh pod-part" is how the parent container runs the pod part.
-hpk_main() {
-  if [ "${1:-}" = pod-part ]; then
-    HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
-    hpk_pod_part
-  else
-    hpk_host_part
+# ==== exec: a command in a running container (the kubelet's exec) ===========================
+# "job.sh exec NAME [--tty] -- WORD..." runs WORD... in container NAME's image, environment and
+# mounts: <function>_exec, a new `apptainer exec` as for exec probes and hooks (Apptainer cannot
+# enter a running container that is not an instance). It shares the pod's network, volumes and the
+# container's /tmp, not files written to the container's writable root. The kubelet runs it as a
+# new step of the pod's own job (`srun --overlap --jobid`), so it runs on the pod's node, in the
+# job's cgroup. In cni mode it first joins the namespaces (user, network, mount) of the parent
+# container, where the pod part runs the containers and their probes. stdin, stdout and stderr are
+# the caller's; --tty sets TERM=xterm in the container (as container runtimes do for a terminal).
+# Exits with the command's exit code, or 125 with a message when the command cannot be started.
+# Writes no status file: the pod does not notice.
+
+# hpk_exec_fail MESSAGE: exec cannot run the command (the pod is not touched).
+hpk_exec_fail() {
+  printf 'hpkctl exec: %s\n' "$1" >&2
+  exit 125
+}
+
+# hpk_function NAME: the function that starts container NAME (HPK_INIT/HPK_MAIN).
+hpk_function() {
+  local i
+  for ((i = 0; i < ${#HPK_INIT[@]}; i += 3)); do
+    [ "${HPK_INIT[i]}" != "$1" ] || { printf '%s\n' "${HPK_INIT[i + 2]}"; return 0; }
+  done
+  for ((i = 0; i < ${#HPK_MAIN[@]}; i += 3)); do
+    [ "${HPK_MAIN[i]}" != "$1" ] || { printf '%s\n' "${HPK_MAIN[i + 2]}"; return 0; }
+  done
+  return 1
+}
+
+# hpk_pod_namespaces: the pid of the first process below the parent container's launcher that is
+# in another network namespace than this shell: the parent container (its pod part).
+hpk_pod_namespaces() {
+  local launcher pid mine
+  launcher=$(cat "$HPK_POD_DIR/run/parent.pid" 2>/dev/null) \
+    || hpk_exec_fail "the pod's parent container has not started yet (no $HPK_POD_DIR/run/parent.pid)"
+  mine=$(readlink /proc/self/ns/net)
+  for pid in $(hpk_descendants "$launcher"); do
+    if [ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" != "$mine" ] && [ -e "/proc/$pid/ns/net" ]; then
+      printf '%s\n' "$pid"
+      return 0
+    fi
+  done
+  hpk_exec_fail "no process of the pod's parent container found below pid $launcher on $(hostname -s); is this the pod's node?"
+}
+
+# hpk_exec NAME [--tty] -- WORD...: see above; HPK_IN_POD=1 once inside the parent container.
+hpk_exec() {
+  local name=${1:-} fn pid
+  shift || true
+  [ "${1:-}" != --tty ] || { export APPTAINERENV_TERM=xterm; shift; }
+  [ -n "$name" ] && [ "${1:-}" = -- ] && [ $# -ge 2 ] \
+    || hpk_exec_fail "usage: job.sh exec CONTAINER [--tty] -- COMMAND [ARG...]"
+  shift
+  fn=$(hpk_function "$name") || hpk_exec_fail "container $name is not in this pod (it has: $(hpk_names | paste -sd ' '))"
+  if [ ! -e "$HPK_STATUS/$name.started" ] || [ -e "$HPK_STATUS/$name.exitcode" ] || [ -e "$HPK_STATUS/pod.done" ]; then
+    hpk_exec_fail "container $name is not running"
   fi
+  if [ -z "${HPK_IN_POD:-}" ] && declare -F hpk_parent >/dev/null; then
+    command -v nsenter >/dev/null || hpk_exec_fail "nsenter (util-linux) is not on PATH on $(hostname -s); exec into a pod in cni mode needs it"
+    pid=$(hpk_pod_namespaces) || exit
+    # The parent container has its own PATH: hand it the absolute path of the binary used here.
+    HPK_PARENT_APPTAINER=$(command -v -- "$HPK_APPTAINER" || printf '%s' "$HPK_APPTAINER")
+    export HPK_PARENT_APPTAINER HPK_IN_POD=1
+    # -U -n -m: its user, network and mount namespaces. --preserve-credentials: this user, the
+    # user namespace's owner, is the parent's root already (and setgroups is denied in it).
+    exec nsenter --target "$pid" -U -n -m --preserve-credentials -- \
+      /bin/bash "$HPK_POD_DIR/job/job.sh" exec "$name" -- "$@"
+  fi
+  [ -z "${HPK_IN_POD:-}" ] || HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
+  hpk_exec_secrets
+  "${fn}_exec" "$@"
+}
+
+# hpk_exec_secrets: hpk_load_secrets for exec, whose failure must not mark the pod failed.
+# shellcheck disable=SC2034  # read by the container functions above when the pod uses them
+hpk_exec_secrets() {
+  HPK_SECRETS=()
+  [ -e "$HPK_POD_DIR/env/secrets" ] || return 0
+  mapfile -d '' -t HPK_SECRETS <"$HPK_POD_DIR/env/secrets" || hpk_exec_fail "cannot read $HPK_POD_DIR/env/secrets"
+}
+
+# "job.sh pod-part" is how the parent container runs the pod part; "job.sh exec" is above.
+hpk_main() {
+  case ${1:-} in
+    pod-part)
+      HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
+      hpk_pod_part ;;
+    exec)
+      shift
+      hpk_exec "$@" ;;
+    *)
+      hpk_host_part ;;
+  esac
 }

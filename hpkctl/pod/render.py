@@ -151,7 +151,8 @@ def container_command(words: ScriptWords, c: ContainerPlan) -> Shell:
 def container_exec_command(words: ScriptWords, c: ContainerPlan) -> Shell:
     """``apptainer exec`` of the function's arguments in the container's image, env and mounts.
 
-    What exec probes and lifecycle hooks run. It is a new Apptainer process, not the running one:
+    Every container gets it: ``job.sh exec`` (the kubelet's exec), exec probes and lifecycle hooks
+    run it. It is a new Apptainer process, not the running one:
     it shares the pod's network, the container's volumes and its /tmp, but not files written to a
     writable-tmpfs root (DEVELOPERS.md says so). An MPI container's hooks run once, without srun.
     """
@@ -235,7 +236,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
             "function": Shell(f"hpk_{'init' if c.init else 'main'}_{c.index}"),
             "policy": Shell(c.restart_policy),
             "command": container_command(words, c),
-            "exec_command": container_exec_command(words, c) if c.exec_needed else None,
+            "exec_command": container_exec_command(words, c),
             "hooks": [{"kind": Shell(k), "command": hook_command(f"hpk_{'init' if c.init else 'main'}_{c.index}", h)}
                       for k, h in c.hooks.items()],
             "probes": [{"kind": Shell(p.kind), "words": probe_words(words, p)} for p in c.probes],

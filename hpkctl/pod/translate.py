@@ -77,7 +77,6 @@ class ContainerPlan:
     message_path: str = "/dev/termination-log"  # terminationMessagePath
     log_fallback: bool = False  # terminationMessagePolicy FallbackToLogsOnError
     mpi: bool = False
-    exec_needed: bool = False  # an exec probe or hook: the script gets a <function>_exec too
     probes: list[ProbePlan] = field(default_factory=list)  # the script gets a <function>_probes
 
     @property
@@ -289,21 +288,13 @@ def _plan_container(ctx: Ctx, c: Mapping[str, Any], *, index: int, init: bool, w
         policy = "Always"  # a sidecar: runs (and restarts) until the main containers end
     plan = ContainerPlan(name=name, init=init, index=index, image=image, sif=sif, pull_policy=pull, verb=verb,
                          argv=argv, env_static=env_static, env_runtime=env_runtime, binds=binds, subdirs=subdirs,
-                         flags=flags, workdir=workdir, restart_policy=policy, exec_needed=_runs_exec(c),
+                         flags=flags, workdir=workdir, restart_policy=policy,
                          probes=plan_probes(c, where=where))
 
     plan.hooks = plan_hooks(c)
     plan.message_path = message_path(c)
     plan.log_fallback = log_fallback(c)
     return plan
-
-
-def _runs_exec(c: Mapping[str, Any]) -> bool:
-    """Whether a probe or lifecycle hook of the container runs a command in it."""
-    lifecycle = c.get("lifecycle") or {}
-    handlers = [c.get(p) for p in ("startupProbe", "livenessProbe", "readinessProbe")]
-    handlers += [lifecycle.get("postStart"), lifecycle.get("preStop")]
-    return any(isinstance(h, Mapping) and h.get("exec") is not None for h in handlers)
 
 
 def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list[str], bool]:

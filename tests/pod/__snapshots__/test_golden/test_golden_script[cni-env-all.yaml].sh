@@ -55,6 +55,19 @@ hpk_main_0() {
     env
 }
 
+# run "$@" in app's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_main_0_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --hostname envs \
+    --env-file "$HPK_POD_DIR"/run/app.env \
+    --bind "$HPK_POD_DIR"/tmp/app:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
+    "$@"
+}
+
 # hpk_host_setup: on the node, before the pod's network exists.
 hpk_host_setup() {
   hpk_image /hpk-images/docker.io_library_hpk-parent_latest-dd12ff71dfdf.sif docker://docker.io/library/hpk-parent:latest IfNotPresent

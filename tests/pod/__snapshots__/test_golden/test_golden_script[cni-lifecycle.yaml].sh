@@ -54,6 +54,19 @@ hpk_init_0() {
     sh -c 'exec httpd -f -p 8081'
 }
 
+# run "$@" in proxy's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_init_0_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --hostname lifecycle-demo \
+    --env-file "$HPK_POD_DIR"/env/proxy.env \
+    --bind "$HPK_POD_DIR"/tmp/proxy:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
+    "$@"
+}
+
 # proxy's pre_stop hook (run by hpk_hook)
 hpk_init_0_pre_stop() {
   sleep 2
@@ -73,7 +86,7 @@ hpk_main_0() {
     sh -c 'echo working; sleep 5'
 }
 
-# app's exec probes and hooks: run "$@" in its image, env and mounts
+# run "$@" in app's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \

@@ -57,6 +57,19 @@ hpk_main_0() {
     sh -c 'echo "rank $SLURM_PROCID on $(hostname)"'
 }
 
+# run "$@" in ranks's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_main_0_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --hostname mpi-hello \
+    --env-file "$HPK_POD_DIR"/env/ranks.env \
+    --bind "$HPK_POD_DIR"/tmp/ranks:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif \
+    "$@"
+}
+
 # hpk_host_setup: on the node, before the pod's network exists.
 hpk_host_setup() {
   :  # nothing to check or create on the node for this pod

@@ -54,7 +54,7 @@ hpk_main_0() {
     httpd -f -p 8080
 }
 
-# web's exec probes and hooks: run "$@" in its image, env and mounts
+# run "$@" in web's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \

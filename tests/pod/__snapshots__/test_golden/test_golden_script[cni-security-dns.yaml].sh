@@ -55,6 +55,20 @@ hpk_main_0() {
     sleep infinity
 }
 
+# run "$@" in app's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_main_0_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --security uid:1000,gid:3000 \
+    --userns \
+    --hostname db-0 \
+    --env-file "$HPK_POD_DIR"/env/app.env \
+    --bind "$HPK_POD_DIR"/tmp/app:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
+    "$@"
+}
+
 # main container rooty, image docker.io/library/busybox:1.36
 hpk_main_1() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
@@ -67,6 +81,20 @@ hpk_main_1() {
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     id
+}
+
+# run "$@" in rooty's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_main_1_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --fakeroot \
+    --hostname db-0 \
+    --env-file "$HPK_POD_DIR"/env/rooty.env \
+    --bind "$HPK_POD_DIR"/tmp/rooty:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
+    "$@"
 }
 
 # hpk_host_setup: on the node, before the pod's network exists.

@@ -67,6 +67,30 @@ hpk_main_0() {
     sleep 1
 }
 
+# run "$@" in app's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_main_0_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --hostname volumes \
+    --env-file "$HPK_POD_DIR"/env/app.env \
+    --bind "$HPK_POD_DIR"/tmp/app:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_POD_DIR"/volumes/scratch:/scratch \
+    --bind "$HPK_MEMORY_DIR"/shm:/dev/shm \
+    --bind /srv/data:/data:ro \
+    --bind /srv/data/sub/dir:/data-sub \
+    --bind "$HPK_POD_DIR"/volumes/scratch/nested/x:/expr \
+    --bind "$HPK_POD_DIR"/volumes/config:/etc/app:ro \
+    --bind "$HPK_POD_DIR"/volumes/secret:/etc/secret:ro \
+    --bind "$HPK_POD_DIR"/volumes/info:/etc/podinfo:ro \
+    --bind "$HPK_POD_DIR"/volumes/all-in-one:/projected:ro \
+    --bind /hpk-state/pvc/default/results:/claim \
+    --bind /run/x.sock:/var/run/x.sock \
+    /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif \
+    "$@"
+}
+
 # hpk_host_setup: on the node, before the pod's network exists.
 hpk_host_setup() {
   hpk_hostpath /srv/data Directory data

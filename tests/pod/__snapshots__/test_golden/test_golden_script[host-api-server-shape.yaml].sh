@@ -53,6 +53,19 @@ hpk_main_0() {
     /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif
 }
 
+# run "$@" in web's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_main_0_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --env-file "$HPK_POD_DIR"/env/web.env \
+    --bind "$HPK_POD_DIR"/tmp/web:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_POD_DIR"/volumes/kube-api-access-7xk2p:/var/run/secrets/kubernetes.io/serviceaccount:ro \
+    /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif \
+    "$@"
+}
+
 # hpk_host_setup: on the node, before the pod's network exists.
 hpk_host_setup() {
   :  # nothing to check or create on the node for this pod

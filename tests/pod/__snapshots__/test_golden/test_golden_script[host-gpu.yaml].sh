@@ -56,6 +56,19 @@ hpk_main_0() {
     python train.py
 }
 
+# run "$@" in trainer's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_main_0_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --nv \
+    --env-file "$HPK_POD_DIR"/env/trainer.env \
+    --bind "$HPK_POD_DIR"/tmp/trainer:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    /hpk-images/nvcr.io_nvidia_pytorch_24.01-py3-640976d80276.sif \
+    "$@"
+}
+
 # main container monitor, image docker.io/library/busybox:1.36
 hpk_main_1() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
@@ -66,6 +79,18 @@ hpk_main_1() {
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     sh -c 'while true; do date; sleep 60; done'
+}
+
+# run "$@" in monitor's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_main_1_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --env-file "$HPK_POD_DIR"/env/monitor.env \
+    --bind "$HPK_POD_DIR"/tmp/monitor:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
+    "$@"
 }
 
 # hpk_host_setup: on the node, before the pod's network exists.

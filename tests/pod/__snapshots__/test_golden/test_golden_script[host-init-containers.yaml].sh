@@ -55,6 +55,19 @@ hpk_init_0() {
     sh -c 'echo data > /work/in.txt'
 }
 
+# run "$@" in fetch's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_init_0_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --env-file "$HPK_POD_DIR"/env/fetch.env \
+    --bind "$HPK_POD_DIR"/tmp/fetch:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_POD_DIR"/volumes/work:/work \
+    /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
+    "$@"
+}
+
 # init container check, image docker.io/library/busybox:1.36
 hpk_init_1() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
@@ -66,6 +79,19 @@ hpk_init_1() {
     --bind "$HPK_POD_DIR"/volumes/work:/work \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     test -s /work/in.txt
+}
+
+# run "$@" in check's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_init_1_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --env-file "$HPK_POD_DIR"/env/check.env \
+    --bind "$HPK_POD_DIR"/tmp/check:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_POD_DIR"/volumes/work:/work \
+    /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
+    "$@"
 }
 
 # main container main, image docker.io/library/busybox:1.36
@@ -80,6 +106,20 @@ hpk_main_0() {
     --pwd /work \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     cat /work/in.txt
+}
+
+# run "$@" in main's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_main_0_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --env-file "$HPK_POD_DIR"/env/main.env \
+    --bind "$HPK_POD_DIR"/tmp/main:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_POD_DIR"/volumes/work:/work \
+    --pwd /work \
+    /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
+    "$@"
 }
 
 # hpk_host_setup: on the node, before the pod's network exists.

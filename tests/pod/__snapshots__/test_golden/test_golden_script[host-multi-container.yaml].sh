@@ -53,6 +53,18 @@ hpk_main_0() {
     /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif
 }
 
+# run "$@" in server's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_main_0_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --env-file "$HPK_POD_DIR"/env/server.env \
+    --bind "$HPK_POD_DIR"/tmp/server:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif \
+    "$@"
+}
+
 # main container sidecar, image ghcr.io/example/sidecar@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 hpk_main_1() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
@@ -63,6 +75,18 @@ hpk_main_1() {
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
     /hpk-images/ghcr.io_example_sidecar_sha256_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef-4119baf25aec.sif \
     /bin/sidecar --upstream=http://localhost:8080 --name=web '$(literal)'
+}
+
+# run "$@" in sidecar's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
+hpk_main_1_exec() {
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    --writable-tmpfs \
+    --env-file "$HPK_POD_DIR"/env/sidecar.env \
+    --bind "$HPK_POD_DIR"/tmp/sidecar:/tmp \
+    --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
+    --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    /hpk-images/ghcr.io_example_sidecar_sha256_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef-4119baf25aec.sif \
+    "$@"
 }
 
 # hpk_host_setup: on the node, before the pod's network exists.
