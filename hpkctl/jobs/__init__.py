@@ -20,6 +20,7 @@ from hpkctl.jobs.info import JobInfo, UserJob
 from hpkctl.jobs.nodes import NodeInfo
 from hpkctl.jobs.slurm import Slurm
 from hpkctl.jobs.states import TERMINAL_STATES
+from hpkctl.jobs.step import Step
 
 __all__ = [
     "InvalidAccount",
@@ -32,6 +33,7 @@ __all__ = [
     "SlurmError",
     "SlurmTimeout",
     "SlurmUnavailable",
+    "Step",
     "SubmitError",
     "TERMINAL_STATES",
     "TimeLimitTooLong",

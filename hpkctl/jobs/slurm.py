@@ -8,6 +8,7 @@ The work is split by responsibility; this class only ties it to one profile:
 * :mod:`~hpkctl.jobs.query`: ``squeue`` for any number of jobs, one call per 500 ids.
 * :mod:`~hpkctl.jobs.final`: final states from ``scontrol``, ``sacct`` and the jobcomp file.
 * :mod:`~hpkctl.jobs.cancel`: ``scancel``.
+* :mod:`~hpkctl.jobs.step`: ``srun --overlap --jobid``, a command in a running job (the kubelet's exec).
 * :mod:`~hpkctl.jobs.poll`: the one polling loop, used by ``wait_for``.
 """
 
@@ -25,6 +26,7 @@ from hpkctl.jobs.nodes import NodeInfo, sinfo_nodes
 from hpkctl.jobs.poll import DEFAULT_BACKOFF, poll
 from hpkctl.jobs.query import squeue, unique_ids, user_jobs
 from hpkctl.jobs.states import TERMINAL_STATES
+from hpkctl.jobs.step import Step, start_step
 from hpkctl.jobs.submit import sbatch
 from hpkctl.sites.schema import SlurmSection
 
@@ -121,6 +123,18 @@ class Slurm:
         finished, or that Slurm forgot, is not an error; a permission problem is.
         """
         scancel(self._commands, job_id, signal=signal, batch_only=batch_only)
+
+    async def exec_step(self, job_id: str, *, pod_dir: Path, container: str, command: Sequence[str],
+                        tty: bool = False, stdin: bool = False) -> Step:
+        """Start ``command`` in ``container`` of the running pod of job ``job_id`` (pod directory
+        ``pod_dir``) as a new step of that job: ``srun --overlap --jobid=ID ... /bin/bash
+        POD_DIR/job/job.sh exec CONTAINER [--tty] -- COMMAND...`` (see :mod:`hpkctl.jobs.step`).
+
+        Returns once srun runs; the caller streams its output, feeds its input and awaits
+        ``Step.wait()`` for the exit code. Only the job's owner can do this. ``SlurmUnavailable``
+        when srun cannot be started at all."""
+        return await start_step(self._commands, job_id=job_id, pod_dir=pod_dir, container=container,
+                                command=command, tty=tty, stdin=stdin)
 
     def wait_for(
         self,

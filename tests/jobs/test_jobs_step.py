@@ -1,0 +1,123 @@
+"""hpkctl/jobs/step.py without Slurm: srun's own lines taken out of stderr, the srun command line,
+and a step's pipes and terminal with a stand-in ``srun`` (a bash script in ``slurm.bin_dir``).
+The real srun is exercised in tests/integration/test_kubelet_exec_slurm.py."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hpkctl.jobs import Slurm, SlurmUnavailable
+from hpkctl.jobs.step import StderrFilter, Step, step_argv
+from hpkctl.sites.schema import SlurmSection
+
+SUMMARY = b"srun: error: vm: task 0: Exited with exit code 3\n"
+
+
+def test_ordinary_stderr_passes_at_once_even_without_a_newline() -> None:
+    f = StderrFilter()
+    assert f.feed(b"warn") == b"warn"  # not a possible srun line: no waiting for its end
+    assert f.feed(b"ing\nsrun: error: vm: task 0: Exited") == b"ing\n"  # held: may be srun's summary
+    assert f.feed(b" with exit code 3\r\n") == b""
+    assert f.summary and f.own == ["srun: error: vm: task 0: Exited with exit code 3"]
+
+
+def test_only_srun_s_step_lines_are_taken_out() -> None:
+    f = StderrFilter()
+    data = (b"sr\nsrun: this is the program talking\n" + SUMMARY
+            + b"slurmstepd-vm: error: *** STEP 6389.1 ON vm CANCELLED AT 2026-11-24T02:24:25 ***\n"
+            + b"srun: error: Unable to create step for job 9: Invalid job id specified\nsru")
+    assert f.feed(data) == (b"sr\nsrun: this is the program talking\n"
+                            b"srun: error: Unable to create step for job 9: Invalid job id specified\n")
+    assert f.flush() == b"sru"  # the stream ended inside a line that never became one of srun's
+    assert f.own[0] == "srun: this is the program talking" and f.summary
+
+
+def test_the_srun_command_line() -> None:
+    argv = step_argv("/usr/bin/srun", job_id="12", pod_dir=Path("/s/pods/u"), container="main",
+                     command=["sh", "-c", "echo hi"], tty=True, immediate=30)
+    assert argv == ["/usr/bin/srun", "--jobid=12", "--overlap", "--nodes=1", "--ntasks=1", "--unbuffered", "--quiet",
+                    "--immediate=30", "--chdir=/s/pods/u", "--pty", "/bin/bash", "/s/pods/u/job/job.sh", "exec",
+                    "main", "--tty", "--", "sh", "-c", "echo hi"]
+
+
+FAKE_SRUN = textwrap.dedent("""\
+    #!/bin/bash
+    # stand-in srun: prints its words and whether it has a terminal, echoes stdin, exits 3 as srun does
+    printf '%s\\n' "$*" >"$HPK_FAKE_SRUN_ARGS"
+    printf '%s\\n' "${SLURM_JOB_ID:-unset}" >"$HPK_FAKE_SRUN_ARGS.job"
+    trap 'stty size' WINCH
+    if [ -t 0 ]; then echo "tty yes"; read -r line; echo "read $line"; else echo "tty no"; cat; fi
+    echo "to stderr" >&2
+    echo "srun: error: vm: task 0: Exited with exit code 3" >&2
+    exit 3
+""")
+
+
+def _slurm(tmp_path: Path) -> Slurm:
+    srun = tmp_path / "bin" / "srun"
+    srun.parent.mkdir()
+    srun.write_text(FAKE_SRUN)
+    srun.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "HPK_FAKE_SRUN_ARGS": str(tmp_path / "args"), "SLURM_JOB_ID": "leaked"}
+    return Slurm(SlurmSection(bin_dir=str(srun.parent), command_timeout=7.5), env=env)
+
+
+async def _drain(step: Step) -> tuple[bytes, bytes, int]:
+    out, err = b"", b""
+    while data := await step.read_stdout():
+        out += data
+    while data := await step.read_stderr():
+        err += data
+    return out, err, await step.wait()
+
+
+def test_a_step_with_pipes_gets_stdin_and_gives_the_exit_code(tmp_path: Path) -> None:
+    slurm = _slurm(tmp_path)
+
+    async def run() -> tuple[bytes, bytes, int, list[str], str | None]:
+        step = await slurm.exec_step("12", pod_dir=tmp_path, container="c", command=["cat"], stdin=True)
+        await step.write_stdin(b"hello\n")
+        step.close_stdin()
+        out, err, code = await _drain(step)
+        step.close()
+        return out, err, code, step.srun_messages, step.start_failure(code)
+
+    out, err, code, messages, failure = asyncio.run(run())
+    assert (out, err, code) == (b"tty no\nhello\n", b"to stderr\n", 3)
+    assert messages == ["srun: error: vm: task 0: Exited with exit code 3"] and failure is None
+    assert (tmp_path / "args").read_text().split()[:2] == ["--jobid=12", "--overlap"]
+    assert "--immediate=8" in (tmp_path / "args").read_text()  # command_timeout, rounded up
+    assert (tmp_path / "args.job").read_text() == "unset\n"  # the caller's Slurm variables never reach srun
+
+
+def test_a_step_with_a_terminal_gets_its_size(tmp_path: Path) -> None:
+    slurm = _slurm(tmp_path)
+
+    async def run() -> tuple[bytes, int]:
+        step = await slurm.exec_step("12", pod_dir=tmp_path, container="c", command=["sh"], tty=True)
+        out = await step.read_stdout()
+        while b"tty yes" not in out:
+            out += await step.read_stdout()
+        step.resize(100, 30)
+        await asyncio.sleep(0.2)
+        await step.write_stdin(b"abc\r")
+        while data := await step.read_stdout():
+            out += data
+        code = await step.wait()
+        step.close()
+        return out, code
+
+    out, code = asyncio.run(run())
+    assert code == 3
+    assert b"30 100" in out and b"read abc" in out
+
+
+def test_no_srun_is_slurm_unavailable(tmp_path: Path) -> None:
+    slurm = Slurm(SlurmSection(bin_dir=str(tmp_path)), env={"PATH": "/usr/bin:/bin"})
+    with pytest.raises(SlurmUnavailable, match="cannot run") as e:
+        asyncio.run(slurm.exec_step("12", pod_dir=tmp_path, container="c", command=["true"]))
+    assert "slurm.bin_dir" in e.value.hint
