@@ -75,14 +75,14 @@ class ImagePuller:
         with self._lock:
             for image in images:
                 fut = self._pulls.get(image.sif)
-                if fut is None or (fut.done() and fut.exception() is not None):
+                if fut is None:
                     fut = self._pool.submit(self._pull, image)
                     self._pulls[image.sif] = fut
                 if not fut.done():
                     fut.add_done_callback(lambda _f: when_done())
                     pending.append(fut)
-                elif fut.exception() is not None:
-                    raise fut.exception()  # type: ignore[misc]
+                elif (exc := fut.exception()) is not None:
+                    raise exc  # the caller forgets it after its back-off, so the next try pulls again
         return pending
 
     def forget(self, images: list[ImageToPull]) -> None:
@@ -269,6 +269,7 @@ class PodManager:
                 pending = self.puller.ensure(images, when_done=lambda: self.queue.add(t.uid))
             except PodError as exc:
                 self.puller.forget(images)
+                t.extra.pop("pulling", None)
                 reason = "ImagePullBackOff" if t.extra.get("pull_failed") else exc.reason
                 t.extra["pull_failed"] = True
                 self._event(t, "Failed", exc.message, warning=True)
@@ -279,7 +280,8 @@ class PodManager:
                 if not t.extra.get("pulling"):
                     t.extra["pulling"] = True
                     self._event(t, "Pulling", "Pulling image(s) " + ", ".join(i.source for i in images))
-                self._waiting(t, "ContainerCreating", "pulling images")
+                if not t.extra.get("pull_failed"):  # after a failure the pod shows ImagePullBackOff meanwhile
+                    self._waiting(t, "ContainerCreating", "pulling images")
                 return
             if t.extra.pop("pulling", None):
                 self._event(t, "Pulled", "Image(s) pulled: " + ", ".join(i.source for i in images))
