@@ -227,6 +227,17 @@ class PodManager:
         except SlurmError as exc:
             log.warning("pod %s: Slurm: %s (retrying)", t.key, exc)
             self.queue.add_after(uid, self._backoff(t))
+        except OSError as exc:  # the pod directory cannot be written (disk full, quota): retry later
+            log.warning("pod %s: %s (retrying)", t.key, exc)
+            self._event(t, "Failed", f"cannot prepare the pod directory: {exc}", warning=True)
+            self.queue.add_after(uid, self._backoff(t))
+        except Exception as exc:  # noqa: BLE001 - a bad pod never takes the kubelet down
+            log.exception("pod %s: unexpected error", t.key)
+            try:
+                self._fail(t, "KubeletError", f"{type(exc).__name__}: {exc} (a bug in hpkctl: please report it "
+                           "with the kubelet's log)")
+            except Exception:  # noqa: BLE001 - the API is down too: the next sync tries again
+                self.queue.add_after(uid, self._backoff(t))
 
     def _backoff(self, t: Tracked) -> float:
         delay = float(t.extra.get("backoff") or BACKOFF_START / 2)

@@ -1,0 +1,162 @@
+"""PodManager's decisions with fakes for the API server and Slurm (the real ones are in the
+``*_slurm.py`` end-to-end tests): a bad pod becomes a status and an event, never a crash; restart
+adoption by record; deletion of pods that vanished while nobody watched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpkctl.jobs import JobInfo
+from hpkctl.kube.events import EventRecorder
+from hpkctl.kubelet import pods as pods_mod
+from hpkctl.kubelet.pods import PodManager
+from hpkctl.kubelet.records import STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records
+from hpkctl.sites import load_site
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def get(self, path: str, **kw: Any) -> Any:
+        self.calls.append(("GET", path, None))
+        return {"items": []}
+
+    def post(self, path: str, body: Any, **kw: Any) -> Any:
+        self.calls.append(("POST", path, body))
+        return {**body, "metadata": {**body.get("metadata", {}), "name": "ev", "namespace": "default"}}
+
+    def patch(self, path: str, body: Any, **kw: Any) -> Any:
+        self.calls.append(("PATCH", path, body))
+        return body
+
+    def delete(self, path: str, body: Any = None, **kw: Any) -> Any:
+        self.calls.append(("DELETE", path, body))
+        return {}
+
+    def status_patches(self) -> list[dict[str, Any]]:
+        return [b for m, p, b in self.calls if m == "PATCH" and p.endswith("/status")]
+
+    def events(self) -> list[dict[str, Any]]:
+        return [b for m, p, b in self.calls if m == "POST" and p.endswith("/events")]
+
+
+class FakeSlurm:
+    def __init__(self) -> None:
+        self.cancelled: list[tuple[str, str | None]] = []
+        self.jobs: dict[str, JobInfo] = {}
+        self.submitted = 0
+
+    def query(self, ids: Any) -> dict[str, JobInfo]:
+        return {j: self.jobs[j] for j in ids if j in self.jobs}
+
+    def cancel(self, job_id: str, *, signal: str | None = None, batch_only: bool = False) -> None:
+        self.cancelled.append((job_id, signal))
+
+    def user_jobs(self) -> list[Any]:
+        return []
+
+    def submit(self, *a: Any, **kw: Any) -> str:
+        self.submitted += 1
+        return "999"
+
+
+def _pod(name: str = "p", uid: str = "u-1") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": uid, "resourceVersion": "5"},
+            "spec": {"nodeName": "hpk", "restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]},
+            "status": {"phase": "Pending"}}
+
+
+@pytest.fixture
+def mgr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[PodManager, FakeKube, FakeSlurm]:
+    profile = load_site("ci")
+    profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
+    kube, slurm = FakeKube(), FakeSlurm()
+    m = PodManager(kube=kube, slurm=slurm, profile=profile, node_name="hpk",  # type: ignore[arg-type]
+                   records=Records(tmp_path / "kubelet"), recorder=EventRecorder(kube, component="kubelet"))  # type: ignore[arg-type]
+    m.load_records()
+    return m, kube, slurm
+
+
+def test_an_unexpected_error_becomes_a_failed_status_and_an_event(mgr: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    m, kube, slurm = mgr
+
+    def boom(*a: Any, **kw: Any) -> Any:
+        raise RuntimeError("surprise")
+
+    monkeypatch.setattr(pods_mod, "render_pod", boom)
+    m.on_sync([_pod()])
+    m.sync("u-1")
+    (patch,) = kube.status_patches()
+    assert patch["metadata"] == {"uid": "u-1"}
+    assert (patch["status"]["phase"], patch["status"]["reason"]) == ("Failed", "KubeletError")
+    assert "surprise" in patch["status"]["message"]
+    assert any(e["reason"] == "Failed" and e["type"] == "Warning" for e in kube.events())
+    assert slurm.submitted == 0
+    m.sync("u-1")  # final: nothing more happens
+    assert len(kube.status_patches()) == 1
+
+
+def test_a_translation_refusal_is_failed_with_its_reason(mgr: Any) -> None:
+    m, kube, slurm = mgr
+    pod = _pod()
+    pod["spec"]["volumes"] = [{"name": "x", "nfs": {"server": "s", "path": "/p"}}]
+    m.on_sync([pod])
+    m.sync("u-1")
+    (patch,) = kube.status_patches()
+    assert patch["status"]["reason"] == "UnsupportedVolume"
+    assert slurm.submitted == 0
+
+
+def test_recorded_pod_is_adopted_not_resubmitted(mgr: Any, tmp_path: Path) -> None:
+    m, kube, slurm = mgr
+    m.records.save(PodRecord(uid="u-1", namespace="default", name="p", pod_dir=str(tmp_path / "d"),
+                             state=SUBMITTED, job_id="41"))
+    m.load_records()
+    pod = _pod()
+    pod["metadata"]["annotations"] = {"hpk.io/slurm-job-id": "41"}
+    m.on_sync([pod])
+    m.sync("u-1")
+    assert slurm.submitted == 0
+    t = m.table.get("u-1")
+    assert t is not None and t.job_id == "41"
+    assert kube.status_patches() == []  # annotation already there: nothing to write
+
+
+def test_records_without_api_pods_are_stopped_after_the_first_full_list(mgr: Any, tmp_path: Path) -> None:
+    m, kube, slurm = mgr
+    slurm.jobs["77"] = JobInfo(job_id="77", state="PENDING")
+    m.records.save(PodRecord(uid="gone", namespace="default", name="old", pod_dir=str(tmp_path / "g"),
+                             state=SUBMITTED, job_id="77"))
+    m.records.save(PodRecord(uid="done", namespace="default", name="older", pod_dir=str(tmp_path / "h"),
+                             state=STOPPED, job_id="76"))
+    m.load_records()
+    m.on_sync([])
+    m.sync("gone")
+    assert slurm.cancelled == [("77", None)]  # pending: cancelled at once, no stop sequence
+    assert [c for c in kube.calls if c[0] == "DELETE"] == []  # the API object is gone already
+    assert m.records.load_all()["gone"].state == STOPPED
+    assert m.table.get("gone") is None
+
+
+def test_submitting_record_with_a_job_found_by_uid_is_adopted(mgr: Any, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    m, kube, slurm = mgr
+    m.records.save(PodRecord(uid="u-1", namespace="default", name="p", pod_dir=str(tmp_path / "d"),
+                             state=SUBMITTING))
+    m.load_records()
+
+    class Job:
+        job_id = "55"
+
+    monkeypatch.setattr(pods_mod, "pod_jobs", lambda s: [("other", Job()), ("u-1", Job())])
+    m.on_sync([_pod()])
+    m.sync("u-1")
+    assert slurm.submitted == 0
+    assert m.records.load_all()["u-1"].job_id == "55"
+    assert any(p["metadata"].get("annotations") == {"hpk.io/slurm-job-id": "55"} for p in kube.status_patches())
