@@ -1,0 +1,172 @@
+"""exec into a running pod through the kubelet's HTTPS API, on the real local Slurm, as user hpk.
+
+``hpkctl run --detach`` starts the pod (host network with ``ci``, its own network namespace with
+``ci-cni``); a ``KubeletServer`` runs as hpk (only a job's owner may add a step to it) over that
+pod; the test speaks v5.channel.k8s.io to it with a client certificate of the cluster CA. The
+command runs as a new step of the pod's job (``srun --overlap``) in the container's image, env and
+mounts, and in cni mode in the pod's network namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pwd
+import select
+import shutil
+import ssl
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+import pytest
+
+from ci.standin.kubeapi.certs import Pki
+from tests.support.ci import HPK_USER
+from tests.support.hpk import STANDIN, VENV_BIN, Hpk, pod, require_standin, unique
+from tests.support.kubelet_api import as_hpk_server
+from tests.support.slurm import SINGLE_CONF, require_cluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+
+SITES = {"host": "ci", "cni": "ci-cni"}
+CONTAINER = {"name": "main", "image": "debian:12", "env": [{"name": "GREETING", "value": "hello from the pod"}],
+             "command": ["sh", "-c", "echo marker-$HOSTNAME >/tmp/marker; echo ready; exec sleep 300"]}
+
+
+@dataclass
+class Api:
+    port: int
+    ca: Path
+    client: tuple[Path, Path]
+
+    def ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca))
+        ctx.load_cert_chain(*self.client)
+        return ctx
+
+    async def exec(self, pod_name: str, command: Sequence[str], *, send: Sequence[bytes] = (), pause: float = 0,
+                   **flags: str) -> tuple[bytes, bytes, dict[str, Any]]:
+        """stdout, stderr and the status of one exec (``send``: messages after the stream is up)."""
+        query = urlencode([("command", c) for c in command] + list(flags.items()))
+        url = f"https://127.0.0.1:{self.port}/exec/default/{pod_name}/main?{query}"
+        got: dict[int, bytes] = {1: b"", 2: b"", 3: b""}
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(url, ssl=self.ssl(), protocols=("v5.channel.k8s.io",)) as ws:
+                assert ws.protocol == "v5.channel.k8s.io"
+                first = await ws.receive(timeout=60)
+                assert first.type == aiohttp.WSMsgType.BINARY and len(first.data) == 1  # the stream is up
+                for data in send:
+                    await ws.send_bytes(data)
+                    await asyncio.sleep(pause)
+                async with asyncio.timeout(120):
+                    async for msg in ws:
+                        if msg.type == aiohttp.WSMsgType.BINARY:
+                            got[msg.data[0]] += msg.data[1:]
+        await asyncio.sleep(0.1)
+        return got[1], got[2], json.loads(got[3])
+
+
+def _certs(workdir: Path) -> tuple[Path, Path, Path, tuple[Path, Path]]:
+    pki = Pki(workdir / "state")
+    cert, key = pki.leaf("kubelet-serving", cn="system:node:hpk", server=True, sans=("127.0.0.1",))
+    client = pki.leaf("apiserver-kubelet-client", cn="kube-apiserver-kubelet-client")
+    user = pwd.getpwnam(HPK_USER)
+    if os.geteuid() == 0:
+        for p in [workdir / "state", pki.dir, *pki.dir.iterdir()]:
+            os.chown(p, user.pw_uid, user.pw_gid)
+    return cert, key, pki.dir / "ca.crt", client
+
+
+def _wait_running(hpk: Hpk, name: str, site: str) -> Path:
+    end = time.monotonic() + 180
+    while True:
+        st = hpk.status(name, site)
+        statuses = st["status"].get("containerStatuses") or []
+        log = Path(st["podDir"]) / "logs" / "main.log"
+        if statuses and "running" in statuses[0]["state"] and log.exists() and "ready" in log.read_text():
+            return Path(st["podDir"])
+        assert st["status"]["phase"] in ("Pending", "Running"), st
+        assert time.monotonic() < end, st
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def hpk_module() -> Iterator[Hpk]:
+    """One Hpk for the module (the conftest's is per test; one pod per mode serves every test here)."""
+    require_cluster(SINGLE_CONF, 1)
+    require_standin()
+    d = Path(tempfile.mkdtemp(prefix="hpk-exec-", dir=os.environ.get("HPK_TEST_TMPDIR", "/tmp")))
+    d.chmod(0o777)
+    yield Hpk(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", params=sorted(SITES))
+def running(request: pytest.FixtureRequest, hpk_module: Hpk) -> Iterator[tuple[str, str, Api]]:
+    """(network mode, pod name, the API over it): a debian pod running under hpkctl, and the server."""
+    mode, hpk = request.param, hpk_module
+    site, name = SITES[mode], unique(f"exec-{mode}")
+    r = hpk.run(pod(name, [CONTAINER]), site=site, extra=("--detach",))
+    assert r.rc == 0, r.output
+    server = None
+    try:
+        pod_dir = _wait_running(hpk, name, site)
+        cert, key, ca, client = _certs(hpk.workdir)
+        server = as_hpk_server(cert=cert, key=key, ca=ca, slurm_conf=SINGLE_CONF, pod_dirs=[pod_dir],
+                               path=f"{STANDIN}:{VENV_BIN}:/usr/bin:/bin")
+        assert server.stdout is not None
+        ready, _, _ = select.select([server.stdout], [], [], 60)
+        line = server.stdout.readline() if ready else ""
+        assert line.strip().isdigit(), f"the server did not start: {line}{server.stderr.read() if server.stderr else ''}"
+        yield mode, name, Api(int(line), ca, client)
+    finally:
+        if server is not None:
+            server.communicate(input="", timeout=30)  # closing its stdin stops it
+        hpk.hpkctl("delete", name, "--site", site)
+
+
+def _interfaces(text: str) -> set[str]:
+    return {ln.split(":")[0].strip() for ln in text.splitlines()[2:] if ":" in ln}
+
+
+def test_exec_runs_in_the_container_and_returns_its_exit_code(running: tuple[str, str, Api]) -> None:
+    mode, name, api = running
+    script = 'echo $HOSTNAME; cat /etc/os-release; cat /tmp/marker; echo "$GREETING"; echo oops >&2; exit 3'
+    out, err, status = asyncio.run(api.exec(name, ["sh", "-c", script], output="1", error="1"))
+    lines = out.decode().splitlines()
+    assert lines[0] == name  # the pod's hostname
+    assert 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"' in lines  # the image's file
+    assert f"marker-{name}" in lines  # the container's own /tmp, written by its main process
+    assert "hello from the pod" in lines  # its environment
+    assert err == b"oops\n"  # the command's stderr, nothing of srun's
+    assert (status["status"], status["reason"], status["details"]["causes"]) == (
+        "Failure", "NonZeroExitCode", [{"reason": "ExitCode", "message": "3"}])
+    out, _, status = asyncio.run(api.exec(name, ["cat", "/proc/net/dev"], output="1"))
+    assert status["status"] == "Success"
+    if mode == "cni":
+        assert _interfaces(out.decode()) == {"lo"}  # the pod's own network namespace
+    else:
+        assert _interfaces(out.decode()) == _interfaces(Path("/proc/net/dev").read_text())  # the node's
+
+
+def test_exec_passes_stdin_until_it_is_closed(running: tuple[str, str, Api]) -> None:
+    _, name, api = running
+    out, err, status = asyncio.run(api.exec(name, ["cat"], send=[b"\x00first line\n", b"\x00second", b"\xff\x00"],
+                                            input="1", output="1", error="1"))
+    assert (out, err, status) == (b"first line\nsecond", b"", {"metadata": {}, "status": "Success"})
+
+
+def test_exec_with_a_terminal(running: tuple[str, str, Api]) -> None:
+    _, name, api = running
+    resize = b"\x04" + json.dumps({"Width": 91, "Height": 27}).encode()
+    out, _, status = asyncio.run(api.exec(name, ["sh", "-c", "read x; tty; stty size; echo got $x; exit 5"],
+                                          send=[resize, b"\x00go\r"], pause=1.0, input="1", output="1", tty="1"))
+    text = out.decode()
+    assert "/dev/pts/" in text and "27 91" in text and "got go" in text, text
+    assert status["details"]["causes"] == [{"reason": "ExitCode", "message": "5"}]
