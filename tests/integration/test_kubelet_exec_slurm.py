@@ -4,7 +4,8 @@
 ``ci-cni``); a ``KubeletServer`` runs as hpk (only a job's owner may add a step to it) over that
 pod; the test speaks v5.channel.k8s.io to it with a client certificate of the cluster CA. The
 command runs as a new step of the pod's job (``srun --overlap``) in the container's image, env and
-mounts, and in cni mode in the pod's network namespace."""
+mounts, and in cni mode in the pod's network namespace. The last test goes the whole way: the real
+kubectl, through the Kubernetes API stand-in's WebSocket passthrough, to this server."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ from urllib.parse import urlencode
 import aiohttp
 import pytest
 
-from ci.standin.kubeapi.certs import Pki
 from tests.support.ci import HPK_USER
 from tests.support.hpk import STANDIN, VENV_BIN, Hpk, pod, require_standin, unique
+from tests.support.kubeapi import KubeApi, require_kubectl, start
 from tests.support.kubelet_api import as_hpk_server
 from tests.support.slurm import SINGLE_CONF, require_cluster
 
@@ -72,15 +73,20 @@ class Api:
         return got[1], got[2], json.loads(got[3])
 
 
-def _certs(workdir: Path) -> tuple[Path, Path, Path, tuple[Path, Path]]:
-    pki = Pki(workdir / "state")
-    cert, key = pki.leaf("kubelet-serving", cn="system:node:hpk", server=True, sans=("127.0.0.1",))
-    client = pki.leaf("apiserver-kubelet-client", cn="kube-apiserver-kubelet-client")
-    user = pwd.getpwnam(HPK_USER)
+def _certs(workdir: Path, cluster: Path) -> tuple[Path, Path, Path, tuple[Path, Path]]:
+    """The kubelet's serving certificate, key and client CA (copies hpk can read), and the API
+    server's kubelet-client certificate, all from the stand-in's PKI (``cluster``)."""
+    workdir.mkdir()
+    served = []
+    for name in ("kubelet-hpk-serving.crt", "kubelet-hpk-serving.key", "ca.crt"):
+        shutil.copy(cluster / name, workdir / name)
+        served.append(workdir / name)
     if os.geteuid() == 0:
-        for p in [workdir / "state", pki.dir, *pki.dir.iterdir()]:
+        user = pwd.getpwnam(HPK_USER)
+        for p in (workdir, *served):
             os.chown(p, user.pw_uid, user.pw_gid)
-    return cert, key, pki.dir / "ca.crt", client
+    client = (cluster / "apiserver-kubelet-client.crt", cluster / "apiserver-kubelet-client.key")
+    return served[0], served[1], served[2], client
 
 
 def _wait_running(hpk: Hpk, name: str, site: str) -> Path:
@@ -107,8 +113,20 @@ def hpk_module() -> Iterator[Hpk]:
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def kube(hpk_module: Hpk) -> Iterator[KubeApi]:
+    """The Kubernetes API stand-in; its CA signs the kubelet's serving and the API server's client
+    certificates, as in a cluster."""
+    require_kubectl()
+    api = start(hpk_module.workdir / "kube")
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
 @pytest.fixture(scope="module", params=sorted(SITES))
-def running(request: pytest.FixtureRequest, hpk_module: Hpk) -> Iterator[tuple[str, str, Api]]:
+def running(request: pytest.FixtureRequest, hpk_module: Hpk, kube: KubeApi) -> Iterator[tuple[str, str, Api]]:
     """(network mode, pod name, the API over it): a debian pod running under hpkctl, and the server."""
     mode, hpk = request.param, hpk_module
     site, name = SITES[mode], unique(f"exec-{mode}")
@@ -117,7 +135,7 @@ def running(request: pytest.FixtureRequest, hpk_module: Hpk) -> Iterator[tuple[s
     server = None
     try:
         pod_dir = _wait_running(hpk, name, site)
-        cert, key, ca, client = _certs(hpk.workdir)
+        cert, key, ca, client = _certs(hpk.workdir / mode, kube.pki)
         server = as_hpk_server(cert=cert, key=key, ca=ca, slurm_conf=SINGLE_CONF, pod_dirs=[pod_dir],
                                path=f"{STANDIN}:{VENV_BIN}:/usr/bin:/bin")
         assert server.stdout is not None
@@ -170,3 +188,29 @@ def test_exec_with_a_terminal(running: tuple[str, str, Api]) -> None:
     text = out.decode()
     assert "/dev/pts/" in text and "27 91" in text and "got go" in text, text
     assert status["details"]["causes"] == [{"reason": "ExitCode", "message": "5"}]
+
+
+def _node(port: int) -> dict[str, Any]:
+    """The Node a kubelet registers, as far as the API server's exec and log proxies read it."""
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "hpk"}, "spec": {},
+            "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                       "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+                       "declaredFeatures": ["ExtendWebSocketsToKubelet"]}}
+
+
+def test_kubectl_exec_and_logs_through_the_api_server(running: tuple[str, str, Api], kube: KubeApi) -> None:
+    mode, name, api = running
+    kube.delete("/api/v1/nodes/hpk")  # the other network mode's server had another port
+    code, out = kube.post("/api/v1/nodes", _node(api.port))
+    assert code == 201, out
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": "hpk", "containers": [{"name": "main", "image": "debian:12"}]}}
+    code, out = kube.post("/api/v1/namespaces/default/pods", body)
+    assert code == 201, out
+    r = kube.kubectl("exec", name, "--", "sh", "-c", 'echo "$HOSTNAME $GREETING"; exit 3', check=False)
+    assert (r.returncode, r.stdout) == (3, f"{name} hello from the pod\n"), r.stderr
+    assert "command terminated with exit code 3" in r.stderr
+    r = kube.kubectl("exec", "-i", name, "--", "sh", "-c", "cat; echo done", input="through kubectl\n")
+    assert r.stdout == "through kubectl\ndone\n"
+    r = kube.kubectl("logs", name, "--tail=1")
+    assert r.stdout == "ready\n"
