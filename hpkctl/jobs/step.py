@@ -21,6 +21,9 @@ test_kubelet_exec_slurm.py proves it on every run):
 * SIGTERM to srun cancels the step (its tasks are killed).
 * srun starts the task in srun's working directory; it is set to the pod directory (which exists
   on the node) so slurmstepd has nothing to complain about.
+* ``--nodes=1 --ntasks=1`` places the step on the allocation's first node, where the batch script
+  (and so the pod part and its containers) runs; the other nodes of a multi-node pod (an MPI
+  container's ranks) are not reachable this way.
 """
 
 from __future__ import annotations
