@@ -26,6 +26,7 @@ from hpkctl.kube.reflect import Reflector
 from hpkctl.kubelet.node import LeaseKeeper, NodeReporter, NodeState, host_address
 from hpkctl.kubelet.pods import PodManager
 from hpkctl.kubelet.records import Records
+from hpkctl.kubelet.server import KubeletServer
 from hpkctl.runtime import apptainer_version
 from hpkctl.sites.schema import SiteProfile
 
@@ -63,7 +64,7 @@ class Kubelet:
         self.recorder = EventRecorder(self.kube, component="kubelet", host=opts.node_name)
         self.pods = PodManager(kube=self.kube, slurm=self.slurm, profile=profile, node_name=opts.node_name,
                                records=self.records, recorder=self.recorder, host_ip=self.address)
-        self.server = None
+        self.server: KubeletServer | None = None
         self.node_state = NodeState(name=opts.node_name, address=self.address, port=opts.port, site=profile.name,
                                     runtime_version=apptainer_version(profile.apptainer.binary))
         self.reporter = NodeReporter(self.kube.clone(pool_size=2), self.node_state,
@@ -79,7 +80,6 @@ class Kubelet:
 
     def _serve(self) -> None:
         from hpkctl.kubelet.certs import self_signed
-        from hpkctl.kubelet.server import KubeletServer
 
         cert, key = self.opts.cert_file, self.opts.key_file
         if not cert or not key:
