@@ -187,3 +187,29 @@ def test_unsupported_pod_fails_with_reason_and_kubelet_survives(cluster: Cluster
     assert any(e["reason"] == "Failed" and "UnsupportedVolume" in e["message"] for e in cluster.events("bad-vol"))
     cluster.create(bpod("after-bad", ["true"]))
     cluster.wait_phase("after-bad", "Succeeded")
+
+
+def test_kubectl_logs_follow_and_exec_through_the_kubelet(cluster: Cluster) -> None:
+    """`kubectl logs -f` follows a running pod until its container ends; `kubectl exec` runs a command
+    in the running container (same hostname and volumes) and returns its exit code; `kubectl exec -i`
+    passes stdin."""
+    cluster.create(bpod("chatty", [], containers=[{
+        "name": "c", "image": "busybox",
+        "command": ["sh", "-c", "echo marker > /data/m; hostname > /data/h; for i in 1 2 3; do echo line $i; sleep 1; done; "
+                                "while [ ! -e /data/stop ]; do sleep 0.2; done; echo bye"],
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}], volumes=[{"name": "data", "emptyDir": {}}]))
+    cluster.wait_phase("chatty", "Running")
+    follow = subprocess.Popen(["/opt/hpk-tools/bin/kubectl", "--kubeconfig", str(cluster.api.kubeconfig), "logs",
+                               "-f", "chatty"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(cluster.api.state)})
+    r = cluster.kubectl("exec", "chatty", "--", "sh", "-c", "cat /data/m; [ \"$(hostname)\" = \"$(cat /data/h)\" ] "
+                        "&& echo same-host; exit 7", check=False)
+    assert r.returncode == 7, r.stderr
+    assert r.stdout == "marker\nsame-host\n"
+    r = cluster.kubectl("exec", "-i", "chatty", "--", "sh", "-c", "cat > /data/stop; echo stopped",
+                        input="now\n")
+    assert r.stdout == "stopped\n"
+    out, err = follow.communicate(timeout=60)
+    assert follow.returncode == 0, err
+    assert out == "line 1\nline 2\nline 3\nbye\n"
+    cluster.wait_phase("chatty", "Succeeded")
