@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import errno
 import fcntl
 import ipaddress
 import os
@@ -232,7 +233,7 @@ def write_kubeconfig(path: Path, *, server: str, ca: Path, cert: Path, key: Path
         "contexts": [{"name": f"{user}@hpk", "context": {"cluster": "hpk", "user": user}}],
         "current-context": f"{user}@hpk",
     }
-    _private_dir(path.parent)
+    _private_dir(path.parent, check=False)  # the file is 0600; where it goes is the caller's choice
     _write(path, yaml.safe_dump(doc, sort_keys=False).encode())
     return path
 
@@ -439,12 +440,15 @@ def _read(path: Path, *, private: bool = False) -> bytes:
         return fh.read()
 
 
-def _private_dir(directory: Path) -> None:
-    """Create ``directory`` and its missing parents 0700; refuse one others can enter or write."""
+def _private_dir(directory: Path, *, check: bool = True) -> None:
+    """Create ``directory`` and its missing parents 0700; with ``check``, refuse an existing one that
+    is not ours or that others can enter (they could swap the CA for their own)."""
     missing = [p for p in (directory, *directory.parents) if not p.exists()]
     for p in reversed(missing):
         p.mkdir(mode=0o700, exist_ok=True)
         os.chmod(p, 0o700)
+    if not check:
+        return
     st = os.stat(directory)
     if st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise PkiError(f"PKI directory {directory} is owned by uid {st.st_uid} with mode "
@@ -454,12 +458,20 @@ def _private_dir(directory: Path) -> None:
 
 @contextmanager
 def _locked(directory: Path) -> Iterator[None]:
-    """Hold ``directory/.lock`` exclusively, so two bootstraps never make two different CAs."""
+    """Hold ``directory/.lock`` exclusively, so two bootstraps never make two different CAs.
+
+    A file system without ``flock`` (Lustre mounted ``noflock``) is used unlocked: every write is
+    still atomic, and two bootstraps of one user at the same instant are the rare case.
+    """
     _private_dir(directory)
     _private_dir(directory / "etcd")
     fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            if e.errno not in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP):
+                raise
         yield
     finally:
         os.close(fd)
