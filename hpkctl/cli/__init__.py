@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from hpkctl import __version__
-from hpkctl.cli import cluster, local, render, sites
+from hpkctl.cli import build, cluster, local, render, sites
 from hpkctl.errors import HpkError
 
 
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.register(sub)
     sites.register(sub)
     cluster.register(sub)
+    build.register(sub)
     return parser
 
 

@@ -146,6 +146,9 @@ class ApptainerSection(_Section):
         300, ge=0, description="imagePullPolicy Always: a cached image younger than this many seconds is reused"
     )
     pull_timeout: float = Field(1800.0, gt=0, description="seconds before an image pull on the submit host is given up")
+    build_flags: list[str] = Field(
+        default_factory=lambda: ["--fakeroot"],
+        description="flags of `apptainer build` for hpkctl's own images (`hpkctl build`); [] when building as root")
 
     @model_validator(mode="after")
     def _cni_needs_parent(self) -> "ApptainerSection":
