@@ -94,11 +94,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     from hpkctl.errors import HpkError
 
     profile = _profile(args)
-    this_arch = host_arch()
-    arch = args.arch or this_arch
-    if arch != this_arch and not args.dry_run:
-        raise HpkError(f"cannot build {arch} images on this {this_arch} machine",
-                       hint="build on a machine of that architecture; --arch is for --dry-run")
+    if args.arch and args.dry_run:
+        arch = args.arch
+    else:
+        arch = host_arch()
+        if args.arch and args.arch != arch:
+            raise HpkError(f"cannot build {args.arch} images on this {arch} machine",
+                           hint="build on a machine of that architecture; --arch is for --dry-run")
     unknown = [i for i in args.images if i not in ("controlplane", "parent")]
     if unknown:
         raise HpkError(f"unknown image {unknown[0]!r}", hint="the images are controlplane and parent")
@@ -189,7 +191,7 @@ def _build(plan: BuildPlan, profile: SiteProfile, *, force: bool, wheel_src: str
                 shutil.copyfile(src, os.path.join(plan.context, name))
         Path(plan.def_path).write_text(plan.definition)
         print(f"hpkctl build: apptainer build ({' '.join(profile.apptainer.build_flags) or 'no flags'}) "
-              f"→ {plan.sif}; this downloads and packs several hundred MB and takes minutes", flush=True)
+              f"→ {plan.sif}; this downloads and packs the image and takes minutes", flush=True)
         apptainer_build(apptainer=profile.apptainer.binary, flags=profile.apptainer.build_flags, sif=plan.sif,
                         definition=plan.def_path, image=plan.image, out=sys.stdout, cwd=plan.context,
                         timeout=timeout)

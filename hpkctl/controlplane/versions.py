@@ -17,8 +17,8 @@ where to look when bumping a version):
   kubernetes-sigs/kubespray's hash updater into ``roles/kubespray_defaults/vars/main/checksums.yml``
   (commit 46dbdd3994b32640bcd806b0097f50e8fdf1d514). Being a copy, the build also downloads etcd's
   own ``SHA256SUMS`` and requires the pinned line in it (``cross_check``), besides checking the file.
-* CoreDNS 1.14.2 (the CoreDNS release Kubernetes 1.36 deployments use): no authoritative checksum
-  was found, so none is pinned and the build refuses to start. Fill in ``sha256`` from the release
+* CoreDNS 1.14.2 (kubespray's CoreDNS for Kubernetes 1.36): no checksum published by CoreDNS itself
+  was found (only third-party copies), so none is pinned and the build refuses to start. Fill in ``sha256`` from the release
   asset ``coredns_1.14.2_linux_<arch>.tgz.sha256`` after checking it yourself (see
   :func:`missing_checksums`).
 

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import fcntl
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -61,6 +62,8 @@ _CAUSES: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("permission denied",)),
 )
 
+# what apt, apk, pip, curl and the checksum tools print when they fail
+_TOOL_ERROR = re.compile(r"^(ERROR\b|E: |error: |curl: \(\d+\)|sha\d+sum: |.*: FAILED$)")
 STEP_MARK = "hpk-build-step: "
 ERROR_MARK = "hpk-build-error: "
 
@@ -74,7 +77,7 @@ class Failure:
 
 def diagnose(lines: Sequence[str]) -> Failure:
     """Which step of the build failed and why, from its output (the whole of it, or its tail)."""
-    step, phase, detail = "", "start", ""
+    step, phase, detail, fatal, tool = "", "start", "", "", ""
     for line in lines:
         text = line.strip()
         if "Starting build" in text:
@@ -87,8 +90,12 @@ def diagnose(lines: Sequence[str]) -> Failure:
             step = text[len(STEP_MARK):]
         if text.startswith(ERROR_MARK):
             detail = text[len(ERROR_MARK):]
-        elif text.startswith("FATAL:") and not detail:
-            detail = text.removeprefix("FATAL:").strip()
+        elif text.startswith("FATAL:") and not fatal:
+            fatal = text.removeprefix("FATAL:").strip()
+        elif _TOOL_ERROR.match(text):
+            tool = text
+    # the definition's own words first, then what the failing tool said, then Apptainer's summary
+    detail = detail or tool or fatal
     where = {
         "start": "starting the build (before the base image was fetched)",
         "bootstrap": "fetching and unpacking the base image",
@@ -130,7 +137,12 @@ def image_lock(sif: str) -> Iterator[None]:
     """One build of an image at a time (``<sif>.lock``); pulls of pods do the same per image."""
     os.makedirs(os.path.dirname(sif) or ".", exist_ok=True)
     with open(f"{sif}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"hpkctl build: waiting for another build of {sif} to finish ({sif}.lock)", file=sys.stderr,
+                  flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
@@ -165,6 +177,14 @@ def _stream(cmd: Sequence[str], *, out: TextIO, timeout: float, env: Mapping[str
         timed_out.set()
         stop()
 
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    # SIGTERM/SIGHUP (a batch system, a closed terminal) stop the build like Ctrl-C: the build runs in
+    # its own session, so nothing else would reach it
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
     timer = threading.Timer(timeout, expire)
     timer.daemon = True
     timer.start()
@@ -183,6 +203,8 @@ def _stream(cmd: Sequence[str], *, out: TextIO, timeout: float, env: Mapping[str
         raise
     finally:
         timer.cancel()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     lines = marks + [line for line in tail if line not in marks]
     # markers first keeps the phases in order for diagnose(); the tail carries the causes
     return rc, lines, timed_out.is_set()

@@ -15,8 +15,10 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -382,6 +384,10 @@ APPTAINER_START = ["INFO:    User not listed in /etc/subuid, trying root-mapped 
     (APPTAINER_START + ["INFO:    Running post scriptlet", "hpk-build-step: check versions",
                         "hpk-build-error: coredns is not 1.14.2"],
      "%post, step 'check versions'", "", "coredns is not 1.14.2"),
+    (APPTAINER_START + ["INFO:    Running post scriptlet", "hpk-build-step: apk packages",
+                        "ERROR: unable to select packages:", "  apptainer (no such package):",
+                        "FATAL:   While performing build: while running engine: exit status 1"],
+     "%post, step 'apk packages'", "", "ERROR: unable to select packages"),
 ])
 def test_diagnose(lines: list[str], step: str, cause: str, detail: str) -> None:
     failure = diagnose(lines)
@@ -396,7 +402,7 @@ def test_diagnose(lines: list[str], step: str, cause: str, detail: str) -> None:
 FAKE_APPTAINER = r'''#!{python}
 """A fake `apptainer build` for the tests: checks its arguments and the definition's %files, then
 prints what Apptainer prints and writes the image, or fails the way FAKE_MODE says."""
-import json, os, sys
+import json, os, sys, time
 
 def say(text, err=False):
     print(text, file=sys.stderr if err else sys.stdout, flush=True)
@@ -437,6 +443,11 @@ if mode == "network":
     say("FATAL:   While performing build: while running engine: exit status 1", True)
     open(dest, "w").write("half")  # a partial image must never become the image
     sys.exit(255)
+if mode == "slow":
+    open(dest, "w").write("half")
+    with open(os.environ["FAKE_PID"], "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(120)
 say("hpk-build-step: check versions")
 say("INFO:    Creating SIF file...")
 with open(dest, "w") as out:
@@ -612,3 +623,38 @@ def test_with_the_apptainer_standin(tmp_path: Path, capsys, all_pinned: None) ->
             "'apptainer build'") in err
     sif = tmp_path / "images" / "hpk-controlplane-amd64.sif"
     assert not sif.exists() and not Path(f"{sif}.partial").exists()
+
+
+def test_sigterm_stops_the_build_and_leaves_no_image(tmp_path: Path, fake_apptainer: Path) -> None:
+    # hpkctl runs the build in its own session; SIGTERM to hpkctl (a batch system, `timeout`) must
+    # still stop it, and leave no partial image. The parent image needs no checksums, no wheel.
+    extra = 'network = "cni"\nparent_image = "localhost/hpk-parent:1"\n'
+    pid_file = tmp_path / "fake.pid"
+    env = {**os.environ, "FAKE_MODE": "slow", "FAKE_PID": str(pid_file)}
+    proc = subprocess.Popen([sys.executable, "-m", "hpkctl", "build", "--site", site(tmp_path, fake_apptainer, extra),
+                             "parent"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(300):
+            if pid_file.exists() and pid_file.read_text():
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        fake_pid = int(pid_file.read_text())
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    def gone(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+
+    for _ in range(200):  # killed with its process group (a zombie until its new parent reaps it)
+        if gone(fake_pid):
+            break
+        time.sleep(0.05)
+    assert gone(fake_pid)
+    partial = list((tmp_path / "images").glob("*.partial")) + list((tmp_path / "images").glob("*.sif"))
+    assert partial == []
