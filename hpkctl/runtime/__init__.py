@@ -1,4 +1,5 @@
-"""The container runtime on the submit host: the Apptainer image pull, and nothing else.
+"""The container runtime on the submit host: the Apptainer image pull, and ``apptainer build`` of
+hpkctl's own images (``build.py``, used by ``hpkctl build``).
 
 Apart from :mod:`hpkctl.jobs` (Slurm), this is the only package that starts processes. Pods
 normally pull their images inside the job (``[apptainer] pull = "job"``); sites whose compute
