@@ -29,7 +29,10 @@ from hpkctl.kube import Kube, KubeError, KubeUnavailable, lease_path, node_path
 
 log = logging.getLogger("hpkctl.kubelet.node")
 
-KUBE_VERSION = "v1.37.1"  # the API version hpkctl's kubelet speaks (its nodeInfo.kubeletVersion base)
+# nodeInfo.kubeletVersion base until the API server's own version is known: the kubelet then reports the
+# server's major.minor (a kubelet newer than its API server is outside Kubernetes' version-skew policy,
+# and hpkctl speaks whichever version it is registered with)
+KUBE_VERSION = "v1.36.0"
 STATUS_TICK = 10.0
 REPORT_EVERY = 300.0
 LEASE_SECONDS = 40
@@ -97,6 +100,7 @@ class NodeState:
                        "node.kubernetes.io/instance-type": "slurm", "type": "virtual-kubelet",
                        "hpk.io/site": site, **(labels or {})}
         self.capacity: dict[str, str] = {"cpu": "0", "memory": "0", "pods": "0"}
+        self.kube_version = KUBE_VERSION
         self.ready = True
         self.ready_message = "hpk kubelet is posting ready status"
         self.transitions: dict[str, str] = {}
@@ -123,7 +127,7 @@ class NodeState:
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
             "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": platform.release(),
                          "osImage": f"Slurm via hpkctl {__version__}", "containerRuntimeVersion": self.runtime_version,
-                         "kubeletVersion": f"{KUBE_VERSION}-hpkctl-{__version__}", "kubeProxyVersion": "",
+                         "kubeletVersion": f"{self.kube_version}-hpkctl-{__version__}", "kubeProxyVersion": "",
                          "operatingSystem": "linux", "architecture": self.labels["kubernetes.io/arch"]},
             "declaredFeatures": ["ExtendWebSocketsToKubelet"],
         }
@@ -167,6 +171,12 @@ class NodeReporter:
 
     def register(self) -> None:
         """Create the Node, or adopt it if it exists (a restart): never delete and re-create it."""
+        try:
+            v = self.kube.get("/version", timeout=(5, 10)) or {}
+            if str(v.get("major", "")).isdigit() and str(v.get("minor", "")).rstrip("+").isdigit():
+                self.state.kube_version = f"v{v['major']}.{str(v['minor']).rstrip('+')}.0"
+        except KubeError as exc:
+            log.info("cannot read the API server's version (%s); reporting %s", exc, self.state.kube_version)
         try:
             node = self.kube.post(node_path(), self.state.obj())
             log.info("registered node %s", self.state.name)

@@ -46,8 +46,8 @@ def test_node_and_lease(cluster: Cluster) -> None:
     assert st["declaredFeatures"] == ["ExtendWebSocketsToKubelet"]
     assert st["nodeInfo"]["containerRuntimeVersion"].startswith("apptainer://")
     assert {"type": "InternalIP", "address": "127.0.0.1"} in st["addresses"]
-    code, lease = cluster.api.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/hpk")
-    assert code == 200, lease
+    lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/hpk"
+    lease = wait_for("the lease", lambda: (r := cluster.api.get(lease_path))[0] == 200 and r[1], timeout=15)
     assert lease["spec"]["holderIdentity"] == "hpk"
     assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
     first = lease["spec"]["renewTime"]
@@ -213,3 +213,11 @@ def test_kubectl_logs_follow_and_exec_through_the_kubelet(cluster: Cluster) -> N
     assert follow.returncode == 0, err
     assert out == "line 1\nline 2\nline 3\nbye\n"
     cluster.wait_phase("chatty", "Succeeded")
+
+
+def test_kubelet_version_follows_the_api_server(cluster: Cluster) -> None:
+    """The kubelet reports the API server's major.minor (never newer than its server: version skew)."""
+    code, version = cluster.api.get("/version")
+    code, node = cluster.api.get("/api/v1/nodes/hpk")
+    assert node["status"]["nodeInfo"]["kubeletVersion"].startswith(
+        f"v{version['major']}.{version['minor']}.0-hpkctl-")
