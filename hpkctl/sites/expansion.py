@@ -28,6 +28,8 @@ PATH_KEYS: tuple[tuple[str, str], ...] = (
     ("apptainer", "binds"),
     ("pods", "state_dir"),
     ("pods", "memory_dir"),
+    ("controlplane", "state_dir"),
+    ("controlplane", "bin_dir"),
 )
 #: Path keys that must be absolute after expansion (when not empty).
 _ABSOLUTE_KEYS = {k for k in PATH_KEYS if k[1] not in ("binary", "binds")}

@@ -6,6 +6,7 @@ must not turn into a job that runs somewhere unexpected.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Literal
 
@@ -187,6 +188,96 @@ class KubeletSection(_Section):
         description="schedulerName values `hpkctl scheduler` binds to the node")
 
 
+def _network(text: str, what: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text.strip(), strict=True)
+    except ValueError as e:
+        raise ValueError(f"{what} {text.strip()!r}: {e} (write a network such as 10.96.0.0/12, host bits zero)") from None
+
+
+class ControlPlaneSection(_Section):
+    """The control-plane job (`hpkctl controlplane run`): state, ports (one set per user on a shared node), network."""
+
+    state_dir: str = Field("~/.hpk/controlplane", description="PKI, etcd data, logs, and the published endpoint and "
+                           "kubeconfigs (admin, kubelet, scheduler); keep it: a restarted control plane resumes from it")
+    bin_dir: str = Field("", description="directory of etcd, kube-apiserver, kube-controller-manager and coredns; "
+                         "empty: from PATH (the control-plane image puts them there)")
+    address: str = Field("", description="address the kubelet and users dial (published kubeconfigs, the kubernetes "
+                         "Service); empty: this host's IP")
+    apiserver_port: int = Field(6443, ge=1, le=65535, description="kube-apiserver's HTTPS port (all interfaces)")
+    etcd_client_port: int = Field(2379, ge=1, le=65535, description="etcd's client port (loopback, TLS)")
+    etcd_peer_port: int = Field(2380, ge=1, le=65535, description="etcd's peer port (loopback, TLS; one member)")
+    controller_manager_port: int = Field(10257, ge=1, le=65535,
+                                         description="kube-controller-manager's HTTPS port for /healthz (loopback)")
+    coredns_port: int = Field(10053, ge=1, le=65535, description="UDP/TCP port CoreDNS answers on (all interfaces; "
+                              "the kube-dns Endpoints name it). Pods can use it as their nameserver only on 53 "
+                              "(resolv.conf has no port), which needs a site that lets users bind it")
+    coredns_ready_port: int = Field(8181, ge=1, le=65535,
+                                    description="CoreDNS's readiness endpoint /ready (loopback)")
+    service_cidr: str = Field("10.96.0.0/12", description="the Services' cluster IP range (--service-cluster-ip-range;"
+                              " two, comma-separated, for dual stack). Services are made headless, so these "
+                              "addresses route nowhere; the first is the kubernetes Service's")
+    cluster_dns_ip: str = Field("10.96.0.10", description="cluster IP of the kube-dns Service (inside service_cidr), "
+                                "as tools expect it; DNS itself is reached through the kube-dns Endpoints")
+    dns_upstream: list[str] = Field(default_factory=lambda: ["/etc/resolv.conf"],
+                                    description="where CoreDNS forwards names outside the cluster: IP[:port] "
+                                    "addresses or a resolv.conf file (CoreDNS forward)")
+    start_timeout: float = Field(120.0, gt=0, description="seconds each component may take to become healthy")
+
+    @field_validator("service_cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        nets = [_network(c, "service_cidr") for c in v.split(",")]
+        if len(nets) > 2 or (len(nets) == 2 and nets[0].version == nets[1].version):
+            raise ValueError(f"service_cidr {v!r}: one network, or two of different IP families (dual stack)")
+        return v
+
+    @field_validator("dns_upstream")
+    @classmethod
+    def _upstreams(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("dns_upstream is empty: name at least one nameserver or a resolv.conf file")
+        for item in v:
+            if item.startswith("/"):
+                continue
+            if item.startswith("["):  # [v6]:port
+                host, _, rest = item[1:].partition("]")
+                port = rest[1:] if rest.startswith(":") else rest or ""
+            elif item.count(":") == 1:  # v4:port
+                host, port = item.split(":")
+            else:
+                host, port = item, ""
+            try:
+                ipaddress.ip_address(host)
+            except ValueError:
+                raise ValueError(f"dns_upstream {item!r} is neither an IP address (optionally :port) nor an absolute "
+                                 "path of a resolv.conf file") from None
+            if port and not (port.isdigit() and 0 < int(port) < 65536):
+                raise ValueError(f"dns_upstream {item!r}: port {port!r} is not a number in 1-65535")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ControlPlaneSection":
+        ports = {"apiserver_port": self.apiserver_port, "etcd_client_port": self.etcd_client_port,
+                 "etcd_peer_port": self.etcd_peer_port, "controller_manager_port": self.controller_manager_port,
+                 "coredns_port": self.coredns_port, "coredns_ready_port": self.coredns_ready_port}
+        seen: dict[int, str] = {}
+        for key, port in ports.items():
+            if port in seen:
+                raise ValueError(f"[controlplane] {seen[port]} and {key} are both {port}: each component needs its own port")
+            seen[port] = key
+        try:
+            dns = ipaddress.ip_address(self.cluster_dns_ip)
+        except ValueError:
+            raise ValueError(f"cluster_dns_ip {self.cluster_dns_ip!r} is not an IP address") from None
+        nets = [_network(c, "service_cidr") for c in self.service_cidr.split(",")]
+        net = next((n for n in nets if n.version == dns.version), None)
+        if net is None or dns not in net or dns in (net.network_address, net.network_address + 1):
+            raise ValueError(f"cluster_dns_ip {self.cluster_dns_ip} must lie inside service_cidr {self.service_cidr} "
+                             "and not be its network address or its first address (the kubernetes Service's)")
+        return self
+
+
 class SiteProfile(_Section):
     """A merged, validated site profile."""
 
@@ -197,3 +288,4 @@ class SiteProfile(_Section):
     apptainer: ApptainerSection = ApptainerSection()
     pods: PodsSection = PodsSection()
     kubelet: KubeletSection = KubeletSection()
+    controlplane: ControlPlaneSection = ControlPlaneSection()

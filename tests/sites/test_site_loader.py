@@ -176,7 +176,8 @@ def test_user_file_overrides_builtin_key_by_key(write) -> None:
     assert expl.origin(("pods", "node_name")) == SCHEMA_DEFAULT
     # every leaf key has an origin
     assert len(expl.origins) == sum(len(m.model_fields) for m in (
-        type(p.site), type(p.slurm), type(p.gpu), type(p.apptainer), type(p.pods), type(p.kubelet)))
+        type(p.site), type(p.slurm), type(p.gpu), type(p.apptainer), type(p.pods), type(p.kubelet),
+        type(p.controlplane)))
 
 
 def test_lists_are_replaced_and_tables_merged(write) -> None:

@@ -43,7 +43,8 @@ def test_show_annotates_origin_of_every_value(
     u = write("jsc", '[slurm]\naccount = "budget1"\n')
     assert main(["sites", "show", "jsc"]) == 0
     out = capsys.readouterr().out
-    lines = {ln.split("=")[0].strip(): ln for ln in out.splitlines() if "=" in ln and not ln.startswith("#")}
+    # the first line of each key name ([controlplane] has a state_dir, bin_dir and address of its own too)
+    lines = {ln.split("=")[0].strip(): ln for ln in reversed(out.splitlines()) if "=" in ln and not ln.startswith("#")}
     assert lines["account"].startswith('account = "budget1"')
     assert lines["account"].rstrip().endswith(f"# {u}")
     assert lines["partition"].rstrip().endswith("# built-in jsc.toml")
