@@ -25,9 +25,10 @@ HELM = TOOLS / "helm"
 
 
 def require_modules() -> None:
-    """The stand-in runs on the venv: aiohttp, cryptography, kubernetes-validate (dev extras)."""
+    """The stand-in runs on the venv: aiohttp, cel-python, cryptography, kubernetes-validate (dev extras)."""
     try:
         import aiohttp  # noqa: F401
+        import celpy  # noqa: F401
         import cryptography  # noqa: F401
         import kubernetes_validate  # noqa: F401
     except ImportError as e:

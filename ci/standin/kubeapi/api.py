@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from . import events, names
+from . import events, names, policies
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, forbidden, invalid, not_found, \
     status_success
 from .patch import StrategicMerge, json_patch, merge_patch
@@ -36,12 +36,17 @@ def now() -> str:
 
 
 class Api:
-    def __init__(self, store: Store, schemas: Schemas, *, ca_pem: str, server: str) -> None:
+    def __init__(self, store: Store, schemas: Schemas, *, ca_pem: str, server: str,
+                 service_cidr: str = "10.96.0.0/12", toleration_seconds: dict[str, int] | None = None) -> None:
         self.store = store
         self.schemas = schemas
         self.smp = StrategicMerge(schemas)
         self.ca_pem = ca_pem
         self.server = server  # "127.0.0.1:6443", for the kubernetes Endpoints
+        self.service_net = ipaddress.ip_network(service_cidr)
+        # DefaultTolerationSeconds (--default-not-ready/unreachable-toleration-seconds)
+        self.toleration_seconds = toleration_seconds or {"node.kubernetes.io/not-ready": 300,
+                                                         "node.kubernetes.io/unreachable": 300}
         self._next_ip = 10
 
     # ------------------------------------------------------------------ reads
@@ -101,6 +106,8 @@ class Api:
         errs += st.validate(rt, obj, old, sub)
         if errs:
             raise invalid(rt.kind, rt.group, meta.get("name", ""), errs)
+        if rt.group == "admissionregistration.k8s.io" and not sub:
+            policies.check_supported(rt.kind, obj)
 
     def _namespace_ready(self, rt: ResourceType, ns: str) -> None:
         if not rt.namespaced:
@@ -114,7 +121,7 @@ class Api:
 
     # ------------------------------------------------------------------ create
     def create(self, rt: ResourceType, ns: str, body: Any, *, field_validation: str = "Warn",
-               dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
+               dry_run: bool = False, user: str = "") -> tuple[dict[str, Any], list[str]]:
         obj, warnings = self._decode(rt, body, ns, field_validation=field_validation, name="")
         meta = obj["metadata"]
         if meta.get("resourceVersion"):
@@ -124,12 +131,16 @@ class Api:
         self._namespace_ready(rt, ns)
         st = strategy_for(rt)
         st.admit_create(obj, self)
+        obj = policies.mutate(self, rt, "CREATE", obj, None, ns, user)  # the end of the mutating chain
+        meta = obj["metadata"]
+        st.allocate(obj, self)
         for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
             meta.pop(k, None)
         st.prepare_create(rt, obj)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now()
         self._validate(rt, obj, None, "")
+        warnings += policies.validate(self, rt, "CREATE", obj, None, ns, user)
         if self.store.get(rt.key, meta.get("namespace", ""), meta["name"]) is not None:
             raise already_exists(rt.plural, rt.group, meta["name"])
         stored = self.store.put(rt.key, obj, dry_run=dry_run)
@@ -139,7 +150,8 @@ class Api:
 
     # ------------------------------------------------------------------ update / patch
     def update(self, rt: ResourceType, ns: str, name: str, body: Any, *, sub: str = "",
-               field_validation: str = "Warn", dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
+               field_validation: str = "Warn", dry_run: bool = False,
+               user: str = "") -> tuple[dict[str, Any], list[str]]:
         new, warnings = self._decode(rt, body, ns, field_validation=field_validation, name=name)
         if new["metadata"].get("name") != name:
             raise bad_request(f"the name of the object ({new['metadata'].get('name', '')}) does not match "
@@ -155,11 +167,11 @@ class Api:
                            f"UID in object meta: {old['metadata']['uid']}")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(rt.plural, rt.group, name)
-        return self._write(rt, new, old, sub, dry_run), warnings
+        return self._write(rt, new, old, sub, dry_run, warnings, user), warnings
 
     def patch(self, rt: ResourceType, ns: str, name: str, raw: bytes, content_type: str, *, sub: str = "",
               field_validation: str = "Warn", dry_run: bool = False,
-              field_manager: str = "") -> tuple[dict[str, Any], list[str], bool]:
+              field_manager: str = "", user: str = "") -> tuple[dict[str, Any], list[str], bool]:
         """Returns (object, warnings, created): server-side apply creates a missing object."""
         ctype = content_type.split(";")[0].strip()
         if ctype not in PATCH_TYPES:
@@ -173,7 +185,7 @@ class Api:
             if not field_manager:
                 raise bad_request("PATCH, application/apply-patch+yaml requires fieldManager to be set")
             if self.store.get(rt.key, ns if rt.namespaced else "", name) is None and sub == "":
-                obj, w = self.create(rt, ns, patch, field_validation=field_validation, dry_run=dry_run)
+                obj, w = self.create(rt, ns, patch, field_validation=field_validation, dry_run=dry_run, user=user)
                 return obj, w, True
         old_view = self.encode(rt, self.get(rt, ns, name))
         if ctype == "application/json-patch+json":
@@ -192,10 +204,13 @@ class Api:
         if meta.get("resourceVersion") != old_view["metadata"]["resourceVersion"]:
             raise conflict(rt.plural, rt.group, name)
         new, warnings = self._decode(rt, patched, ns, field_validation=field_validation, name=name)
-        return self._write(rt, new, self.get(rt, ns, name), sub, dry_run), warnings, False
+        return self._write(rt, new, self.get(rt, ns, name), sub, dry_run, warnings, user), warnings, False
 
     def _write(self, rt: ResourceType, new: dict[str, Any], old: dict[str, Any], sub: str,
-               dry_run: bool) -> dict[str, Any]:
+               dry_run: bool, warnings: list[str] | None = None, user: str = "") -> dict[str, Any]:
+        ns = old["metadata"].get("namespace", "")
+        if not sub:
+            new = policies.mutate(self, rt, "UPDATE", new, old, ns, user)
         meta, old_meta = new["metadata"], old["metadata"]
         for k in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
             if k in old_meta:
@@ -204,6 +219,10 @@ class Api:
                 meta.pop(k, None)
         strategy_for(rt).prepare_update(rt, new, old, sub)
         self._validate(rt, new, old, sub)
+        if not sub:
+            found = policies.validate(self, rt, "UPDATE", new, old, ns, user)
+            if warnings is not None:
+                warnings += found
         stored = self.store.put(rt.key, new, dry_run=dry_run)
         m = stored["metadata"]
         if m.get("deletionTimestamp") and not m.get("finalizers") and m.get("deletionGracePeriodSeconds") == 0:
@@ -294,7 +313,7 @@ class Api:
     def allocate_cluster_ip(self) -> str:
         used = {(o.get("spec") or {}).get("clusterIP") for o in self.store.list("services.")}
         while True:
-            ip = str(ipaddress.IPv4Address("10.96.0.0") + self._next_ip)
+            ip = str(self.service_net.network_address + self._next_ip)
             self._next_ip += 1
             if ip not in used:
                 return ip
@@ -314,7 +333,7 @@ class Api:
         if self.store.get("services.", "default", "kubernetes") is None:
             self.create(svc_rt, "default", {"metadata": {"name": "kubernetes", "labels": {
                 "component": "apiserver", "provider": "kubernetes"}}, "spec": {
-                "clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": int(port)}]}})
+                "clusterIP": str(self.service_net.network_address + 1), "ports": [{"name": "https", "port": 443, "targetPort": int(port)}]}})
         subsets = [{"addresses": [{"ip": host}], "ports": [{"name": "https", "port": int(port), "protocol": "TCP"}]}]
         ep = self.store.get("endpoints.", "default", "kubernetes")
         if ep is None:

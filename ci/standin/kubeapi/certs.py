@@ -49,6 +49,8 @@ def _write(path: Path, data: bytes, mode: int) -> None:
 class Pki:
     """Loads or creates everything under ``<state>/pki``."""
 
+    issuer = ISSUER
+
     def __init__(self, state: Path) -> None:
         self.dir = state / "pki"
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -210,7 +210,8 @@ class Server:
         if request.method == "POST":
             if t.rt.namespaced and t.ns is None:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-            obj, warnings = self.api.create(t.rt, t.ns or "", await self.body(request), **self.flags(request))
+            obj, warnings = self.api.create(t.rt, t.ns or "", await self.body(request), **self.flags(request),
+                                            user=self.user(request) or "")
             return self.answer(request, t.rt, obj, 201, warnings)
         sel = Selector.parse(t.rt.key, q.get("labelSelector", ""), q.get("fieldSelector", ""))
         if t.rt.group == "events.k8s.io" and t.ns is not None:
@@ -289,12 +290,13 @@ class Server:
         if m == "GET":
             return self.answer(request, t.rt, self.api.get(t.rt, ns, t.name))
         if m == "PUT":
-            obj, w = self.api.update(t.rt, ns, t.name, await self.body(request), **self.flags(request))
+            obj, w = self.api.update(t.rt, ns, t.name, await self.body(request), **self.flags(request),
+                                     user=self.user(request) or "")
             return self.answer(request, t.rt, obj, 200, w)
         if m == "PATCH":
             obj, w, created = self.api.patch(t.rt, ns, t.name, await request.read(), request.content_type,
                                              field_manager=request.query.get("fieldManager", ""),
-                                             **self.flags(request))
+                                             **self.flags(request), user=self.user(request) or "")
             return self.answer(request, t.rt, obj, 201 if created else 200, w)
         if m == "DELETE":
             opts = dict(await self.body(request, optional=True) or {})

@@ -1,7 +1,9 @@
 """Command line of ``ci/standin/kube-apiserver``: state directory, PKI, kubeconfigs, serving.
 
-Starts on loopback, writes the kubeconfigs only once the socket is bound (so their presence
-means the port is known), and saves the object snapshot on SIGTERM/SIGINT so a restart resumes.
+Two command lines. With ``--state-dir`` (the stand-in's own, ``ci/kube-up``): it makes its PKI,
+starts on loopback, writes the kubeconfigs only once the socket is bound (so their presence means
+the port is known). Without it, the real kube-apiserver flags the control-plane bootstrap passes
+(``realflags``). Either way it saves the object snapshot on SIGTERM/SIGINT so a restart resumes.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ import signal
 import socket
 import ssl
 import sys
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
+from . import realflags
 from .api import Api
 from .certs import Pki
 from .handlers import Server
@@ -28,6 +34,8 @@ from .store import Store
 from .watch import WatchSettings
 
 log = logging.getLogger("kubeapi")
+#: with real kube-apiserver flags: where to keep objects.json (no persistence when unset)
+STATE_ENV = "HPK_STANDIN_APISERVER_DIR"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -60,25 +68,20 @@ def _owner(name: str) -> tuple[int, int] | None:
 
 
 async def serve(args: argparse.Namespace) -> None:
+    """The stand-in's own command line (``--state-dir``): its PKI, kubeconfigs and kubelet serving cert."""
     state: Path = args.state_dir
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o755)
     owner = _owner(args.kubeconfig_owner)
     pki = Pki(state)
-    sock = socket.socket(socket.AF_INET6 if ":" in args.bind_address else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.bind_address, args.port))
+    sock = _bind(args.bind_address, args.port)
     port = sock.getsockname()[1]
     host = f"[{args.bind_address}]" if ":" in args.bind_address else args.bind_address
     server_url = f"https://{host}:{port}"
     cert, key = pki.serving((args.bind_address,))
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.dir / "ca.crt"))
-    ctx.load_cert_chain(str(cert), str(key))
-    ctx.verify_mode = ssl.CERT_OPTIONAL
     store = Store(history_size=args.history_size, snapshot=None if args.no_persist else state / "objects.json",
                   snapshot_delay=args.snapshot_delay)
     api = Api(store, schemas(), ca_pem=pki.ca_pem, server=f"{args.bind_address}:{port}")
-    api.bootstrap()
     kc, kk = pki.leaf("apiserver-kubelet-client", cn="kube-apiserver-kubelet-client", orgs=("kubeadm:cluster-admins",))
     kubelet = KubeletClient(kc, kk, ca=args.kubelet_certificate_authority,
                             address_types=tuple(args.kubelet_preferred_address_types.split(",")))
@@ -88,6 +91,73 @@ async def serve(args: argparse.Namespace) -> None:
     if owner is not None:
         for f in serving:
             os.chown(f, *owner)
+
+    def published() -> None:
+        for user, cn, orgs in (("admin", "kubernetes-admin", ("system:masters",)),
+                               ("kubelet", f"system:node:{node}", ("system:nodes",)),
+                               ("scheduler", "system:kube-scheduler", ())):
+            pki.kubeconfig(state / f"{user}.kubeconfig", server=server_url, user=user, cn=cn, orgs=orgs,
+                           owner=owner)
+        (state / "port").write_text(f"{port}\n")
+        print(f"kube-apiserver stand-in: serving {server_url}, admin kubeconfig {state / 'admin.kubeconfig'}",
+              file=sys.stderr, flush=True)
+
+    await _run(api, pki, kubelet, sock, cert=cert, key=key, client_ca=pki.dir / "ca.crt", args=args,
+               on_serving=published)
+
+
+async def serve_real(values: dict[str, Any], args: argparse.Namespace) -> None:
+    """Started as ``kube-apiserver`` with real flags (``realflags``)."""
+    creds = realflags.Credentials(values)
+    state_env = os.environ.get(STATE_ENV, "")
+    state = Path(state_env) if state_env else None
+    if state is not None:
+        state.mkdir(parents=True, exist_ok=True)
+    etcd = realflags.wait_for_etcd(values)
+    _say(f"etcd {values['etcd-servers'][0]}/health answered {etcd} (objects are not stored there)")
+    bind = values.get("bind-address", "0.0.0.0")
+    sock = _bind(bind, values.get("secure-port", 6443))
+    port = sock.getsockname()[1]
+    advertise = values.get("advertise-address") or ("127.0.0.1" if bind in ("0.0.0.0", "::") else bind)
+    store = Store(history_size=args.history_size, snapshot=state / "objects.json" if state else None,
+                  snapshot_delay=args.snapshot_delay)
+    cidrs = values.get("service-cluster-ip-range", ["10.96.0.0/12"])
+    tolerations = {"node.kubernetes.io/not-ready": values.get("default-not-ready-toleration-seconds", 300),
+                   "node.kubernetes.io/unreachable": values.get("default-unreachable-toleration-seconds", 300)}
+    api = Api(store, schemas(), ca_pem=creds.ca_pem, server=f"{advertise}:{port}", service_cidr=cidrs[0],
+              toleration_seconds=tolerations)
+    if "kubelet-client-certificate" in values:
+        kubelet = KubeletClient(values["kubelet-client-certificate"], values["kubelet-client-key"], ca=None,
+                                address_types=tuple(values.get("kubelet-preferred-address-types", DEFAULT_ADDRESS_TYPES)))
+    else:
+        kubelet = KubeletClient(values["tls-cert-file"], values["tls-private-key-file"], ca=None)
+
+    def serving() -> None:
+        _say(f"serving https://{bind}:{port} with {values['tls-cert-file']}, client CA {values['client-ca-file']}, "
+             f"objects in {state / 'objects.json' if state else 'memory'}")
+
+    await _run(api, creds, kubelet, sock, cert=values["tls-cert-file"], key=values["tls-private-key-file"],
+               client_ca=values["client-ca-file"], args=args, on_serving=serving)
+
+
+def _say(message: str) -> None:
+    stamp = datetime.now().strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+    print(f"{stamp} kube-apiserver stand-in: {message}", file=sys.stderr, flush=True)
+
+
+def _bind(address: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((address, port))
+    return sock
+
+
+async def _run(api: Api, pki: Any, kubelet: KubeletClient, sock: socket.socket, *, cert: Path, key: Path,
+               client_ca: Path, args: argparse.Namespace, on_serving: Callable[[], None]) -> None:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(client_ca))
+    ctx.load_cert_chain(str(cert), str(key))
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    api.bootstrap()
     app = Server(api, pki, WatchSettings(bookmark_interval=args.bookmark_interval,
                                          min_request_timeout=args.min_request_timeout), kubelet,
                  args.protobuf_schema_binary).app()
@@ -95,13 +165,7 @@ async def serve(args: argparse.Namespace) -> None:
                            access_log=log if args.verbose else None)
     await runner.setup()
     await web.SockSite(runner, sock, ssl_context=ctx).start()
-    for user, cn, orgs in (("admin", "kubernetes-admin", ("system:masters",)),
-                           ("kubelet", f"system:node:{node}", ("system:nodes",)),
-                           ("scheduler", "system:kube-scheduler", ())):
-        pki.kubeconfig(state / f"{user}.kubeconfig", server=server_url, user=user, cn=cn, orgs=orgs, owner=owner)
-    (state / "port").write_text(f"{port}\n")
-    print(f"kube-apiserver stand-in: serving {server_url}, admin kubeconfig {state / 'admin.kubeconfig'}",
-          file=sys.stderr, flush=True)
+    on_serving()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -111,8 +175,8 @@ async def serve(args: argparse.Namespace) -> None:
         await stop.wait()
     finally:
         sweeper.cancel()
-        store.close_watches()
-        store.save()
+        api.store.close_watches()
+        api.store.save()
         await kubelet.close()
         await runner.cleanup()
 
@@ -126,7 +190,29 @@ async def _sweep(api: Api) -> None:
                 api.sweep_namespace(ns["metadata"]["name"])
 
 
+def _real_mode(argv: list[str]) -> bool:
+    """kube-apiserver's own flags: no ``--state-dir`` (which a real kube-apiserver does not have)."""
+    return not any(a == "--state-dir" or a.startswith("--state-dir=") for a in argv) and \
+        not any(a in ("-h", "--help") for a in argv)
+
+
 def main(argv: list[str]) -> int:
+    if _real_mode(argv):
+        try:
+            values = realflags.parse(argv)
+        except realflags.FlagError as e:
+            return realflags.fail(str(e))
+        args = parse(["--state-dir", "/nonexistent"])  # the stand-in's own settings at their defaults
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s kube-apiserver %(levelname)s %(message)s")
+        _say("flags accepted: " + " ".join(argv))
+        try:
+            asyncio.run(serve_real(values, args))
+        except realflags.FlagError as e:
+            return realflags.fail(str(e))
+        except OSError as e:
+            return realflags.fail(f"failed to create listener: {e}")
+        _say("stopped")
+        return 0
     args = parse(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s kube-apiserver %(levelname)s %(message)s")

@@ -44,10 +44,14 @@ def random_suffix(n: int = 5) -> str:
 
 
 def check(value: Any, field: str, rule: str) -> list[FieldError]:
-    """``rule``: subdomain, label, 1035; the value must be a non-empty string."""
+    """``rule``: subdomain, label, 1035, path; the value must be a non-empty string."""
     if not isinstance(value, str) or not value:
         return [FieldError("FieldValueRequired", field, "name or generateName is required"
                            if field == "metadata.name" else "")]
+    if rule == "path":  # path.ValidatePathSegmentName (RBAC objects: "system:coredns" is valid)
+        if value in (".", ".."):
+            return [FieldError("FieldValueInvalid", field, f"may not be '{value}'", value)]
+        return [FieldError("FieldValueInvalid", field, f"may not contain '{c}'", value) for c in "/%" if c in value]
     limit, rx, msg = {"subdomain": (253, DNS1123_SUBDOMAIN, MSG_SUBDOMAIN),
                       "label": (63, DNS1123_LABEL, MSG_LABEL),
                       "1035": (63, DNS1035_LABEL, MSG_1035)}[rule]

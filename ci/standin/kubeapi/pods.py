@@ -130,7 +130,7 @@ class PodStrategy(Strategy):
             if not any(t.get("key") == key and t.get("effect") in (None, "", "NoExecute") or
                        (not t.get("key") and t.get("operator") == "Exists") for t in tolerations):
                 tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
-                                    "tolerationSeconds": 300})
+                                    "tolerationSeconds": api.toleration_seconds[key]})
 
     @staticmethod
     def _mount_token(spec: dict[str, Any]) -> None:

@@ -107,6 +107,16 @@ TYPES: list[ResourceType] = [
        verbs=("create",), extra={"virtual": True}),
     _t("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", namespaced=False, short_names=("pc",),
        unconditional_update=False),
+    # admission policies (stored; the services rule of the control plane is evaluated by ``policies``)
+    _t("admissionregistration.k8s.io", "v1", "MutatingAdmissionPolicy", "mutatingadmissionpolicies",
+       namespaced=False, categories=("api-extensions",), unconditional_update=False),
+    _t("admissionregistration.k8s.io", "v1", "MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings",
+       namespaced=False, categories=("api-extensions",), unconditional_update=False),
+    _t("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies",
+       namespaced=False, categories=("api-extensions",), subresources=("status",), unconditional_update=False),
+    _t("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding",
+       "validatingadmissionpolicybindings", namespaced=False, categories=("api-extensions",),
+       unconditional_update=False),
 ]
 
 BY_PATH: dict[tuple[str, str, str], ResourceType] = {(t.group, t.version, t.plural): t for t in TYPES}

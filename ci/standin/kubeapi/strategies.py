@@ -33,6 +33,9 @@ class Strategy:
     def admit_create(self, obj: dict[str, Any], api: "Api") -> None:
         """Admission on create (service accounts, tolerations...)."""
 
+    def allocate(self, obj: dict[str, Any], api: "Api") -> None:
+        """What the registry assigns once admission is done (a Service's cluster IP)."""
+
     def prepare_create(self, rt: "ResourceType", obj: dict[str, Any]) -> None:
         if rt.has_status:
             obj.pop("status", None)
@@ -116,7 +119,7 @@ class ServiceStrategy(Strategy):
             p.setdefault("protocol", "TCP")
             p.setdefault("targetPort", p.get("port"))
 
-    def admit_create(self, obj: dict[str, Any], api: "Api") -> None:
+    def allocate(self, obj: dict[str, Any], api: "Api") -> None:
         spec = obj["spec"]
         if spec["type"] != "ExternalName" and not spec.get("clusterIP"):
             spec["clusterIP"] = api.allocate_cluster_ip()
@@ -200,12 +203,20 @@ class EventStrategy(Strategy):
         return out
 
 
+class RbacStrategy(Strategy):
+    """Roles, ClusterRoles and their bindings: names are path segments (``system:coredns``)."""
+
+    name_rule = "path"
+
+
 def strategy_for(rt: "ResourceType") -> Strategy:
     from .pods import PodStrategy
     table: dict[str, Strategy] = {"pods.": PodStrategy(), "nodes.": NodeStrategy(),
                                   "namespaces.": NamespaceStrategy(), "services.": ServiceStrategy(),
                                   "configmaps.": ConfigStrategy(), "secrets.": ConfigStrategy(),
                                   "leases.coordination.k8s.io": LeaseStrategy(), "events": EventStrategy()}
+    if rt.group == "rbac.authorization.k8s.io":
+        return RbacStrategy()
     return table.get(rt.key, _DEFAULT)
 
 

@@ -14,7 +14,6 @@ from aiohttp import web
 
 from . import proxy
 from .api import now
-from .certs import ISSUER
 from .errors import ApiError, FieldError, conflict, invalid, not_found
 
 if TYPE_CHECKING:
@@ -102,7 +101,7 @@ def token(srv: "Server", ns: str, name: str, body: dict[str, Any]) -> dict[str, 
     if exp < 600:
         raise invalid("TokenRequest", "authentication.k8s.io", name, [FieldError(
             "FieldValueInvalid", "spec.expirationSeconds", "may not specify a duration less than 10 minutes", exp)])
-    audiences = spec.get("audiences") or [ISSUER]
+    audiences = spec.get("audiences") or [srv.pki.issuer]
     k8s: dict[str, Any] = {"namespace": ns, "serviceaccount": {"name": name, "uid": sa["metadata"]["uid"]}}
     ref = spec.get("boundObjectRef")
     if ref:
@@ -124,7 +123,7 @@ def token(srv: "Server", ns: str, name: str, body: dict[str, Any]) -> dict[str, 
             n = srv.api.store.get("nodes.", "", node)
             k8s["node"] = {"name": node, "uid": n["metadata"]["uid"] if n else ""}
     iat = int(time.time())
-    claims = {"aud": audiences, "exp": iat + exp, "iat": iat, "iss": ISSUER, "jti": str(uuid.uuid4()),
+    claims = {"aud": audiences, "exp": iat + exp, "iat": iat, "iss": srv.pki.issuer, "jti": str(uuid.uuid4()),
               "kubernetes.io": k8s, "nbf": iat, "sub": f"system:serviceaccount:{ns}:{name}"}
     expires = datetime.fromtimestamp(iat + exp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
