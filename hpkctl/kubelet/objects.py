@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from hpkctl.kube import Kube, KubeError, namespaced
 
@@ -86,6 +87,8 @@ class ServiceCache:
     def __init__(self, kube: Kube, *, ttl: float = 10.0) -> None:
         self.kube = kube
         self.ttl = ttl
+        url = urlsplit(kube.host or "")
+        self.api_endpoint = (url.hostname or "", url.port or 443)
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
@@ -100,12 +103,23 @@ class ServiceCache:
             self._cache[namespace] = (now, items)
         return items
 
+    def _reachable(self, svc: dict[str, Any]) -> dict[str, Any]:
+        """The ``kubernetes`` Service as the pods can reach it: the API server's own address and port.
+        Its cluster IP (10.96.0.1) routes nowhere here (no kube-proxy), and in-cluster clients build
+        their URL from KUBERNETES_SERVICE_HOST/PORT."""
+        host, port = self.api_endpoint
+        if not host:
+            return svc
+        return {**svc, "spec": {**(svc.get("spec") or {}), "clusterIP": host,
+                                "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}}
+
     def for_pod(self, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The pod namespace's Services when ``enableServiceLinks`` (default true), plus the
         ``kubernetes`` Service of ``default``, which every pod gets (as the real kubelet does)."""
         spec = pod.get("spec") or {}
         ns = (pod.get("metadata") or {}).get("namespace") or "default"
-        out = [s for s in self._list("default") if (s.get("metadata") or {}).get("name") == "kubernetes"]
+        out = [self._reachable(s) for s in self._list("default")
+               if (s.get("metadata") or {}).get("name") == "kubernetes"]
         if spec.get("enableServiceLinks", True) is not False:
             out = [s for s in self._list(ns) if not (ns == "default" and s in out)] + out
         return out

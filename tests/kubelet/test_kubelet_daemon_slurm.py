@@ -221,3 +221,13 @@ def test_kubelet_version_follows_the_api_server(cluster: Cluster) -> None:
     code, node = cluster.api.get("/api/v1/nodes/hpk")
     assert node["status"]["nodeInfo"]["kubeletVersion"].startswith(
         f"v{version['major']}.{version['minor']}.0-hpkctl-")
+
+
+def test_in_cluster_clients_reach_the_api_server(cluster: Cluster) -> None:
+    """KUBERNETES_SERVICE_HOST/PORT name the API server's real address (no kube-proxy routes the
+    cluster IP), so an in-cluster client with the projected token and CA can call the API."""
+    cluster.create(bpod("incluster", [], containers=[{
+        "name": "c", "image": "busybox",
+        "command": ["sh", "-c", 'echo "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"']}]))
+    cluster.wait_phase("incluster", "Succeeded")
+    assert cluster.kubectl("logs", "incluster").stdout == f"127.0.0.1:{cluster.api.port}\n"
