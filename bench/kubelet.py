@@ -266,8 +266,9 @@ class Watch(threading.Thread):
     def _watch(self) -> None:
         conn = self._conn = self.api.connect(timeout=None)
         try:
-            conn.request("GET", f"/api/v1/namespaces/{NS}/pods?watch=true&allowWatchBookmarks=true"
-                                f"&timeoutSeconds=3600&resourceVersion={self.rv}",
+            # no bookmarks (see --bookmark-interval); the server ends it after 300 s and it resumes
+            conn.request("GET", f"/api/v1/namespaces/{NS}/pods?watch=true"
+                                f"&timeoutSeconds=300&resourceVersion={self.rv}",
                          headers={"Accept": "application/json"})
             resp = conn.getresponse()
             if resp.status != 200:
@@ -319,7 +320,8 @@ class Watch(threading.Thread):
         with self.cond:
             ok = self.cond.wait_for(pred, timeout)
         if not ok:
-            log(f"timed out after {timeout:g} s waiting for {what}")
+            log(f"timed out after {timeout:g} s waiting for {what} (watch at resourceVersion {self.rv}, "
+                f"{self.relists} relist(s), errors: {self.errors[-3:] or 'none'})")
         return ok
 
     def get(self, name: str) -> Seen | None:
@@ -383,7 +385,8 @@ class Cluster:
         self.api_state.mkdir()
         port = free_port()
         self._spawn("apiserver", [str(REPO / "ci" / "standin" / "kube-apiserver"), "--state-dir", str(self.api_state),
-                                  "--port", str(port), "--history-size", str(self.args.history_size)])
+                                  "--port", str(port), "--history-size", str(self.args.history_size),
+                                  "--bookmark-interval", str(self.args.bookmark_interval)])
         self._until("the API stand-in", lambda: (self.api_state / "port").exists(), 30, "apiserver")
         self.api = Api(port, self.api_state / "pki")
         self._until("the API stand-in /readyz", lambda: self.api.call("GET", "/readyz")[1] == "ok", 30, "apiserver")
@@ -421,6 +424,18 @@ class Cluster:
 
     def memory(self) -> dict[str, int]:
         return proc_status(self.kubelet_pid)
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds (user + system) each process used so far."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for name, p in self.procs.items():
+            try:
+                fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[name] = (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, IndexError, ValueError):
+                pass
+        return out
 
     def log(self, name: str) -> str:
         p = self.root / f"{name}.log"
@@ -490,7 +505,7 @@ class Bench:
     def rss(self, moment: str, pods: int) -> None:
         m = self.cluster.memory()
         self.memory.append({"moment": moment, "pods_tracked": pods, "rss_kb": m.get("VmRSS"),
-                            "hwm_kb": m.get("VmHWM"), "threads": m.get("Threads")})
+                            "hwm_kb": m.get("VmHWM"), "threads": m.get("Threads"), "cpu_s": self.cluster.cpu()})
 
     # ------------------------------------------------------------------ pods
     def create(self, body: dict[str, Any]) -> str:
@@ -990,6 +1005,10 @@ def main() -> int:
     ap.add_argument("--history-size", type=int, default=100000,
                     help="watch events the API stand-in keeps for resuming (default 100000: a real API server's "
                          "watch cache is not a 1000-event ring)")
+    ap.add_argument("--bookmark-interval", type=float, default=86400,
+                    help="seconds between the stand-in's watch BOOKMARKs (default 86400, i.e. none: the stand-in's "
+                         "_follow livelocks a watch, spinning a CPU, when a bookmark falls due while events are "
+                         "queued)")
     ap.add_argument("--timeout", type=float, default=180, help="seconds one latency job may take (default 180)")
     ap.add_argument("--timeout-many", type=float, default=1800,
                     help="seconds the memory section's pods may take to be submitted or deleted (default 1800)")
@@ -1019,7 +1038,7 @@ def main() -> int:
 
     k = load_site(str(cluster.profile)).kubelet
     extra = [f"kubelet   hpkctl kubelet + hpkctl scheduler against the Kubernetes API STAND-IN (ci/standin/kube-apiserver,"
-             f" --history-size {args.history_size}), not a real kube-apiserver; [kubelet] slurm_poll = {k.slurm_poll:g} s,"
+             f" --history-size {args.history_size} --bookmark-interval {args.bookmark_interval:g}), not a real kube-apiserver; [kubelet] slurm_poll = {k.slurm_poll:g} s,"
              f" status_poll = {k.status_poll:g} s, workers = {k.workers}",
              f"sizes     -n {args.n} --warmup {args.warmup} --exit-after {args.exit_after:g} --burst {args.burst} "
              f"--burst-rounds {args.burst_rounds} --poll-pods '{args.poll_pods}' --poll-window "
@@ -1058,6 +1077,9 @@ def main() -> int:
         w = cluster.watch
         if w is not None and (w.relists or w.errors):
             print(f"  (the benchmark's watch relisted {w.relists} time(s), reconnected after {len(w.errors)} error(s))")
+        cpu = cluster.cpu()
+        print("# CPU seconds used: " + ", ".join(f"{k} {v:.0f}" for k, v in cpu.items()))
+        results["cpu_s"] = cpu
         warnings = sum(1 for line in cluster.log("kubelet").splitlines() if " WARNING " in line or " ERROR " in line)
         print(f"# kubelet log: {warnings} warning/error line(s); duration {time.monotonic() - started:.0f} s; "
               f"load average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
