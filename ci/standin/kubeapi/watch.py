@@ -115,10 +115,15 @@ async def _follow(resp: web.StreamResponse, store: Store, watcher: Watcher, rt: 
         wait = deadline - now
         if next_bookmark is not None:
             wait = min(wait, max(0.0, next_bookmark - now))
-        try:
-            ev = await asyncio.wait_for(watcher.queue.get(), timeout=wait)
-        except asyncio.TimeoutError:
-            ev = None
+        if not watcher.queue.empty():
+            # queued events first: with a bookmark due, wait is 0, and wait_for(timeout=0) cancels the
+            # get() before it runs, so the events would never drain and no bookmark ever be due (livelock)
+            ev = watcher.queue.get_nowait()
+        else:
+            try:
+                ev = await asyncio.wait_for(watcher.queue.get(), timeout=wait)
+            except asyncio.TimeoutError:
+                ev = None
         if store.closing:
             return
         if ev is not None:
