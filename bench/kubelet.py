@@ -654,6 +654,8 @@ class Bench:
         wait_files([d / "finished" for d in dirs], 900)
         started = [m for d in dirs if (m := mtime(d / "started")) is not None]
         finished = [m for d in dirs if (m := mtime(d / "finished")) is not None]
+        durations = [f - a for d in dirs if (a := mtime(d / "started")) is not None
+                     and (f := mtime(d / "finished")) is not None]
         left = self.calls.wait_ended(jobs)
         self.calls.cancel(left)
         c = self.calls.take()
@@ -662,6 +664,7 @@ class Bench:
         return {"n": n, "ok": len(finished),
                 "t": {"submitted": submitted - t0, "started": max(started) - t0 if started else None,
                       "finished": max(finished) - t0 if finished else None},
+                "job_duration_median": statistics.median(durations) if durations else None,
                 "calls": dict(count(c))}
 
     def burst_hpk(self, n: int) -> dict[str, Any]:
@@ -670,10 +673,12 @@ class Bench:
         bodies = [pod_body(nm, ["true"]) for nm in names]
         self.calls.take()
         w = self.watch
+        cpu0 = self.cluster.cpu()
         t0 = time.time()
         uids = [self.create(b) for b in bodies]
         submitted = time.time()
         w.wait(f"{n} burst pods to end", lambda: all((s := w.pods.get(nm)) and s.terminal() for nm in names), 900)
+        cpu = {k: v - cpu0.get(k, 0.0) for k, v in self.cluster.cpu().items()}
         seen = [w.get(nm) or Seen(u) for nm, u in zip(names, uids)]
         timed = self.calls.take()
 
@@ -688,9 +693,16 @@ class Bench:
              "finished": last(mtime(self.cluster.pod_dir(u) / "status" / "pod.done") for u in uids),
              "succeeded": last(s.phases.get("Succeeded") for s in seen)}
         succeeded = sum(1 for s in seen if s.terminal() == "Succeeded")
+        durations = []
+        for u in uids:
+            st = self.cluster.pod_dir(u) / "status"
+            a, f = mtime(st / "job.started"), mtime(st / "pod.done")
+            if a is not None and f is not None:
+                durations.append(f - a)
         jobs, cl = self.delete(names, 600)
         return {"n": n, "ok": succeeded, "t": t, "calls": dict(count(timed)), "calls_cleanup": dict(count(cl)),
-                "jobs": len(set(jobs))}
+                "jobs": len(set(jobs)), "job_duration_median": statistics.median(durations) if durations else None,
+                "cpu_s": cpu}
 
     # ------------------------------------------------------------------ 3: Slurm commands per poll
     def tracked(self, names: Sequence[str], bodies: Sequence[dict[str, Any]], what: str,
@@ -911,6 +923,11 @@ def burst_table(bursts: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]
     for label, bk, hk in rows:
         b, h = med("bare", bk), med("hpk", hk)
         lines.append(f"  {label:42} {b:9.2f} {h:9.2f} {h / b:7.2f}")
+    bd = [b["bare"]["job_duration_median"] for b in bursts if b["bare"].get("job_duration_median") is not None]
+    hd = [b["hpk"]["job_duration_median"] for b in bursts if b["hpk"].get("job_duration_median") is not None]
+    if bd and hd:
+        b, h = statistics.median(bd), statistics.median(hd)
+        lines.append(f"  {'median job script duration (started->end)':42} {b:9.3f} {h:9.3f} {h / b if b else float('nan'):7.1f}")
     lines.append(f"  {'(hpkctl) all bound by the scheduler':42} {'':9} {med('hpk', 'bound'):9.2f}")
     lines.append(f"  {'(hpkctl) all job ids annotated':42} {'':9} {med('hpk', 'annotated'):9.2f}")
     bf, hs, hf = med("bare", "finished"), med("hpk", "succeeded"), med("hpk", "finished")
@@ -922,6 +939,9 @@ def burst_table(bursts: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]
     k = n * len(bursts)
     lines.append(f"  Slurm commands per job (timed part): bare {per(bc, k)}; hpkctl {per(hc, k)}; deleting the pods "
                  f"(untimed): {per(cl, k)}")
+    cpu = sum((Counter(b["hpk"].get("cpu_s") or {}) for b in bursts), Counter())
+    lines.append("  CPU seconds used by the hpkctl side's processes while it ran: "
+                 + ", ".join(f"{name} {v / len(bursts):.1f}" for name, v in sorted(cpu.items())))
     lines.append(f"  succeeded: bare {sum(b['bare']['ok'] for b in bursts)}/{k}, hpkctl "
                  f"{sum(b['hpk']['ok'] for b in bursts)}/{k}; distinct jobs: "
                  f"{sum(b['hpk']['jobs'] for b in bursts)}")
