@@ -186,6 +186,33 @@ class KubeletSection(_Section):
     scheduler_names: list[str] = Field(
         default_factory=lambda: ["hpk-scheduler", "default-scheduler"],
         description="schedulerName values `hpkctl scheduler` binds to the node")
+    job_cpus: int = Field(1, ge=1, description="CPUs of the kubelet's Slurm job (`hpkctl start`)")
+    job_mem: str = Field("2G", description="--mem of the kubelet's Slurm job (e.g. 2G); empty: none (sites that "
+                         "do not schedule memory)")
+    job_time: str = Field("", description="--time of the kubelet's Slurm job; empty: the control plane's "
+                          "([controlplane] job_time)")
+
+    @field_validator("job_mem")
+    @classmethod
+    def _job_mem(cls, v: str) -> str:
+        return _slurm_mem(v)
+
+    @field_validator("job_time")
+    @classmethod
+    def _job_time(cls, v: str) -> str:
+        if v:
+            slurm_time_to_seconds(v)
+        return v
+
+
+_SLURM_MEM = re.compile(r"^[1-9][0-9]*[KMGT]?$")
+
+
+def _slurm_mem(value: str) -> str:
+    """An sbatch ``--mem`` value (``4G``, ``4096``, ``512M``), or "" for none."""
+    if value and not _SLURM_MEM.match(value):
+        raise ValueError(f"{value!r} is not an sbatch --mem value (write e.g. '4G', '512M' or '4096' for MB)")
+    return value
 
 
 def _network(text: str, what: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -223,6 +250,39 @@ class ControlPlaneSection(_Section):
                                     description="where CoreDNS forwards names outside the cluster: IP[:port] "
                                     "addresses or a resolv.conf file (CoreDNS forward)")
     start_timeout: float = Field(120.0, gt=0, description="seconds each component may take to become healthy")
+    job_cpus: int = Field(2, ge=1, description="CPUs of the control-plane Slurm job (`hpkctl start`)")
+    job_mem: str = Field("4G", description="--mem of the control-plane job (e.g. 4G); empty: none (sites that do "
+                         "not schedule memory)")
+    job_time: str = Field("", description="--time of the control-plane job; empty: [slurm] max_time, else "
+                          "1-00:00:00. A successor job takes over when it ends (takeover_before)")
+    job_partition: str = Field("", description="partition of the control-plane and kubelet jobs; empty: [slurm] "
+                               "partition")
+    job_setup: list[str] = Field(default_factory=list, description="shell lines run first in the control-plane and "
+                                 "kubelet jobs, e.g. [\"module load Apptainer\"]")
+    takeover_before: int = Field(7200, ge=0, description="seconds: `hpkctl start` submits successor jobs (they wait "
+                                 "with --dependency=singleton and take over from the state directory) when the "
+                                 "running ones have less than this left (at most half their time); 0: only with "
+                                 "--takeover")
+
+    @field_validator("job_mem")
+    @classmethod
+    def _job_mem(cls, v: str) -> str:
+        return _slurm_mem(v)
+
+    @field_validator("job_time")
+    @classmethod
+    def _job_time(cls, v: str) -> str:
+        if v:
+            slurm_time_to_seconds(v)
+        return v
+
+    @field_validator("job_setup")
+    @classmethod
+    def _job_setup(cls, v: list[str]) -> list[str]:
+        for line in v:
+            if "\n" in line or "\r" in line or "\0" in line:
+                raise ValueError(f"{line!r}: one shell line per item, without line breaks")
+        return v
 
     @field_validator("service_cidr")
     @classmethod
