@@ -27,7 +27,7 @@ from hpkctl.jobs.poll import DEFAULT_BACKOFF, poll
 from hpkctl.jobs.query import squeue, unique_ids, user_jobs
 from hpkctl.jobs.states import TERMINAL_STATES
 from hpkctl.jobs.step import Step, start_step
-from hpkctl.jobs.submit import sbatch
+from hpkctl.jobs.submit import sbatch, sbatch_test_only
 from hpkctl.sites.schema import SlurmSection
 
 Snapshot = Mapping[str, JobInfo | None]
@@ -67,6 +67,11 @@ class Slurm:
         On ``SlurmTimeout`` the job may still have been created: look before resubmitting.
         """
         return sbatch(self._commands, script, extra_args=extra_args, workdir=workdir)
+
+    def test_submit(self, script: Path, *, extra_args: Sequence[str] = ()) -> str:
+        """``sbatch --test-only``: whether Slurm would take ``script`` and when it would start it
+        (Slurm's one line); nothing is queued. Refusals raise as for :meth:`submit`."""
+        return sbatch_test_only(self._commands, script, extra_args=extra_args)
 
     def query(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
         """Current state of ``job_ids`` from slurmctld: one ``squeue`` call per 500 ids (``QUERY_CHUNK``).

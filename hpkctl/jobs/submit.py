@@ -112,6 +112,18 @@ def sbatch(commands: Commands, script: Path, *, extra_args: Sequence[str] = (), 
     return job_id
 
 
+def sbatch_test_only(commands: Commands, script: Path, *, extra_args: Sequence[str] = ()) -> str:
+    """``sbatch --test-only [extra_args] script``: would Slurm take the job (partition, account, time,
+    resources), and when would it start? Slurm's answer (``Job N to start at T using C processors on
+    nodes X in partition P``); nothing is queued (Slurm only uses up a job id). A refusal raises the
+    same errors as :func:`sbatch`."""
+    done = commands.run("sbatch", ["--test-only", *extra_args, str(Path(script).absolute())])
+    if done.returncode != 0:
+        raise submit_error(done)
+    text = slurm_text(done.stderr) or slurm_text(done.stdout)
+    return text[len("sbatch: "):] if text.startswith("sbatch: ") else text
+
+
 def submit_error(done: Completed) -> SlurmError:
     """The error for a failed sbatch: ``SlurmUnavailable`` when Slurm did not answer, else a ``SubmitError``."""
     low = done.stderr.lower()
