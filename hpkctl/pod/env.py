@@ -47,7 +47,8 @@ def field_value(ctx: Ctx, path: str, *, where: str, allow_whole_maps: bool = Fal
         return literal(str((meta.get(m.group(1)) or {}).get(m.group(2), "")))
     if allow_whole_maps and path in ("metadata.labels", "metadata.annotations"):
         items = meta.get(path.split(".")[1]) or {}
-        return literal("".join(f"{k}={go_quote(str(v))}\n" for k, v in sorted(items.items())))
+        # the kubelet's fieldpath.FormatMap: sorted key="value" lines, no newline after the last
+        return literal("\n".join(f"{k}={go_quote(str(v))}" for k, v in sorted(items.items())))
     raise PodError("CreateContainerConfigError", f"{where}: fieldPath {path!r} is not supported",
                    hint="use metadata.name, metadata.namespace, metadata.uid, metadata.labels['k'], "
                         "metadata.annotations['k'], spec.nodeName, spec.serviceAccountName, status.podIP or "
