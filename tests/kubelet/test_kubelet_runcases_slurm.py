@@ -1,0 +1,996 @@
+"""The cases of the ``hpkctl run`` end-to-end tests (tests/integration/test_run_slurm.py,
+test_run_lifecycle.py, test_lifecycle_slurm.py, test_probes_slurm.py) that are about one pod's
+behaviour, run through the kubelet instead: the same manifest, created in the API stand-in, bound by
+``hpkctl scheduler``, run by ``hpkctl kubelet`` on the real local Slurm with the Apptainer stand-in.
+The outcome is asserted as an API client sees it (phase, container states, exit codes, reasons,
+messages, restart counts, readiness, events) and ``kubectl logs``.
+
+Where the API shows the same outcome differently from the CLI and the API's way is what Kubernetes
+does, the Kubernetes behaviour is asserted and a comment says so. CLI-only cases (signals to
+``hpkctl run``, ``--replace``'s messages, closed output, run records) have no kubelet equivalent;
+the multi-node MPI case needs the two-node cluster the kubelet fixture does not use.
+
+All pods of a cluster are created before its first test (``tests.support.launch``) and run
+concurrently. Tests whose pods keep running (probes, deletes) come first, so the CPUs they hold are
+freed before the short cases are checked; pods that end by themselves slowly (the time limits) are
+created first and checked last. Three more clusters with their own site profiles: per-pod network namespaces
+(``network = "cni"``), pulls before submission on the submit host (``pull = "submit"``), and both.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import random
+import shutil
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.ci import HPK_USER
+from tests.support.cluster import Cluster, make_root, remove_root, wait_for
+from tests.support.hpk import require_standin
+from tests.support.launch import (
+    BUSYBOX,
+    Env,
+    Launched,
+    conditions,
+    configmap,
+    container,
+    events,
+    finished,
+    host_volume,
+    jobcomp_states,
+    jobs_of_uid,
+    launch,
+    launch_selected,
+    logs,
+    node_capacity,
+    outdir,
+    pod,
+    secret,
+    sh,
+    terminated,
+    wait_status,
+)
+from tests.support.pods import PODS
+from tests.support.slurm import SINGLE_CONF, require_cluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+SA = "/var/run/secrets/kubernetes.io/serviceaccount"
+READ_UPTIME = "read up rest < /proc/uptime"  # $up: seconds with two decimals, one clock for every container
+# "Terminated" at the end of a log is the job script's line, not the container's: see
+# test_log_holds_only_the_containers_output; the cases that end with a SIGTERM tolerate it.
+JOB_SHELL_LINE = "Terminated\n"
+
+CNI = '\n[apptainer]\nnetwork = "cni"\ncni_network = "none"\nparent_image = "docker://hpk-parent"\n'
+OFFLINE = '\n[apptainer]\npull = "submit"\nimage_cache = "{cache}"\n'
+OFFLINE_CNI = CNI + 'pull = "submit"\nimage_cache = "{cache}"\n'
+
+
+# ---------------------------------------------------------------------------- clusters
+
+
+def _cluster_with(extra: str) -> Iterator[Cluster]:
+    """A cluster whose site profile has ``extra`` (``{cache}``: an image cache owned by hpk)."""
+    require_cluster(SINGLE_CONF, 1)
+    require_standin()
+    root = make_root()
+    cache = root / "images"
+    cache.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(cache, HPK_USER, HPK_USER)
+    c = Cluster(root, profile_extra=extra.format(cache=cache))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        remove_root(root)
+
+
+@pytest.fixture(scope="module")
+def cni_cluster() -> Iterator[Cluster]:
+    yield from _cluster_with(CNI)
+
+
+@pytest.fixture(scope="module")
+def offline_cluster() -> Iterator[Cluster]:
+    yield from _cluster_with(OFFLINE)
+
+
+@pytest.fixture(scope="module")
+def offline_cni_cluster() -> Iterator[Cluster]:
+    yield from _cluster_with(OFFLINE_CNI)
+
+
+@pytest.fixture(scope="module")
+def launched(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[Launched]:
+    yield from launch_selected(request, cluster, lambda item: "launched" in item.fixturenames)
+
+
+@pytest.fixture(scope="module")
+def cni_launched(request: pytest.FixtureRequest, cni_cluster: Cluster) -> Iterator[Launched]:
+    yield from launch_selected(request, cni_cluster, lambda item: "cni_launched" in item.fixturenames)
+
+
+@pytest.fixture(scope="module")
+def offline_launched(request: pytest.FixtureRequest, offline_cluster: Cluster) -> Iterator[Launched]:
+    yield from launch_selected(request, offline_cluster, lambda item: "offline_launched" in item.fixturenames)
+
+
+@pytest.fixture(scope="module")
+def offline_cni_launched(request: pytest.FixtureRequest, offline_cni_cluster: Cluster) -> Iterator[Launched]:
+    yield from launch_selected(request, offline_cni_cluster, lambda item: "offline_cni_launched" in item.fixturenames)
+
+
+def c_(name: str, script: str, **kw: Any) -> dict[str, Any]:
+    kw.setdefault("image", BUSYBOX)
+    return sh(name, script, **kw)
+
+
+def note(what: str) -> list[str]:
+    """An exec hook appending 'WHAT' to /out/events."""
+    return ["sh", "-c", f'echo "{what}" >> /out/events']
+
+
+OUT = [{"name": "out", "mountPath": "/out"}]
+
+
+def _lines(d: Path, name: str = "events") -> list[str]:
+    p = d / name
+    return p.read_text().splitlines() if p.exists() else []
+
+
+def _delete(cluster: Cluster, *names: str, wait: bool = True) -> subprocess.CompletedProcess[str]:
+    return cluster.kubectl("delete", "pod", *names, f"--wait={str(wait).lower()}", "--timeout=120s", timeout=150,
+                           check=False)
+
+
+def _running(st: dict[str, Any], *names: str) -> bool:
+    return st.get("phase") == "Running" and all("running" in container(st, n).get("state", {}) for n in names)
+
+
+# ============================================================================ long-running pods
+# test_probes_slurm.py
+
+
+def _port() -> int:
+    return random.randint(20000, 40000)
+
+
+def _ready_after_delay(env: Env) -> list[dict[str, Any]]:
+    port = _port()
+    server = c_("web", f"mkdir -p /tmp/www && echo ok >/tmp/www/ok && sleep 10 && exec httpd -f -p {port} -h /tmp/www",
+                readinessProbe={"httpGet": {"port": port, "path": "/ok"}, "periodSeconds": 1, "timeoutSeconds": 5})
+    return [pod("rc-ready", [server], restartPolicy="Always", terminationGracePeriodSeconds=2)]
+
+
+@launch(_ready_after_delay)
+def test_http_readiness_becomes_ready_after_a_delay(launched: Launched) -> None:
+    """Running but not ready (READY 0/1: ready False, started True, Ready False) until the HTTP
+    readiness probe passes; then ready (1/1) with conditions Ready and ContainersReady True."""
+    c = launched.cluster
+    try:
+        st = wait_status(c, "rc-ready", "Ready", lambda s: conditions(s).get("Ready") == "True")
+        assert conditions(st)["ContainersReady"] == "True" and container(st, "web")["ready"] is True, st
+        seen = [s for s in launched.history.statuses("rc-ready", uid=launched.uid("rc-ready"))
+                if "running" in container(s, "web").get("state", {})]
+        assert (container(seen[0], "web")["ready"], container(seen[0], "web")["started"]) == (False, True), seen[0]
+        assert conditions(seen[0])["Ready"] == "False"
+        assert c.kubectl("get", "pod", "rc-ready").stdout.splitlines()[1].split()[1] == "1/1"
+    finally:
+        _delete(c, "rc-ready", wait=False)
+
+
+def _liveness(env: Env) -> list[dict[str, Any]]:
+    # The hpkctl run case removes healthz from a background subshell after 3 s; on a machine running
+    # sixty pods that races the probe and httpd's start (and the subshell outlives a killed run: see
+    # test_a_restarted_container_leaves_no_process_behind). Here httpd serves a hostPath directory
+    # and the test removes healthz once the first run serves it: the same failure, no timing guess.
+    port, d = _port(), outdir(env.cluster, "rc-live")
+    server = c_("web", f"echo serving; echo ok > /www/healthz; exec httpd -f -p {port} -h /www",
+                volumeMounts=[{"name": "www", "mountPath": "/www"}],
+                livenessProbe={"httpGet": {"port": port, "path": "/healthz"}, "periodSeconds": 1,
+                               "failureThreshold": 2, "timeoutSeconds": 5})
+    return [pod("rc-live", [server], volumes=[host_volume(d, "www")], restartPolicy="Always",
+                terminationGracePeriodSeconds=2)]
+
+
+@launch(_liveness)
+def test_failing_liveness_probe_restarts_the_container(launched: Launched) -> None:
+    """The liveness URL 404s: the container is stopped (SIGTERM, 143) and started again:
+    restartCount >= 1 and lastState.terminated in the API, the first run's log as ``--previous``,
+    no probe output in the container's log."""
+    c = launched.cluster
+    healthz = outdir(c, "rc-live") / "healthz"
+    try:
+        wait_status(c, "rc-live", "serving", lambda s: _running(s, "web") and healthz.exists())
+        healthz.unlink()
+        st = wait_status(c, "rc-live", "restarted", lambda s: container(s, "web").get("restartCount", 0) >= 1)
+        assert st["phase"] == "Running", st
+        assert container(st, "web")["lastState"]["terminated"]["exitCode"] in (143, 137), st
+        assert logs(c, "rc-live", "--previous").removesuffix(JOB_SHELL_LINE) == "serving\n"
+        assert "probe" not in logs(c, "rc-live")
+    finally:
+        _delete(c, "rc-live", wait=False)
+
+
+@pytest.mark.xfail(strict=True, reason="a container stopped with SIGTERM gets a 'Terminated' line in its log that it "
+                                       "never wrote: the job's bash reports its killed foreground job into the log "
+                                       "(sbatch/runtime.sh hpk_run: \"$fn\" >>\"$HPK_LOGS/$name.log\" 2>&1 runs the "
+                                       "container in a subshell whose own stderr is the log)")
+@launch(lambda env: [pod("rc-logonly", [{"name": "c", "image": BUSYBOX, "command": ["sleep", "300"],
+                                         "livenessProbe": {"exec": {"command": ["false"]}, "periodSeconds": 1,
+                                                           "failureThreshold": 1}}],
+                         restartPolicy="Always", terminationGracePeriodSeconds=2)])
+def test_log_holds_only_the_containers_output(launched: Launched) -> None:
+    """``sleep`` writes nothing: killed by its liveness probe, its previous log must be empty."""
+    c = launched.cluster
+    try:
+        wait_status(c, "rc-logonly", "restarted", lambda s: container(s, "c").get("restartCount", 0) >= 1)
+        assert logs(c, "rc-logonly", "--previous") == ""
+    finally:
+        _delete(c, "rc-logonly", wait=False)
+
+
+def _orphan(env: Env) -> list[dict[str, Any]]:
+    d = outdir(env.cluster, "rc-orphan")
+    script = ("if [ -e /out/first ]; then rm -f /out/kill; run=second; else touch /out/first /out/kill; run=first; fi; "
+              "(while [ ! -e /out/go ]; do sleep 0.2; done; echo $run >> /out/orphans) & exec sleep 300")
+    app = c_("app", script, volumeMounts=OUT,
+             livenessProbe={"exec": {"command": ["sh", "-c", "test ! -e /out/kill"]}, "initialDelaySeconds": 1,
+                            "periodSeconds": 1, "failureThreshold": 1})
+    return [pod("rc-orphan", [app], volumes=[host_volume(d)], restartPolicy="Always", terminationGracePeriodSeconds=2)]
+
+
+@pytest.mark.xfail(strict=True, reason="a container stopped by a liveness probe leaves its other processes running "
+                                       "(re-parented to init, still writing to the old run's log): sbatch/runtime.sh "
+                                       "hpk_stop_container signals the children of the runner and kills the tree only "
+                                       "while the main process lives; without a PID namespace nothing else ends them")
+@launch(_orphan)
+def test_a_restarted_container_leaves_no_process_behind(launched: Launched) -> None:
+    """The first run starts a background process and is killed by its liveness probe; the second run
+    passes the probe. Then both runs' background processes are told to write: only the running
+    container's one may still exist (Kubernetes stops every process of a container it kills)."""
+    c = launched.cluster
+    d = outdir(c, "rc-orphan")
+    try:
+        wait_status(c, "rc-orphan", "restarted and running", lambda s: container(s, "app").get("restartCount", 0) >= 1
+                    and "running" in container(s, "app").get("state", {}))
+        (d / "go").touch()
+        wait_for("the live run's background process", lambda: "second" in _lines(d, "orphans"), timeout=10)
+        time.sleep(1)
+        assert _lines(d, "orphans") == ["second"]
+    finally:
+        _delete(c, "rc-orphan", wait=False)
+
+
+@launch(lambda env: [pod("rc-startup", [c_("app", "sleep 10; touch /tmp/started; exec sleep 300",
+                                           startupProbe={"exec": {"command": ["test", "-e", "/tmp/started"]},
+                                                         "periodSeconds": 1, "failureThreshold": 30})],
+                         restartPolicy="Always", terminationGracePeriodSeconds=2)])
+def test_exec_startup_probe_gates_started_and_ready(launched: Launched) -> None:
+    """Running with started and ready False until the exec startup probe passes, then both True."""
+    c = launched.cluster
+    try:
+        st = wait_status(c, "rc-startup", "started and ready", lambda s: container(s, "app").get("started") is True
+                         and container(s, "app").get("ready") is True)
+        assert conditions(st)["Ready"] == "True" and container(st, "app")["restartCount"] == 0, st
+        seen = [s for s in launched.history.statuses("rc-startup", uid=launched.uid("rc-startup"))
+                if "running" in container(s, "app").get("state", {})]
+        assert (container(seen[0], "app")["started"], container(seen[0], "app")["ready"]) == (False, False), seen[0]
+    finally:
+        _delete(c, "rc-startup", wait=False)
+
+
+@launch(lambda env: [pod("rc-nostart", [c_("app", "echo up; exec sleep 300",
+                                           startupProbe={"exec": {"command": ["sh", "-c", "echo not started; exit 1"]},
+                                                         "periodSeconds": 1, "failureThreshold": 2})],
+                         terminationGracePeriodSeconds=2)])
+def test_failing_exec_startup_probe_kills_the_container(launched: Launched) -> None:
+    """restartPolicy Never: the container the startup probe gave up on is killed and the pod Failed;
+    it never counted as started."""
+    c = launched.cluster
+    st = finished(c, "rc-nostart")["status"]
+    assert st["phase"] == "Failed", st
+    assert terminated(st, "app")["exitCode"] in (143, 137), st
+    assert container(st, "app")["started"] is False
+    assert logs(c, "rc-nostart").removesuffix(JOB_SHELL_LINE) == "up\n"
+
+
+def _tcp(name: str) -> dict[str, Any]:
+    port = _port()
+    server = c_("web", f"sleep 2; exec httpd -f -p {port} -h /tmp",
+                readinessProbe={"tcpSocket": {"port": port}, "periodSeconds": 1, "timeoutSeconds": 5},
+                livenessProbe={"tcpSocket": {"port": port}, "initialDelaySeconds": 5, "periodSeconds": 1,
+                               "timeoutSeconds": 5})
+    return pod(name, [server], restartPolicy="Always", terminationGracePeriodSeconds=2)
+
+
+def _check_tcp(c: Cluster, name: str) -> None:
+    try:
+        st = wait_status(c, name, "Ready", lambda s: conditions(s).get("Ready") == "True")
+        time.sleep(4)  # the liveness probe (after its 5 s delay) passes too: no restart
+        st = c.pod(name)["status"]  # type: ignore[index]
+        assert container(st, "web")["restartCount"] == 0 and container(st, "web")["ready"] is True, st
+        assert st["podIP"], st
+    finally:
+        _delete(c, name, wait=False)
+
+
+@launch(lambda env: [_tcp("rc-tcp-host")])
+def test_tcp_probe_host_network(launched: Launched) -> None:
+    _check_tcp(launched.cluster, "rc-tcp-host")
+
+
+# ---------------------------------------------------------------------------- hooks and grace period
+# test_lifecycle_slurm.py::test_hooks_in_order_and_the_grace_period_on_delete
+
+
+def _grace_pod(env: Env, name: str, *, hooks: bool) -> dict[str, Any]:
+    d = outdir(env.cluster, name)
+    lifecycle = {"lifecycle": {"postStart": {"exec": {"command": note("poststart")}},
+                               "preStop": {"exec": {"command": note("prestop")}}}} if hooks else {}
+    polite = c_("polite", f"trap '{READ_UPTIME}; echo \"term $up\" >> /out/events; exit 0' TERM; "
+                          "while :; do sleep 0.05; done", volumeMounts=OUT, **lifecycle)
+    stubborn = c_("stubborn", f"trap '' TERM; while :; do {READ_UPTIME}; echo $up > /out/alive.tmp; "
+                              "mv /out/alive.tmp /out/alive; sleep 0.05; done", volumeMounts=OUT)
+    return pod(name, [polite, stubborn], volumes=[host_volume(d)], terminationGracePeriodSeconds=3)
+
+
+@launch(lambda env: [_grace_pod(env, "rc-grace", hooks=True)])
+def test_hooks_in_order_and_the_grace_period_on_delete(launched: Launched) -> None:
+    """'polite' traps SIGTERM and exits, 'stubborn' ignores it and is killed when the 3 s are up:
+    postStart, then on ``kubectl delete`` preStop, then SIGTERM; the object is gone once both ended
+    (the kubelet's final delete), within the grace period plus the kubelet's margin."""
+    c = launched.cluster
+    d = outdir(c, "rc-grace")
+    wait_status(c, "rc-grace", "both containers running", lambda s: _running(s, "polite", "stubborn"))
+    assert _lines(d)[:1] == ["poststart"]
+    start = time.monotonic()
+    r = _delete(c, "rc-grace")
+    took = time.monotonic() - start
+    assert r.returncode == 0, r.stderr
+    assert c.pod("rc-grace") is None
+    seen = [ln.split()[0] for ln in _lines(d)]
+    assert seen == ["poststart", "prestop", "term"], seen
+    term = float(_lines(d)[2].split()[1])
+    alive = float((d / "alive").read_text())
+    assert alive - term >= 1.5, (term, alive)  # not killed with the SIGTERM (see the next test)
+    assert took < 3 + 8, took
+    evs = events(c, "rc-grace", launched.uid("rc-grace"))
+    assert [r for _, r, _ in evs].count("Killing") >= 1, evs
+
+
+GRACE_PODS = [f"rc-grace-{i}" for i in range(3)]
+
+
+@pytest.mark.xfail(strict=True, reason="SIGKILL comes up to a second before the grace period is over: "
+                                       "sbatch/runtime.sh hpk_stop_container computes its deadline with bash's "
+                                       "whole-second $SECONDS (end=$((SECONDS + HPK_GRACE))), so a 3 s grace "
+                                       "period lasts 2.0-3.2 s after the SIGTERM (measured 2.2-2.8 s)")
+@launch(lambda env: [_grace_pod(env, n, hooks=False) for n in GRACE_PODS])
+def test_sigkill_waits_for_the_whole_grace_period(launched: Launched) -> None:
+    """Three pods deleted together (each job's shell has its own phase of $SECONDS): in every one
+    the container that ignores SIGTERM lives on for the whole terminationGracePeriodSeconds."""
+    c = launched.cluster
+    for n in GRACE_PODS:
+        wait_status(c, n, "both containers running", lambda s: _running(s, "polite", "stubborn"))
+    assert _delete(c, *GRACE_PODS).returncode == 0
+    lived = {}
+    for n in GRACE_PODS:
+        d = outdir(c, n)
+        lived[n] = round(float((d / "alive").read_text()) - float(_lines(d)[0].split()[1]), 2)
+    assert all(v >= 2.95 for v in lived.values()), lived
+
+
+# ---------------------------------------------------------------------------- delete, vanish, re-create
+# test_run_slurm.py::test_delete_while_running_cancels_the_job
+
+
+# terminationGracePeriodSeconds 5 here and below: the default 30 s would only lengthen the worst case
+@launch(lambda env: [pod("rc-delete", [c_("sleeper", "echo up; sleep 300")], terminationGracePeriodSeconds=5)])
+def test_delete_while_running_cancels_the_job(launched: Launched) -> None:
+    """``kubectl delete`` of a running pod: a Killing event, the Slurm job ends CANCELLED, the
+    object is gone (the kubelet's final delete)."""
+    c = launched.cluster
+    wait_status(c, "rc-delete", "running", lambda s: _running(s, "sleeper"))
+    job_id = c.job_id("rc-delete")
+    assert _delete(c, "rc-delete").returncode == 0
+    assert c.pod("rc-delete") is None
+    assert jobcomp_states(job_id) == ["CANCELLED"]
+    assert "Killing" in {r for _, r, _ in events(c, "rc-delete", launched.uid("rc-delete"))}
+
+
+# test_run_lifecycle.py::test_vanished_pod_directory_is_a_status_not_a_traceback
+def _vanish(cluster: Cluster, launched: Launched, name: str) -> None:
+    wait_status(cluster, name, "running", lambda s: _running(s, "c"))
+    pod_dir = cluster.root / "hpk-state" / "pods" / launched.uid(name)
+    assert pod_dir.is_dir()
+    subprocess.run(["rm", "-rf", str(pod_dir)], check=True)
+
+
+@launch(lambda env: [pod("rc-vanish", [c_("c", "echo hi; sleep 300")], terminationGracePeriodSeconds=5)])
+def test_vanished_pod_directory_can_still_be_deleted(launched: Launched) -> None:
+    """The pod's directory removed under a running job: the kubelet survives, a delete still ends
+    the job and removes the object. (``hpkctl delete`` sees the directory is gone and cancels at
+    once: CANCELLED. The kubelet sends its usual SIGTERM to the batch shell, whose stop sequence
+    then fails on the missing directory: the job ends FAILED before the scancel. Either way it ends.)"""
+    c = launched.cluster
+    _vanish(c, launched, "rc-vanish")
+    job_id = c.job_id("rc-vanish")
+    time.sleep(2)  # a few status rounds over the missing directory
+    assert _delete(c, "rc-vanish").returncode == 0
+    assert c.pod("rc-vanish") is None
+    assert jobcomp_states(job_id)[-1:] in (["CANCELLED"], ["FAILED"])
+    assert c.node_ready()
+
+
+@pytest.mark.xfail(strict=True, reason="with its pod directory gone, a running container is reported as waiting "
+                                       "(PodInitializing) again under restartPolicy Never and the status never names "
+                                       "the problem: hpkctl/kubelet/pods.py poll() reads the missing status files as "
+                                       "'not started yet' (hpkctl status says PodDirectoryMissing)")
+@launch(lambda env: [pod("rc-vanish-status", [c_("c", "echo hi; sleep 300")], terminationGracePeriodSeconds=5)])
+def test_vanished_pod_directory_is_reported(launched: Launched) -> None:
+    c = launched.cluster
+    try:
+        _vanish(c, launched, "rc-vanish-status")
+        time.sleep(3)
+        after = launched.history.statuses("rc-vanish-status", uid=launched.uid("rc-vanish-status"))
+        ran = next(i for i, s in enumerate(after) if "running" in container(s, "c").get("state", {}))
+        assert not [s for s in after[ran:] if "waiting" in container(s, "c").get("state", {})], after[-1]
+        st = c.pod("rc-vanish-status")["status"]  # type: ignore[index]
+        assert "PodDirectoryMissing" in st.get("reason", "") + st.get("message", ""), st
+    finally:
+        _delete(c, "rc-vanish-status", wait=False)
+
+
+# test_run_lifecycle.py::test_rerun_is_refused_until_deleted_or_replaced. Through the API a name is
+# taken while its pod exists (409 AlreadyExists); "--replace" is delete + create.
+@launch(lambda env: [pod("rc-rerun", [c_("main", "echo slow; sleep 300")], terminationGracePeriodSeconds=5)])
+def test_replacing_a_running_pod_by_delete_and_create(launched: Launched) -> None:
+    """A second pod of the same name is refused while the first exists; once the running one is
+    deleted (its job CANCELLED) the new one (another uid) runs as a job of its own and its log is
+    its own."""
+    c = launched.cluster
+    wait_status(c, "rc-rerun", "running", lambda s: _running(s, "main"))
+    old_job, old_uid = c.job_id("rc-rerun"), launched.uid("rc-rerun")
+    code, body = c.api.post("/api/v1/namespaces/default/pods", pod("rc-rerun", [c_("main", "echo second")]))
+    assert (code, body["reason"]) == (409, "AlreadyExists"), body
+    assert _delete(c, "rc-rerun").returncode == 0
+    assert jobcomp_states(old_job) == ["CANCELLED"]
+    new = c.create(pod("rc-rerun", [c_("main", "echo second")]))
+    try:
+        st = finished(c, "rc-rerun")["status"]
+        assert st["phase"] == "Succeeded", st
+        assert new["metadata"]["uid"] != old_uid and c.job_id("rc-rerun") not in ("", old_job)
+        assert logs(c, "rc-rerun") == "second\n"
+        assert jobs_of_uid(new["metadata"]["uid"]) == [c.job_id("rc-rerun")]
+    finally:
+        _delete(c, "rc-rerun", wait=False)
+
+
+# test_run_slurm.py::test_detached_run_status_and_logs_follow
+def _follow(env: Env) -> list[dict[str, Any]]:
+    d = outdir(env.cluster, "rc-follow")
+    script = "while [ ! -e /out/go ]; do sleep 0.1; done; for i in 1 2 3; do echo line $i; sleep 0.5; done"
+    return [pod("rc-follow", [c_("counter", script, volumeMounts=OUT)], volumes=[host_volume(d)])]
+
+
+@launch(_follow)
+def test_logs_follow_until_the_container_ends(launched: Launched) -> None:
+    """``kubectl logs -f`` started while the container waits: it streams every line as written and
+    returns when the container ends."""
+    c = launched.cluster
+    wait_status(c, "rc-follow", "running", lambda s: _running(s, "counter"))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(c.api.state), "KUBECONFIG": str(c.api.kubeconfig)}
+    from tests.support.kubeapi import KUBECTL
+    proc = subprocess.Popen([str(KUBECTL), "logs", "-f", "rc-follow"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        time.sleep(1)
+        assert proc.poll() is None  # following, nothing written yet
+        (outdir(c, "rc-follow") / "go").touch()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, out) == (0, "line 1\nline 2\nline 3\n")
+    assert finished(c, "rc-follow", timeout=30)["status"]["phase"] == "Succeeded"
+
+
+# ============================================================================ short cases
+# test_run_slurm.py
+
+
+@launch(lambda env: [pod("rc-hello", [c_("hello", "echo hello world")])])
+def test_hello_world(launched: Launched) -> None:
+    c = launched.cluster
+    st = finished(c, "rc-hello")["status"]
+    assert st["phase"] == "Succeeded", st
+    assert (terminated(st, "hello")["exitCode"], terminated(st, "hello")["reason"]) == (0, "Completed")
+    assert logs(c, "rc-hello") == "hello world\n"
+
+
+QUOTES_SCRIPT = (
+    "cat <<'EOF' > /tmp/script.sh\n"
+    "echo \"single 'quotes', \\\"double\\\", `backticks`, $(dollar) and \\\\backslash\"\n"
+    "EOF\n"
+    "cat /tmp/script.sh\n"
+    "echo 'it'\"'\"'s done' \"$0\" \"$1\"\n"
+)
+
+
+@launch(lambda env: [pod("rc-quotes", [{"name": "quotes", "image": BUSYBOX, "command": ["/bin/sh", "-c"],
+                                        "args": [QUOTES_SCRIPT, "arg0 with spaces",
+                                                 "$(not expanded) `nor this` ${HOME}"]}])])
+def test_scripting_quotes_and_heredocs(launched: Launched) -> None:
+    """A heredoc script in ``args`` with every kind of quoting; ``$0``/``$1`` from further args.
+    ``$(not expanded)`` is a Kubernetes variable reference to a name that is not defined (it
+    contains a space: not even a valid one), so it stays as written."""
+    c = launched.cluster
+    st = finished(c, "rc-quotes")["status"]
+    assert st["phase"] == "Succeeded", st
+    assert logs(c, "rc-quotes").splitlines() == [
+        "echo \"single 'quotes', \\\"double\\\", `backticks`, $(dollar) and \\\\backslash\"",
+        "it's done arg0 with spaces $(not expanded) `nor this` ${HOME}",
+    ]
+
+
+@launch(lambda env: [
+    configmap("rc-settings", {"LEVEL": "debug", "MULTI": "line one\nline 'two'"}),
+    secret("rc-creds", {"TOKEN": b"s3cr$t `x`"}),
+    pod("rc-env", [c_("env", 'printf "%s|" "$PLAIN" "$LVL" "$TOK" "$COMBINED" "$CFG_MULTI"; echo; '
+                             'env | grep -c -e SLURM_ -e HPK_ || true',
+                      env=[{"name": "PLAIN", "value": "a \"b\" 'c'"},
+                           {"name": "LVL", "valueFrom": {"configMapKeyRef": {"name": "rc-settings", "key": "LEVEL"}}},
+                           {"name": "TOK", "valueFrom": {"secretKeyRef": {"name": "rc-creds", "key": "TOKEN"}}},
+                           {"name": "COMBINED", "value": "$(LVL)-$(PLAIN)"}],
+                      envFrom=[{"prefix": "CFG_", "configMapRef": {"name": "rc-settings"}}])])])
+def test_env_from_values_configmaps_and_secrets(launched: Launched) -> None:
+    """Values, ConfigMap and Secret keys, ``$(VAR)`` composition, a prefixed envFrom; no Slurm or
+    hpk variable of the job leaks into the container."""
+    c = launched.cluster
+    st = finished(c, "rc-env")["status"]
+    assert st["phase"] == "Succeeded", st
+    assert logs(c, "rc-env") == "a \"b\" 'c'|debug|s3cr$t `x`|debug-a \"b\" 'c'|line one\nline 'two'|\n0\n"
+
+
+@launch(lambda env: [pod("rc-init", [c_("main", "cat /work/a /work/b", volumeMounts=[{"name": "work", "mountPath": "/work"}])],
+                         initContainers=[c_("first", "echo one > /work/a",
+                                            volumeMounts=[{"name": "work", "mountPath": "/work"}]),
+                                         c_("second", "test -s /work/a && echo two > /work/b",
+                                            volumeMounts=[{"name": "work", "mountPath": "/work"}])],
+                         volumes=[{"name": "work", "emptyDir": {}}])])
+def test_init_containers_pass_data_through_an_empty_dir(launched: Launched) -> None:
+    c = launched.cluster
+    st = finished(c, "rc-init")["status"]
+    assert st["phase"] == "Succeeded", st
+    assert [(s["name"], s["state"]["terminated"]["reason"]) for s in st["initContainerStatuses"]] == [
+        ("first", "Completed"), ("second", "Completed")]
+    assert logs(c, "rc-init") == "one\ntwo\n"
+
+
+@launch(lambda env: [pod("rc-initfail", [c_("main", "echo must not run")],
+                         initContainers=[c_("broken", "echo broken; exit 4")])])
+def test_failed_init_container_fails_the_pod(launched: Launched) -> None:
+    """restartPolicy Never: the pod is Failed, Initialized False (ContainersNotInitialized, naming the
+    init container, as the real kubelet says), the init container terminated with exit code 4, the
+    main container never started (its log is refused by the API server: waiting to start)."""
+    c = launched.cluster
+    st = finished(c, "rc-initfail")["status"]
+    assert (st["phase"], st["reason"], st["message"]) == (
+        "Failed", "InitContainerFailed", "init container broken exited with code 4"), st
+    init = terminated(st, "broken", init=True)
+    assert (init["exitCode"], init["reason"]) == (4, "Error"), st
+    cond = next(x for x in st["conditions"] if x["type"] == "Initialized")
+    assert (cond["status"], cond["reason"], cond["message"]) == (
+        "False", "ContainersNotInitialized", "containers with incomplete status: [broken]"), st
+    main = container(st, "main")
+    assert "waiting" in main["state"] and main["restartCount"] == 0, st
+    assert logs(c, "rc-initfail", "-c", "broken") == "broken\n"
+    r = c.kubectl("logs", "rc-initfail", "-c", "main", check=False)
+    assert r.returncode != 0 and "BadRequest" in r.stderr and "is waiting to start" in r.stderr, r.stderr
+
+
+def _pair(env: Env) -> list[dict[str, Any]]:
+    port, tag = _port(), f"shm-{random.randint(0, 10**6)}"
+    server = c_("server", f"echo shared-{tag} > /dev/shm/{tag}; echo pong | nc -l -p {port} 127.0.0.1")
+    client = c_("client", f"for i in $(seq 100); do out=$(echo ping | nc 127.0.0.1 {port} 2>/dev/null) "
+                          f"&& [ -n \"$out\" ] && break; sleep 0.1; done; echo \"got $out\"; cat /dev/shm/{tag}; "
+                          f"rm -f /dev/shm/{tag}")
+    return [pod("rc-pair", [server, client], annotations={"test/tag": tag})]
+
+
+@launch(_pair)
+def test_two_containers_talk_over_localhost_and_share_dev_shm(launched: Launched) -> None:
+    c = launched.cluster
+    p = finished(c, "rc-pair")
+    assert p["status"]["phase"] == "Succeeded", p["status"]
+    tag = p["metadata"]["annotations"]["test/tag"]
+    assert logs(c, "rc-pair", "-c", "client") == f"got pong\nshared-{tag}\n"
+    assert logs(c, "rc-pair", "-c", "server") == "ping\n"
+
+
+def _host_path(env: Env) -> list[dict[str, Any]]:
+    d = outdir(env.cluster, "rc-hostpath-data")
+    (d / "input.txt").write_text("from the host\n")
+    (d / "input.txt").chmod(0o644)
+    d.chmod(0o755)
+    mounts = [{"name": "d", "mountPath": "/data"}]
+    if env.params["case"] == "present":
+        return [pod("rc-hostpath-present", [c_("main", "cat /data/input.txt", volumeMounts=mounts)],
+                    volumes=[{"name": "d", "hostPath": {"path": str(d), "type": "Directory"}}])]
+    return [pod("rc-hostpath-missing", [c_("main", "echo must not run", volumeMounts=mounts)],
+                volumes=[{"name": "d", "hostPath": {"path": str(d / "nope"), "type": "Directory"}}])]
+
+
+@pytest.mark.parametrize("case", ["present", "missing"])
+@launch(_host_path)
+def test_host_path_and_missing_host_path(launched: Launched, case: str) -> None:
+    """A hostPath directory is mounted. One that does not exist (type Directory): the pod is Failed
+    with reason HostPathCheckFailed naming the path, its container never started. (The real
+    kubelet keeps such a pod Pending with FailedMount events and retries the mount; hpk fails it,
+    as ``hpkctl run`` does: the job would hold its allocation waiting for nothing.)"""
+    c = launched.cluster
+    name = f"rc-hostpath-{case}"
+    st = finished(c, name)["status"]
+    if case == "present":
+        assert st["phase"] == "Succeeded", st
+        assert logs(c, name) == "from the host\n"
+        return
+    assert (st["phase"], st["reason"]) == ("Failed", "HostPathCheckFailed"), st
+    assert str(outdir(c, "rc-hostpath-data") / "nope") in st["message"], st
+    assert "waiting" in container(st, "main")["state"], st
+
+
+@launch(lambda env: [pod("rc-fail", [c_("main", "echo about to fail; exit 3")])])
+def test_failing_container_gives_its_exit_code_and_reason(launched: Launched) -> None:
+    c = launched.cluster
+    st = finished(c, "rc-fail")["status"]
+    assert (st["phase"], st["reason"], st["message"]) == ("Failed", "Error", "container main exited with code 3"), st
+    assert (terminated(st, "main")["exitCode"], terminated(st, "main")["reason"]) == (3, "Error")
+    assert logs(c, "rc-fail") == "about to fail\n"
+    assert ("Warning", "Failed", "Error: container main exited with code 3") in events(c, "rc-fail",
+                                                                                        launched.uid("rc-fail"))
+
+
+@launch(lambda env: [pod("rc-onfailure", [c_("main", "if [ -e /state/once ]; then echo second run; else touch /state/once; "
+                                                     "echo first run; exit 1; fi",
+                                             volumeMounts=[{"name": "s", "mountPath": "/state"}])],
+                         restartPolicy="OnFailure", volumes=[{"name": "s", "emptyDir": {}}])])
+def test_restart_policy_on_failure_restarts_until_success(launched: Launched) -> None:
+    """Exit 1, restarted (the emptyDir survives), exit 0: Succeeded, restartCount 1, lastState the
+    first run (exit 1, Error), ``--previous`` its log."""
+    c = launched.cluster
+    st = finished(c, "rc-onfailure")["status"]
+    assert st["phase"] == "Succeeded", st
+    main = container(st, "main")
+    assert main["restartCount"] == 1, st
+    assert (main["lastState"]["terminated"]["exitCode"], main["lastState"]["terminated"]["reason"]) == (1, "Error")
+    assert terminated(st, "main")["exitCode"] == 0
+    assert logs(c, "rc-onfailure") == "second run\n"
+    assert logs(c, "rc-onfailure", "--previous") == "first run\n"
+
+
+@launch(lambda env: [pod("rc-oom", [c_("hog", "exec dd if=/dev/zero of=/dev/null bs=300M count=1",
+                                       resources={"limits": {"memory": "64Mi"}})])])
+def test_memory_over_the_limit_is_oom_killed(launched: Launched) -> None:
+    """As the real kubelet reports it: the container terminated with exit code 137, reason OOMKilled."""
+    c = launched.cluster
+    st = finished(c, "rc-oom")["status"]
+    assert (st["phase"], st["reason"]) == ("Failed", "OOMKilled"), st
+    assert (terminated(st, "hog")["exitCode"], terminated(st, "hog")["reason"]) == (137, "OOMKilled"), st
+
+
+# test_run_slurm.py::test_pod_from_kubectl_get_yaml_runs_on_one_and_several_nodes (one node: the
+# kubelet's cluster has one)
+def _api_shape(env: Env) -> list[dict[str, Any]]:
+    doc = yaml.safe_load((PODS / "api-server-shape.yaml").read_text())
+    doc["metadata"]["name"] = "rc-apishape"
+    doc["metadata"].pop("resourceVersion")  # see the test
+    doc["spec"]["restartPolicy"] = "Never"
+    doc["spec"]["containers"][0].update(image=BUSYBOX, command=["sh", "-c", "cat $SA/namespace; echo; ls $SA"],
+                                        env=[{"name": "SA", "value": SA}])
+    return [doc]
+
+
+@launch(_api_shape)
+def test_pod_from_kubectl_get_yaml_runs(launched: Launched) -> None:
+    """A pod as ``kubectl get -o yaml`` dumped it (uid, managedFields, defaults, its own
+    kube-api-access volume, status) is accepted and runs. The API server refuses to create an
+    object that carries a resourceVersion (which ``hpkctl run`` ignores), so it is dropped, as one
+    must for ``kubectl create -f`` of a dump."""
+    c = launched.cluster
+    doc = yaml.safe_load((PODS / "api-server-shape.yaml").read_text())
+    doc["metadata"]["name"] = "rc-apishape-rv"
+    code, body = c.api.post("/api/v1/namespaces/default/pods", doc)
+    assert (code, body.get("message")) == (400, "resourceVersion should not be set on objects to be created"), body
+    st = finished(c, "rc-apishape")["status"]
+    assert st["phase"] == "Succeeded", st
+    assert logs(c, "rc-apishape") == "default\nca.crt\nnamespace\ntoken\n"
+
+
+# ---------------------------------------------------------------------------- test_run_lifecycle.py
+
+
+def test_two_concurrent_creates_of_one_name_give_one_pod_and_one_job(launched: Launched) -> None:
+    """Two clients create the same pod at once: one 201, one 409 AlreadyExists; one Slurm job."""
+    c = launched.cluster
+    results: list[int] = []
+
+    def create() -> None:
+        results.append(c.api.post("/api/v1/namespaces/default/pods", pod("rc-twice", [c_("main", "echo ran; sleep 1")]))[0])
+
+    threads = [threading.Thread(target=create) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert sorted(results) == [201, 409]
+        p = finished(c, "rc-twice")
+        assert p["status"]["phase"] == "Succeeded", p["status"]
+        assert logs(c, "rc-twice") == "ran\n"
+        assert jobs_of_uid(p["metadata"]["uid"]) == [c.job_id("rc-twice")]
+    finally:
+        _delete(c, "rc-twice", wait=False)
+
+
+@launch(lambda env: [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rc-team"}},
+                     pod("rc-inteam", [c_("main", f"echo in team; cat {SA}/namespace")], namespace="rc-team")])
+def test_namespaces_as_kubectl_has_them(launched: Launched) -> None:
+    """A pod of another namespace runs there (its service-account namespace file says so), is listed
+    there and not in default, and its log is read with ``-n``."""
+    c = launched.cluster
+    st = finished(c, "rc-inteam", namespace="rc-team")["status"]
+    assert st["phase"] == "Succeeded", st
+    assert logs(c, "rc-inteam", namespace="rc-team") == "in team\nrc-team"
+    assert "rc-inteam" in c.kubectl("get", "pods", "-n", "rc-team").stdout
+    r = c.kubectl("get", "pod", "rc-inteam", check=False)
+    assert r.returncode != 0 and "NotFound" in r.stderr, r.stderr
+    assert "rc-team/rc-inteam" in {f"{e['involvedObject']['namespace']}/{e['involvedObject']['name']}"
+                                   for e in c.events("rc-inteam", "rc-team")}
+
+
+def _over(env: Env) -> dict[str, Any]:
+    cpus, mem_mib = node_capacity()
+    if env.params["what"] == "cpu":
+        return {"requests": {"cpu": str(cpus * 4)}}
+    return {"limits": {"memory": f"{mem_mib * 50}Mi"}}
+
+
+@pytest.mark.parametrize("what", [
+    pytest.param("cpu", marks=pytest.mark.xfail(strict=True, reason=(
+        "a request no Slurm node can hold (PartitionConfig) stays Pending for ever with its job queued: "
+        "hpkctl/kubelet/pods.py poll() never applies never_starts (hpkctl run: 'Slurm will never start job', "
+        "cancelled); see test_kubelet_vktestset_slurm.py test_050_more_cpus_than_any_node_fails"))),
+    "memory"])
+@launch(lambda env: [pod(f"rc-huge-{env.params['what']}", [c_("main", "echo never", resources=_over(env))])])
+def test_request_no_node_can_hold_fails(launched: Launched, what: str) -> None:
+    """4x the CPUs / 50x the memory of the biggest node (sinfo): the pod is Failed with the reason
+    and its job gone (hpkctl run: exit 125, the job cancelled, or sbatch's refusal)."""
+    c = launched.cluster
+    name = f"rc-huge-{what}"
+    wait_status(c, name, "Slurm's verdict", lambda s: s.get("phase") == "Failed"
+                or "PartitionConfig" in s.get("message", ""), timeout=60)
+    st = wait_status(c, name, "Failed", lambda s: s.get("phase") == "Failed", timeout=10)
+    if what == "memory":
+        assert st["reason"] == "SlurmRejected" and "sbatch refused the job" in st["message"], st
+        assert not c.job_id(name)
+    else:
+        assert "PartitionConfig" in st.get("reason", "") + st.get("message", ""), st
+        assert jobcomp_states(c.job_id(name)) == ["CANCELLED"]
+
+
+EXITS = {"exit7": (["sh", "-c", "exit 7"], 7), "notfound": (["/no/such/program"], 127)}
+
+
+@pytest.mark.parametrize("case", [
+    "exit7",
+    pytest.param("notfound", marks=pytest.mark.xfail(strict=True, reason=(
+        "a command that is not found shows as exit code 255 (Apptainer's FATAL), never 127 as hpkctl run reports "
+        "it; see test_kubelet_vktestset_slurm.py test_100_command_not_found_is_exit_code_127")))])
+@launch(lambda env: [pod(f"rc-code-{env.params['case']}", [{"name": "main", "image": BUSYBOX,
+                                                            "command": EXITS[env.params["case"]][0]}])])
+def test_exit_statuses_cannot_be_confused(launched: Launched, case: str) -> None:
+    """The container's own exit code is the terminated state's exitCode and in the pod message."""
+    c = launched.cluster
+    name, code = f"rc-code-{case}", EXITS[case][1]
+    st = finished(c, name)["status"]
+    assert st["phase"] == "Failed", st
+    assert terminated(st, "main")["exitCode"] == code, st
+    assert st["message"] == f"container main exited with code {code}", st
+
+
+@launch(lambda env: [pod("rc-private", [c_("main", "true")])])
+def test_state_directories_and_records_are_private(launched: Launched) -> None:
+    """The pod's directory (its volumes, env files, logs) is 0700 and the kubelet's record of it
+    0600 in a 0700 directory, owned by the user the kubelet runs as."""
+    c = launched.cluster
+    finished(c, "rc-private")
+    uid = launched.uid("rc-private")
+    hpk = pwd.getpwnam(HPK_USER).pw_uid
+    pod_dir = c.root / "hpk-state" / "pods" / uid
+    records = c.root / "hpk-state" / "kubelet" / "hpk" / "pods"
+    for path, mode in ((pod_dir, 0o700), (records, 0o700), (records / f"{uid}.json", 0o600)):
+        st = path.stat()
+        assert (stat.S_IMODE(st.st_mode), st.st_uid) == (mode, hpk), path
+
+
+@pytest.mark.xfail(strict=True, reason="deleting a pod whose containers have all ended records a Killing event "
+                                       "(\"Stopping the pod's containers\") for containers that are long gone: "
+                                       "hpkctl/kubelet/pods.py _stop() posts it whenever the pod has a job id")
+@launch(lambda env: [pod("rc-done", [c_("main", "echo done")])])
+def test_deleting_a_finished_pod_kills_nothing(launched: Launched) -> None:
+    c = launched.cluster
+    assert finished(c, "rc-done")["status"]["phase"] == "Succeeded"
+    assert _delete(c, "rc-done").returncode == 0
+    time.sleep(2)  # the kubelet has seen the DELETED event
+    assert "Killing" not in {r for _, r, _ in events(c, "rc-done", launched.uid("rc-done"))}
+
+
+# ---------------------------------------------------------------------------- test_lifecycle_slurm.py
+
+
+def _sidecar(env: Env) -> list[dict[str, Any]]:
+    d = outdir(env.cluster, "rc-sidecar")
+    side = c_("side", 'echo side-up >> /out/events; trap \'echo side-term >> /out/events; exit 0\' TERM; '
+                      'while :; do sleep 0.1; done', volumeMounts=OUT, restartPolicy="Always",
+              lifecycle={"preStop": {"exec": {"command": note("side-prestop")}}})
+    main = c_("main", "sleep 1; echo main >> /out/events; echo done", volumeMounts=OUT)
+    return [pod("rc-sidecar", [main], initContainers=[side], volumes=[host_volume(d)], terminationGracePeriodSeconds=5)]
+
+
+@launch(_sidecar)
+def test_job_pod_with_a_native_sidecar_completes(launched: Launched) -> None:
+    """An init container with restartPolicy Always runs beside the main container and is stopped
+    (preStop, SIGTERM) once the main container ended: the pod Succeeded, the sidecar terminated with
+    its own exit code 0."""
+    c = launched.cluster
+    st = finished(c, "rc-sidecar")["status"]
+    assert st["phase"] == "Succeeded", st
+    assert terminated(st, "side", init=True)["exitCode"] == 0, st
+    assert logs(c, "rc-sidecar", "-c", "main") == "done\n"
+    assert _lines(outdir(c, "rc-sidecar")) == ["side-up", "main", "side-prestop", "side-term"]
+
+
+@launch(lambda env: [pod("rc-msg", [
+    c_("file", "printf 'bye from the file\\n' > /tmp/term; echo not this", terminationMessagePath="/tmp/term"),
+    c_("log", "i=0; while [ $i -lt 100 ]; do echo line $i; i=$((i+1)); done; exit 2",
+       terminationMessagePolicy="FallbackToLogsOnError"),
+    c_("hook", "sleep 30", lifecycle={"postStart": {"exec": {"command": ["sh", "-c", "echo no way; exit 1"]}}})])])
+def test_termination_messages_and_a_failed_post_start_hook(launched: Launched) -> None:
+    """terminated.message from terminationMessagePath; FallbackToLogsOnError: the log's last 80
+    lines; a failed postStart hook kills the container (reason FailedPostStartHook, the hook's
+    output in the message)."""
+    c = launched.cluster
+    st = finished(c, "rc-msg")["status"]
+    assert st["phase"] == "Failed", st
+    assert terminated(st, "file")["message"] == "bye from the file\n", st
+    tail = terminated(st, "log")["message"]
+    assert tail == "".join(f"line {i}\n" for i in range(20, 100)), tail
+    hook = terminated(st, "hook")
+    assert hook["reason"] == "FailedPostStartHook" and "no way" in hook["message"], hook
+    assert logs(c, "rc-msg", "-c", "file") == "not this\n"
+
+
+# ============================================================================ slow, self-ending
+# Their pods are created first (``early``) and their tests come last: the wait overlaps the rest.
+# test_lifecycle_slurm.py::test_the_time_limit_runs_the_stop_sequence
+
+
+def _time_limit(env: Env) -> list[dict[str, Any]]:
+    d = outdir(env.cluster, "rc-timelimit")
+    main = c_("main", "trap 'echo term >> /out/events; exit 0' TERM; while :; do sleep 0.1; done", volumeMounts=OUT,
+              lifecycle={"preStop": {"exec": {"command": note("prestop")}}})
+    return [pod("rc-timelimit", [main], volumes=[host_volume(d)], terminationGracePeriodSeconds=2,
+                annotations={"slurm-job.hpk.io/flags": "--time=1"})]
+
+
+@launch(_time_limit, early=True)
+def test_the_time_limit_runs_the_stop_sequence(launched: Launched) -> None:
+    """Slurm's time limit (a flags annotation: the shortest is a minute; the TERM comes up to 60 s
+    early): preStop, then SIGTERM; the container's own exit (0, its TERM trap) is recorded; the pod
+    is Failed with reason DeadlineExceeded."""
+    c = launched.cluster
+    st = finished(c, "rc-timelimit", timeout=200)["status"]
+    assert (st["phase"], st["reason"]) == ("Failed", "DeadlineExceeded"), st
+    assert terminated(st, "main")["exitCode"] == 0, st
+    assert _lines(outdir(c, "rc-timelimit")) == ["prestop", "term"]
+
+
+# test_run_slurm.py::test_time_limit_is_deadline_exceeded
+@launch(lambda env: [pod("rc-deadline", [c_("sleeper", "echo started; sleep 600")], activeDeadlineSeconds=30)],
+        early=True)
+def test_active_deadline_is_deadline_exceeded(launched: Launched) -> None:
+    """activeDeadlineSeconds becomes the job's time limit; at its end the pod is Failed with reason
+    DeadlineExceeded (as the real kubelet says), the container stopped by SIGTERM (143)."""
+    c = launched.cluster
+    st = finished(c, "rc-deadline", timeout=200)["status"]
+    assert (st["phase"], st["reason"]) == ("Failed", "DeadlineExceeded"), st
+    assert terminated(st, "sleeper")["exitCode"] == 143, st
+    assert logs(c, "rc-deadline").removesuffix(JOB_SHELL_LINE) == "started\n"
+
+
+# ============================================================================ other site profiles
+# test_run_slurm.py::test_own_network_namespace_mode
+
+
+def _netns(env: Env) -> list[dict[str, Any]]:
+    port = _port()
+    server = c_("server", f"echo pong | nc -l -p {port} 127.0.0.1")
+    client = c_("client", f"for i in $(seq 100); do out=$(nc 127.0.0.1 {port} </dev/null 2>/dev/null) "
+                          f"&& [ -n \"$out\" ] && break; sleep 0.1; done; echo \"got $out\"; "
+                          "echo links=$(ip -o link | wc -l)")
+    return [pod("rc-netns", [server, client])]
+
+
+@launch(_netns)
+def test_own_network_namespace_mode(cni_launched: Launched) -> None:
+    """network = "cni": the containers of a pod share a network namespace of their own (loopback only)."""
+    c = cni_launched.cluster
+    st = finished(c, "rc-netns")["status"]
+    assert st["phase"] == "Succeeded", st
+    assert logs(c, "rc-netns", "-c", "client") == "got pong\nlinks=1\n"
+
+
+@launch(lambda env: [_tcp("rc-tcp-cni")])
+def test_tcp_probe_own_network_namespace(cni_launched: Launched) -> None:
+    _check_tcp(cni_launched.cluster, "rc-tcp-cni")
+
+
+# test_run_slurm.py::test_pull_before_submit_with_a_user_profile
+@launch(lambda env: [pod("rc-offline", [c_("main", "echo pulled at submit")])])
+def test_pull_before_submit(offline_launched: Launched) -> None:
+    """pull = "submit" (offline compute nodes): the kubelet pulls the image on its host before it
+    submits the job, with Pulling and Pulled events; the SIF in the profile's cache belongs to the
+    kubelet's user; the job runs it."""
+    c = offline_launched.cluster
+    st = finished(c, "rc-offline")["status"]
+    assert st["phase"] == "Succeeded", st
+    assert logs(c, "rc-offline") == "pulled at submit\n"
+    evs = [(r, m) for _, r, m in events(c, "rc-offline", offline_launched.uid("rc-offline"))]
+    source = "docker://docker.io/library/busybox:1.36"
+    assert ("Pulling", f"Pulling image(s) {source}") in evs and ("Pulled", f"Image(s) pulled: {source}") in evs, evs
+    assert [r for r, _ in evs].index("Pulled") < [r for r, _ in evs].index("Started"), evs
+    sifs = list((c.root / "images").glob("*busybox*.sif"))
+    assert sifs and all(p.stat().st_uid == pwd.getpwnam(HPK_USER).pw_uid for p in sifs), sifs
+
+
+@launch(lambda env: [pod("rc-noimage", [c_("main", "true", image="no-such-image:1.0")])])
+def test_unknown_image_backs_off_pending(offline_launched: Launched) -> None:
+    """An image the registry does not have, pulled by the kubelet: the pod stays Pending with its
+    container waiting in ImagePullBackOff (after ErrImagePull), and Failed Warning events give the
+    registry's answer; no Slurm job."""
+    c = offline_launched.cluster
+    uid = offline_launched.uid("rc-noimage")
+    st = wait_status(c, "rc-noimage", "ImagePullBackOff", lambda s: (container(s, "main").get("state") or {}).get(
+        "waiting", {}).get("reason") == "ImagePullBackOff", timeout=60)
+    assert st["phase"] == "Pending", st
+    assert "manifest unknown" in container(st, "main")["state"]["waiting"]["message"], st
+    reasons = [(container(s, "main").get("state") or {}).get("waiting", {}).get("reason")
+               for s in offline_launched.history.statuses("rc-noimage", uid=uid)]
+    assert "ErrImagePull" in reasons and reasons.index("ErrImagePull") < reasons.index("ImagePullBackOff"), reasons
+    assert any(t == "Warning" and r == "Failed" and "no-such-image" in m for t, r, m in events(c, "rc-noimage", uid))
+    assert not c.job_id("rc-noimage")
+
+
+@pytest.mark.xfail(strict=True, reason="with pull = \"submit\" and network = \"cni\" the kubelet pulls only the "
+                                       "containers' images, not the cni parent image: the job fails with ErrImagePull "
+                                       "'docker://docker.io/library/hpk-parent:latest is not in the cache' "
+                                       "(hpkctl/pod/translate.py PodPlan.images leaves out plan.parent, so "
+                                       "hpkctl/local/submit.py images_to_pull never lists it; hpkctl run too)")
+@launch(lambda env: [pod("rc-offline-cni", [c_("main", "echo pulled at submit")])])
+def test_pull_before_submit_in_own_network_namespace_mode(offline_cni_launched: Launched) -> None:
+    c = offline_cni_launched.cluster
+    st = finished(c, "rc-offline-cni")["status"]
+    assert st["phase"] == "Succeeded", st
+    assert logs(c, "rc-offline-cni") == "pulled at submit\n"
