@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from hpkctl import __version__
-from hpkctl.cli import build, cluster, controlplane, local, render, sites
+from hpkctl.cli import build, cluster, controlplane, launch, local, render, sites
 from hpkctl.errors import HpkError
 
 
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     sites.register(sub)
     cluster.register(sub)
     build.register(sub)
+    launch.register(sub)
     controlplane.register(sub)
     return parser
 

@@ -46,7 +46,7 @@ def register(sub: Any) -> None:
                    help="delete an existing run of the same name first (cancel its job, remove its directory)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("status", help="show the state of runs started with 'hpkctl run'")
+    p = sub.add_parser("status", help="show the private cluster (hpkctl start), then the runs of 'hpkctl run'")
     p.add_argument("name", nargs="?", help="pod name (all runs of the namespace when omitted)")
     add_site(p)
     add_namespace(p)
@@ -190,6 +190,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     slurm = Slurm(profile.slurm)
     if args.name and args.all_namespaces:
         raise HpkError("a pod name cannot be given with -A/--all-namespaces", hint="use -n NAMESPACE NAME")
+    if not args.name and not args.json:  # the private cluster (hpkctl start) on top, when the profile has one
+        from hpkctl.cli.launch import cluster_status, print_cluster
+
+        cluster = cluster_status(profile)
+        if cluster is not None:
+            print_cluster(cluster, out=sys.stdout)
+            print("\nRUNS (hpkctl run)")
     everything = all_records(profile)
     orphans = _unrecorded(profile, slurm, everything)  # first: it may write a job id into a record
     if args.name:
