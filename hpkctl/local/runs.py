@@ -23,7 +23,7 @@ from hpkctl.local.records import SUBMITTED, SUBMITTING, RunRecord, forget_run, s
 from hpkctl.pod.flags import uid_from_comment
 from hpkctl.pod.lifecycle import SIGNAL_MARGIN, grace_period
 from hpkctl.pod.paths import POD_DELETING, POD_DONE, PodDir
-from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
+from hpkctl.pod.status import PodStatus, apptainer_fatal, containers_of, read_pod_status
 from hpkctl.sites.schema import SiteProfile
 
 # ---------------------------------------------------------------------------- exit statuses of 'hpkctl run'
@@ -282,22 +282,8 @@ def unrecorded_jobs(profile: SiteProfile, slurm: Slurm, records: Sequence[RunRec
 
 def _apptainer_fatal(rec: RunRecord, container: str) -> int | None:
     """126/127 when the container's log ends with Apptainer's FATAL for a command it could not start."""
-    try:
-        with open(rec.dir.log(container), "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 4096))
-            tail = fh.read().decode("utf-8", "replace").lower()
-    except OSError:
-        return None
-    lines = [ln for ln in tail.splitlines() if ln.strip()]
-    last = lines[-1] if lines else ""
-    if "fatal:" not in last:
-        return None
-    if "executable file not found" in last or "no such file or directory" in last:
-        return EXIT_NOT_FOUND
-    if "permission denied" in last:
-        return EXIT_CANNOT_INVOKE
-    return None
+    found = apptainer_fatal(rec.dir, container)
+    return found[0] if found else None
 
 
 def exit_status(rec: RunRecord, st: PodStatus) -> int:

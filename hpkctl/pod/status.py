@@ -9,6 +9,7 @@ script managed to record, because the script may have been killed before it coul
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,6 +154,34 @@ def _probe_state(pd: PodDir, cs: ContainerStatus, *, startup: set[str], sidecars
     cs.ready = cs.started and pd.read_container(name, f.READY) == "1"
 
 
+def _log_tail(pd: PodDir, name: str) -> str:
+    try:
+        with open(pd.log(name), "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 4096))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _last_line(pd: PodDir, name: str) -> str:
+    lines = [ln for ln in _log_tail(pd, name).splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def apptainer_fatal(pd: PodDir, name: str) -> tuple[int, str] | None:
+    """(127, reason) or (126, reason) when the container's log ends with Apptainer's FATAL for a command
+    it could not start (not found / permission denied); Apptainer itself exits 255 for both."""
+    last = _last_line(pd, name).lower()
+    if "fatal:" not in last:
+        return None
+    if "executable file not found" in last or "no such file or directory" in last:
+        return 127, "ContainerCannotRun"
+    if "permission denied" in last:
+        return 126, "ContainerCannotRun"
+    return None
+
+
 def container_statuses(pd: PodDir, containers: Sequence[tuple[str, bool]], *, oom: bool,
                        pod_finished: bool) -> list[ContainerStatus]:
     out = []
@@ -175,6 +204,10 @@ def container_statuses(pd: PodDir, containers: Sequence[tuple[str, bool]], *, oo
             cs.finished_at = pd.read_container(name, f.FINISHED)
             cs.reason = "Completed" if code == 0 else ("OOMKilled" if oom and code in (137, 9) else "Error")
             cs.message = pd.read_message(name) or ""
+            fatal = apptainer_fatal(pd, name) if code == 255 else None
+            if fatal is not None:  # Apptainer could not start the command: say so as a shell would
+                cs.exit_code, cs.reason = fatal
+                cs.message = cs.message or _last_line(pd, name)
             if hook_reason == "FailedPostStartHook":  # killed because its postStart hook failed
                 cs.reason, cs.message = hook_reason, cs.message or hook_message
         elif started is not None and pd.exists(f"{name}.{f.POST_START}"):
