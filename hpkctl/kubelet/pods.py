@@ -37,11 +37,11 @@ from hpkctl.kubelet.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRe
 from hpkctl.kubelet.table import PodTable, Tracked
 from hpkctl.kubelet.tokens import refresh, refresh_after
 from hpkctl.kubelet.workqueue import WorkQueue
-from hpkctl.local.runs import ended, job_states, mark_deleting, pod_jobs
+from hpkctl.local.runs import ended, job_states, mark_deleting, never_starts, pod_jobs
 from hpkctl.local.submit import images_to_pull
 from hpkctl.pod import render_pod, write_pod_dir
 from hpkctl.pod.lifecycle import grace_period
-from hpkctl.pod.paths import POD_DONE, PodDir
+from hpkctl.pod.paths import LAST_PROBE_KILL, POD_DONE, PROBE_KILL, PodDir
 from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.runtime import ImageToPull, pull_images
 from hpkctl.sites.schema import SiteProfile
@@ -164,8 +164,9 @@ class PodManager:
     def on_event(self, typ: str, pod: dict[str, Any]) -> None:
         if typ == "DELETED":
             uid = str(_meta(pod).get("uid") or "")
-            if self.table.get(uid) is None and self._rec(uid) is None:
-                return
+            rec = self._rec(uid)
+            if self.table.get(uid) is None and (rec is None or rec.state == STOPPED):
+                return  # unknown, or stopped already (the DELETED of the kubelet's own final delete)
             if self.table.get(uid) is None:
                 self._upsert(pod)
             self._gone.add(uid)
@@ -393,13 +394,13 @@ class PodManager:
         ``DELETE`` with grace 0 and the uid as precondition (so nothing stays Terminating)."""
         rec = self._rec(t.uid)
         job_id = t.job_id or (rec.job_id if rec else "")
+        job = self._job_now(job_id) if job_id else None
         if not t.deleting:
             t.deleting = True
-            if job_id:
+            if job_id and not ended(job):  # a finished pod has nothing left to kill
                 self._event(t, "Killing", f"Stopping the pod's containers (Slurm job {job_id})")
         cancelled = False
         if job_id:
-            job = self._job_now(job_id)
             if not ended(job):
                 pd = PodDir(t.pod_dir) if t.pod_dir else None
                 started = t.extra.get("term_sent")
@@ -461,9 +462,9 @@ class PodManager:
             log.warning("pod %s: not reporting a terminated container as running again", t.key)
             return
         before = t.status
+        self._send(t, new)  # raises when the API cannot be told: then nothing below happens either
         t.status = st
-        if self._send(t, new):
-            self._transition_events(t, before, st)
+        self._transition_events(t, before, st)
 
     def _transition_events(self, t: Tracked, before: PodStatus | None, st: PodStatus) -> None:
         old = {c.name: c for c in (before.containers if before else [])}
@@ -474,10 +475,29 @@ class PodManager:
             if c.started_at and c.state in ("running", "terminated") and seen.get(c.name) != c.started_at:
                 seen[c.name] = c.started_at
                 self._event(t, "Started", f"Started container {c.name}")
-            if c.probe_kill and (prev is None or prev.probe_kill != c.probe_kill):
-                self._event(t, "Unhealthy", c.probe_kill, warning=True)
+            self._probe_kill_events(t, c)
         if st.phase == "Failed" and (before is None or before.phase != "Failed"):
             self._event(t, "Failed", f"{st.reason}: {st.message}", warning=True)
+
+    def _probe_kill_events(self, t: Tracked, c: Any) -> None:
+        """Unhealthy + Killing once per run a probe stopped: the current run's kill file, or after the
+        restart the previous run's (the same kill, one restart later: same key)."""
+        if t.pod_dir is None:
+            return
+        pd = PodDir(t.pod_dir)
+        current = pd.read_container(c.name, PROBE_KILL)
+        text = current or pd.read_container(c.name, LAST_PROBE_KILL)
+        if not text:
+            return
+        run = c.restart_count if current else c.restart_count - 1
+        seen = t.extra.setdefault("kills", set())
+        if (c.name, run) in seen:
+            return
+        seen.add((c.name, run))
+        self._event(t, "Unhealthy", text, warning=True)
+        kind = text.split(" ", 1)[0].lower()
+        if kind in ("liveness", "startup"):
+            self._event(t, "Killing", f"Container {c.name} failed {kind} probe, will be restarted")
 
     def poll(self, *, now: float | None = None) -> int:
         """One status round: Slurm (if due), then every live pod whose files or job changed.
@@ -501,6 +521,13 @@ class PodManager:
             if key == t.extra.get("key"):
                 continue
             try:
+                if never_starts(job):
+                    self._never_starts(t, job)
+                    continue
+                if not t.pod_dir.is_dir():
+                    self._dir_missing(t, job, known=t.job_id in self._jobs)
+                    t.extra["key"] = key
+                    continue
                 st = read_pod_status(t.pod_dir, containers_of(t.pod), job, job_known=t.job_id in self._jobs)
                 self._report(t, st)
             except (KubeError, KubeUnavailable) as exc:
@@ -515,6 +542,29 @@ class PodManager:
             if st.finished and (ended(job) or (job is None and t.job_id in self._jobs)):
                 t.extra["final"] = True
         return read
+
+    def _never_starts(self, t: Tracked, job: JobInfo | None) -> None:
+        """Slurm keeps the job pending for a reason waiting cannot clear (no node of the partition can
+        hold it): cancel it and fail the pod, as the real kubelet rejects a pod that cannot fit."""
+        reason = job.reason if job is not None else ""
+        self.slurm.cancel(t.job_id)
+        self._fail(t, "SlurmNeverStarts",
+                   f"Slurm will never start job {t.job_id}: {reason}; lower the pod's resources (cpu → "
+                   "--cpus-per-task, memory → --mem) or node count, or choose a partition whose nodes can hold "
+                   "it ('sinfo -o \"%P %c %m %G %l\"' shows what the partitions offer)")
+
+    def _dir_missing(self, t: Tracked, job: JobInfo | None, *, known: bool) -> None:
+        """The pod directory is gone (removed by hand?): say so, keep the containers as last reported,
+        and fail the pod once Slurm says the job ended."""
+        state = (f"Slurm job {t.job_id} is {job.state}" if job is not None
+                 else f"Slurm no longer knows job {t.job_id}")
+        status = dict(t.sent or {})
+        status.update({"reason": "PodDirectoryMissing",
+                       "message": f"the pod directory {t.pod_dir} is gone (deleted by hand?); {state}"})
+        if known and ended(job):
+            status["phase"] = "Failed"
+            t.extra["final"] = True
+        self._send(t, status)
 
     def refresh_tokens(self, *, now: float | None = None) -> int:
         """Renew the projected tokens of running pods that are due (after a restart: all of them

@@ -434,10 +434,6 @@ def test_vanished_pod_directory_can_still_be_deleted(launched: Launched) -> None
     assert c.node_ready()
 
 
-@pytest.mark.xfail(strict=True, reason="with its pod directory gone, a running container is reported as waiting "
-                                       "(PodInitializing) again under restartPolicy Never and the status never names "
-                                       "the problem: hpkctl/kubelet/pods.py poll() reads the missing status files as "
-                                       "'not started yet' (hpkctl status says PodDirectoryMissing)")
 @launch(lambda env: [pod("rc-vanish-status", [c_("c", "echo hi; sleep 300")], terminationGracePeriodSeconds=5)])
 def test_vanished_pod_directory_is_reported(launched: Launched) -> None:
     c = launched.cluster
@@ -768,10 +764,7 @@ def _over(env: Env) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("what", [
-    pytest.param("cpu", marks=pytest.mark.xfail(strict=True, reason=(
-        "a request no Slurm node can hold (PartitionConfig) stays Pending for ever with its job queued: "
-        "hpkctl/kubelet/pods.py poll() never applies never_starts (hpkctl run: 'Slurm will never start job', "
-        "cancelled); see test_kubelet_vktestset_slurm.py test_050_more_cpus_than_any_node_fails"))),
+    "cpu",
     "memory"])
 @launch(lambda env: [pod(f"rc-huge-{env.params['what']}", [c_("main", "echo never", resources=_over(env))])])
 def test_request_no_node_can_hold_fails(launched: Launched, what: str) -> None:
@@ -795,9 +788,7 @@ EXITS = {"exit7": (["sh", "-c", "exit 7"], 7), "notfound": (["/no/such/program"]
 
 @pytest.mark.parametrize("case", [
     "exit7",
-    pytest.param("notfound", marks=pytest.mark.xfail(strict=True, reason=(
-        "a command that is not found shows as exit code 255 (Apptainer's FATAL), never 127 as hpkctl run reports "
-        "it; see test_kubelet_vktestset_slurm.py test_100_command_not_found_is_exit_code_127")))])
+    "notfound"])
 @launch(lambda env: [pod(f"rc-code-{env.params['case']}", [{"name": "main", "image": BUSYBOX,
                                                             "command": EXITS[env.params["case"]][0]}])])
 def test_exit_statuses_cannot_be_confused(launched: Launched, case: str) -> None:
@@ -825,9 +816,6 @@ def test_state_directories_and_records_are_private(launched: Launched) -> None:
         assert (stat.S_IMODE(st.st_mode), st.st_uid) == (mode, hpk), path
 
 
-@pytest.mark.xfail(strict=True, reason="deleting a pod whose containers have all ended records a Killing event "
-                                       "(\"Stopping the pod's containers\") for containers that are long gone: "
-                                       "hpkctl/kubelet/pods.py _stop() posts it whenever the pod has a job id")
 @launch(lambda env: [pod("rc-done", [c_("main", "echo done")])])
 def test_deleting_a_finished_pod_kills_nothing(launched: Launched) -> None:
     c = launched.cluster

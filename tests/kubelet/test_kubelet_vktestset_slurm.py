@@ -229,10 +229,6 @@ def test_050_more_cpus_than_any_node_is_not_silent(launched: Launched) -> None:
     assert not terminated(st, "c") and "running" not in container(st, "c").get("state", {}), st
 
 
-@pytest.mark.xfail(strict=True, reason="the kubelet leaves a pod whose job Slurm will never start (PartitionConfig) "
-                                       "Pending for ever with its job queued: hpkctl/kubelet/pods.py poll() never "
-                                       "applies hpkctl.local.runs.never_starts (hpkctl run fails such a pod at once); "
-                                       "the real kubelet rejects a pod its node cannot hold (Failed, OutOfcpu)")
 @launch(lambda env: [pod("vk050-cpu", [sh("c", "echo never", resources={"limits": {"cpu": _over(env)[0]}})])])
 def test_050_more_cpus_than_any_node_fails(launched: Launched) -> None:
     c = launched.cluster
@@ -420,10 +416,6 @@ def test_090_failing_http_liveness_restarts_the_container(launched: Launched) ->
         c.kubectl("delete", "pod", "vk090-live", "--wait=false", check=False)
 
 
-@pytest.mark.xfail(strict=True, reason="no Unhealthy event when the status is read between the probe's kill "
-                                       "decision (NAME.probe-kill written) and the container's end: "
-                                       "hpkctl/kubelet/pods.py _report() replaces t.status even when _send() "
-                                       "sends nothing, so _transition_events() later sees probe_kill unchanged")
 @launch(lambda env: [_web_liveness(env, "vk090-unhealthy", pre_stop=True)])
 def test_090_liveness_kill_is_an_unhealthy_event(launched: Launched) -> None:
     """A preStop hook of 2 s keeps the container alive after the kill decision, long enough for
@@ -496,10 +488,6 @@ def test_100_command_not_found_fails_the_pod(launched: Launched) -> None:
     assert logs(c, "vk100-notfound") == 'FATAL:   "/no/such/program": executable file not found in $PATH\n'
 
 
-@pytest.mark.xfail(strict=True, reason="a command that is not found is reported as exit code 255 (Apptainer's FATAL) "
-                                       "with reason Error: the API never says 127 (hpkctl run maps it in "
-                                       "hpkctl/local/runs.py exit_status/_apptainer_fatal; the kubelet's status "
-                                       "from hpkctl/pod/status.py does not)")
 @launch(lambda env: [pod("vk100-notfound-127", [{"name": "c", "image": "busybox", "command": ["nosuchcommand"]}])])
 def test_100_command_not_found_is_exit_code_127(launched: Launched) -> None:
     c = launched.cluster
