@@ -208,30 +208,31 @@ hpk_hook_http() {
 }
 
 # hpk_stop_container NAME FN CPID: Kubernetes' stop sequence: preStop (if any), SIGTERM, and SIGKILL
-# once HPK_GRACE seconds (at least 2, as the kubelet) have passed since the start; preStop counts
+# once HPK_GRACE seconds (at least 2, as the kubelet) have passed since the start (timed in microseconds
+# with EPOCHREALTIME: bash's whole-second SECONDS would cut up to a second off); preStop counts
 # against the grace period, and one that overruns it gets 2 more seconds (the kubelet's rule).
 # SIGTERM goes to the container function's children (apptainer, or srun for MPI), which hand it to
 # the container's process; SIGKILL goes to the whole tree. Returns once the container is gone.
 hpk_stop_container() {
   local name=$1 fn=$2 cpid=$3 end hook
   kill -0 "$cpid" 2>/dev/null || return 0
-  end=$((SECONDS + (HPK_GRACE < 2 ? 2 : HPK_GRACE)))
+  end=$((${EPOCHREALTIME//[!0-9]/} + (HPK_GRACE < 2 ? 2 : HPK_GRACE) * 1000000))
   if declare -F "${fn}_pre_stop" >/dev/null; then
     hpk_hook "$name" "$fn" pre_stop &
     hook=$!
-    while kill -0 "$hook" 2>/dev/null && kill -0 "$cpid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do
+    while kill -0 "$hook" 2>/dev/null && kill -0 "$cpid" 2>/dev/null && [ "${EPOCHREALTIME//[!0-9]/}" -lt "$end" ]; do
       sleep 0.2
     done
     if kill -0 "$hook" 2>/dev/null && kill -0 "$cpid" 2>/dev/null; then
       hpk_hook_failed "$name" FailedPreStopHook "preStop hook did not finish within the grace period (${HPK_GRACE}s)"
-      end=$((SECONDS + 2))
+      end=$((${EPOCHREALTIME//[!0-9]/} + 2000000))
     fi
     hpk_kill_tree "$hook"
     wait "$hook" 2>/dev/null
   fi
   # shellcheck disable=SC2046  # one pid per word
   kill -TERM $(hpk_children "$cpid") 2>/dev/null || kill -TERM "$cpid" 2>/dev/null
-  while kill -0 "$cpid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.2; done
+  while kill -0 "$cpid" 2>/dev/null && [ "${EPOCHREALTIME//[!0-9]/}" -lt "$end" ]; do sleep 0.2; done
   kill -0 "$cpid" 2>/dev/null || return 0
   hpk_kill_tree "$cpid"
   while kill -0 "$cpid" 2>/dev/null; do sleep 0.1; done

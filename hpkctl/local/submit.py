@@ -27,10 +27,16 @@ from hpkctl.sites.schema import SiteProfile
 
 
 def images_to_pull(rendered: RenderedPod) -> list[ImageToPull]:
+    """Every image the job needs: the cni parent's (the job pulls it IfNotPresent on the node, which may
+    be offline) and the containers'."""
     plan = rendered.plan
-    return [ImageToPull(source=image.source, sif=sif, policy=policy,
-                        credentials=plan.pull_credentials.get(image.registry))
-            for image, sif, policy in plan.images]
+    out = [ImageToPull(source=image.source, sif=sif, policy=policy, credentials=plan.pull_credentials.get(image.registry))
+           for image, sif, policy in plan.images]
+    if plan.parent is not None:
+        image, sif = plan.parent
+        out.insert(0, ImageToPull(source=image.source, sif=sif, policy="IfNotPresent",
+                                  credentials=plan.pull_credentials.get(image.registry)))
+    return out
 
 
 FLAGS_ANNOTATION = FLAGS_ANNOTATIONS[0]  # the name hints show; the others are aliases

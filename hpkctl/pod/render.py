@@ -354,4 +354,9 @@ def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Pa
         files["job/pod.json"] = (pod_json, 0o600)
     for rel, (data, mode) in files.items():
         _write_inside(root, rel, data, mode)
+    for kind, path, _ro in rendered.plan.volumes.sources.values():
+        # a volume of files may hold none (an optional ConfigMap that does not exist, an empty Secret):
+        # it is still an empty directory in the container, as in Kubernetes
+        if kind in ("configMap", "secret", "downwardAPI", "projected") and inside(root, Path(path)):
+            Path(path).mkdir(parents=True, exist_ok=True)
     return root

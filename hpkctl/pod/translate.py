@@ -280,6 +280,11 @@ def _plan_container(ctx: Ctx, c: Mapping[str, Any], *, index: int, init: bool, w
 
     workdir = expand(c["workingDir"], env) if c.get("workingDir") else ()
     env_static = [(k, static_text(v)) for k, v in env.items() if is_static(v)]
+    for k, v in env_static:
+        if "\0" in v:  # a C string cannot hold it: no process can receive such a variable
+            raise PodError("CreateContainerConfigError", f"{where}: environment variable {k} holds a NUL byte, "
+                           "which no environment variable can carry",
+                           hint="remove the NUL byte from the value (or the ConfigMap/Secret key it comes from)")
     env_runtime = [(k, v) for k, v in env.items() if not is_static(v)]
     policy = restart
     if init and restart == "Always":

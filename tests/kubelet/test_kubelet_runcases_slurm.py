@@ -373,10 +373,6 @@ def test_hooks_in_order_and_the_grace_period_on_delete(launched: Launched) -> No
 GRACE_PODS = [f"rc-grace-{i}" for i in range(3)]
 
 
-@pytest.mark.xfail(strict=True, reason="SIGKILL comes up to a second before the grace period is over: "
-                                       "sbatch/runtime.sh hpk_stop_container computes its deadline with bash's "
-                                       "whole-second $SECONDS (end=$((SECONDS + HPK_GRACE))), so a 3 s grace "
-                                       "period lasts 2.0-3.2 s after the SIGTERM (measured 2.2-2.8 s)")
 @launch(lambda env: [_grace_pod(env, n, hooks=False) for n in GRACE_PODS])
 def test_sigkill_waits_for_the_whole_grace_period(launched: Launched) -> None:
     """Three pods deleted together (each job's shell has its own phase of $SECONDS): in every one
@@ -971,11 +967,6 @@ def test_unknown_image_backs_off_pending(offline_launched: Launched) -> None:
     assert not c.job_id("rc-noimage")
 
 
-@pytest.mark.xfail(strict=True, reason="with pull = \"submit\" and network = \"cni\" the kubelet pulls only the "
-                                       "containers' images, not the cni parent image: the job fails with ErrImagePull "
-                                       "'docker://docker.io/library/hpk-parent:latest is not in the cache' "
-                                       "(hpkctl/pod/translate.py PodPlan.images leaves out plan.parent, so "
-                                       "hpkctl/local/submit.py images_to_pull never lists it; hpkctl run too)")
 @launch(lambda env: [pod("rc-offline-cni", [c_("main", "echo pulled at submit")])])
 def test_pull_before_submit_in_own_network_namespace_mode(offline_cni_launched: Launched) -> None:
     c = offline_cni_launched.cluster

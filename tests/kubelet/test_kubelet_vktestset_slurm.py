@@ -196,10 +196,6 @@ def test_040_configmap_and_secret_volumes_with_items_modes_and_emptydirs(launche
         "touch: /cm/new: Read-only file system\nconfigMap write rc=1\n")
 
 
-@pytest.mark.xfail(strict=True, reason="an optional ConfigMap volume whose ConfigMap is missing is never created: "
-                                       "the container fails with Apptainer's 'mount source ... doesn't exist' "
-                                       "(exit 255) instead of getting an empty directory (hpkctl/pod/volumes.py "
-                                       "_object_payload returns no payload, so nothing makes the volume directory)")
 @launch(lambda env: [pod("vk040-optional", [sh("c", "ls -A /opt-cm | wc -l",
                                                volumeMounts=[{"name": "o", "mountPath": "/opt-cm"}])],
                          volumes=[{"name": "o", "configMap": {"name": "vk040-absent", "optional": True}}])])
