@@ -8,8 +8,10 @@ from hpkctl.jobs.command import Commands, failure
 from hpkctl.jobs.info import JobInfo, UserJob, is_job_id
 from hpkctl.jobs.parse import SQUEUE_FORMAT, USER_JOBS_FORMAT, parse_squeue, parse_user_jobs
 
-# Job ids per squeue/sacct call: keeps the command line far below ARG_MAX and each answer small.
-QUERY_CHUNK = 500
+# Job ids per squeue/sacct call: keeps the command line far below ARG_MAX (2,000 ids are ~16 KB) and
+# each answer bounded, while a kubelet with its 1,000 pods (the node's default capacity) still asks
+# Slurm once per status round.
+QUERY_CHUNK = 2000
 
 
 def check_id(job_id: str) -> str:

@@ -74,7 +74,7 @@ class Slurm:
         return sbatch_test_only(self._commands, script, extra_args=extra_args)
 
     def query(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
-        """Current state of ``job_ids`` from slurmctld: one ``squeue`` call per 500 ids (``QUERY_CHUNK``).
+        """Current state of ``job_ids`` from slurmctld: one ``squeue`` call per 2,000 ids (``QUERY_CHUNK``).
 
         Runs ``squeue --noheader --all --states=all --jobs=ID,ID,... --format=SQUEUE_FORMAT``:
         ``--states=all`` keeps finished jobs visible until ``MinJobAge``; ``--all`` includes

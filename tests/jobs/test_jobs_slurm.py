@@ -201,10 +201,10 @@ def test_query_one_call_for_many_jobs(fp, section, fixture_text) -> None:
 
 def test_query_chunks_long_lists(fp, section) -> None:
     rec = fp.register(cmd(fp, "squeue"), stdout="", occurrences=3)
-    Slurm(section()).query([str(i) for i in range(1, 1201)] + ["5"])  # duplicates asked once
+    Slurm(section()).query([str(i) for i in range(1, 4801)] + ["5"])  # duplicates asked once
     lengths = [len(next(a for a in c.args if a.startswith("--jobs=")).removeprefix("--jobs=").split(","))
                for c in rec.calls]
-    assert lengths == [500, 500, 200]
+    assert lengths == [2000, 2000, 800]
 
 
 def test_query_nothing_known(fp, section) -> None:
