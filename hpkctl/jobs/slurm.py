@@ -5,7 +5,7 @@ The work is split by responsibility; this class only ties it to one profile:
 * :mod:`~hpkctl.jobs.command`: finding and running a command with a scrubbed, per-call environment
   and a timeout (no process-wide state, so any number of threads may share one ``Slurm``).
 * :mod:`~hpkctl.jobs.submit`: ``sbatch`` and the table of its refusals (typed ``SubmitError``).
-* :mod:`~hpkctl.jobs.query`: ``squeue`` for any number of jobs, one call per 500 ids.
+* :mod:`~hpkctl.jobs.query`: ``squeue`` for any number of jobs, one call per 2,000 ids.
 * :mod:`~hpkctl.jobs.final`: final states from ``scontrol``, ``sacct`` and the jobcomp file.
 * :mod:`~hpkctl.jobs.cancel`: ``scancel``.
 * :mod:`~hpkctl.jobs.step`: ``srun --overlap --jobid``, a command in a running job (the kubelet's exec).
@@ -107,7 +107,7 @@ class Slurm:
         return self._finals.final(job_id)
 
     def finals(self, job_ids: Iterable[str]) -> dict[str, JobInfo | None]:
-        """``final`` for many jobs: one jobcomp scan, one ``sacct`` per 500 ids, ``scontrol`` for the rest."""
+        """``final`` for many jobs: one jobcomp scan, one ``sacct`` per 2,000 ids, ``scontrol`` for the rest."""
         return self._finals.finals(job_ids)
 
     @property
