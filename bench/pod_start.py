@@ -168,7 +168,7 @@ def bare_script(d: Path) -> Path:
 
 
 def bare_submit(d: Path, script: Path, partition: str, time_limit: str) -> Job:
-    r = subprocess.run(["sbatch", "--parsable", "--quiet", f"--partition={partition}", "--output=/dev/null",
+    r = subprocess.run(["sbatch", "--parsable", f"--partition={partition}", "--output=/dev/null",
                         f"--time={time_limit}", str(script)], check=True, capture_output=True, text=True)
     return Job(r.stdout.strip().split(";")[0], d / "started", d / "ran", d / "finished",
                ok_check=lambda: (d / "ran").exists())
