@@ -293,6 +293,8 @@ def exit_status(rec: RunRecord, st: PodStatus) -> int:
     if st.reason in SETUP_REASONS:
         return EXIT_HPKCTL
     for c in st.containers:
+        if c.state == "terminated" and c.reason == "ContainerCannotRun" and c.exit_code in (126, 127):
+            return c.exit_code  # read_pod_status mapped Apptainer's FATAL already
         if c.state == "terminated" and c.exit_code == 255:
             fatal = _apptainer_fatal(rec, c.name)
             if fatal is not None:
