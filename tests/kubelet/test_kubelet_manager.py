@@ -18,6 +18,8 @@ from hpkctl.sites import load_site
 
 
 class FakeKube:
+    host = "https://127.0.0.1:6443"
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, Any]] = []
 
