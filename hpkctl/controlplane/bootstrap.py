@@ -56,6 +56,7 @@ from hpkctl.controlplane.health import Probe
 from hpkctl.controlplane.pki import Pki, ensure_pki, write_kubeconfig
 from hpkctl.errors import HpkError
 from hpkctl.kube import Kube, KubeError, KubeUnavailable
+from hpkctl.kube.address import host_address
 from hpkctl.runtime.supervise import Child, Supervisor, describe_status
 from hpkctl.sites.schema import SiteProfile
 
@@ -136,21 +137,6 @@ def read_endpoint(state_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def host_address() -> str:
-    """This host's IP as other nodes dial it: the source address of a route outward (no packet is
-    sent), else the resolved host name, else loopback."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            return str(s.getsockname()[0])
-    except OSError:
-        pass
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
 
 
 _DNS = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")

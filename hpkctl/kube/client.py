@@ -13,7 +13,7 @@ when the server could not be reached at all.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -163,28 +163,3 @@ class Kube:
 
     def delete(self, path: str, body: Any = None, **kw: Any) -> Any:
         return self.request("DELETE", path, body=body, **kw)
-
-    def stream(self, path: str, *, query: Sequence[tuple[str, Any]] | Mapping[str, Any], read_timeout: float,
-               connect_timeout: float = 5.0) -> Iterator[dict[str, Any]]:
-        """A watch: one decoded event per line until the server closes the stream.
-
-        ``read_timeout`` must exceed the watch's ``timeoutSeconds``: it is what notices a server
-        that went silent without closing (a dead TCP peer never sends a FIN)."""
-        resp = self._send("GET", path, query=query, body=None, content_type=None,
-                          timeout=(connect_timeout, read_timeout))
-        try:
-            if resp.status >= 400:
-                raise self._error(resp, "GET", path)
-            buf = b""
-            for chunk in resp.response.stream(64 * 1024, decode_content=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
-            if buf.strip():
-                yield json.loads(buf)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise KubeUnavailable(f"watch {path}: {exc}") from exc
-        finally:
-            resp.response.close()  # a watch left early has unread data: the connection cannot go back

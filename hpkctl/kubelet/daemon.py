@@ -23,7 +23,8 @@ from hpkctl.jobs import Slurm
 from hpkctl.kube import Kube
 from hpkctl.kube.events import EventRecorder
 from hpkctl.kube.reflect import Reflector
-from hpkctl.kubelet.node import LeaseKeeper, NodeReporter, NodeState, host_address
+from hpkctl.kube.address import host_address
+from hpkctl.kubelet.node import LeaseKeeper, NodeReporter, NodeState
 from hpkctl.kubelet.pods import PodManager
 from hpkctl.kubelet.records import Records
 from hpkctl.kubelet.server import KubeletServer

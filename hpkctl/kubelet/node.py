@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import platform
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from typing import Any
 from hpkctl import __version__
 from hpkctl.jobs import NodeInfo
 from hpkctl.kube import Kube, KubeError, KubeUnavailable, lease_path, node_path
+from hpkctl.kube.events import rfc3339
 
 log = logging.getLogger("hpkctl.kubelet.node")
 
@@ -40,29 +40,10 @@ RENEW_EVERY = LEASE_SECONDS * 0.25  # 10 s, as the real kubelet
 CAPACITY_EVERY = 60.0
 
 
-def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def micro_time(dt: datetime | None = None) -> str:
     """metav1.MicroTime: exactly six fractional digits (the client library drops them at .000000,
     and the API server then refuses the lease with 400)."""
     return (dt or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def host_address() -> str:
-    """This host's IP as the API server would dial it: the source address of a route outward
-    (no packet is sent), else the resolved host name, else loopback."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            return str(s.getsockname()[0])
-    except OSError:
-        pass
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
 
 
 def capacity(nodes: Sequence[NodeInfo], *, max_pods: int) -> dict[str, str]:
@@ -109,7 +90,7 @@ class NodeState:
         key = f"{kind}={ok}"
         if key not in self.transitions:
             self.transitions = {k: v for k, v in self.transitions.items() if not k.startswith(f"{kind}=")}
-            self.transitions[key] = now_rfc3339()
+            self.transitions[key] = rfc3339()
         return self.transitions[key]
 
     def status(self, *, beat: str) -> dict[str, Any]:
@@ -135,7 +116,7 @@ class NodeState:
     def obj(self) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": self.name, "labels": dict(self.labels)},
-                "spec": {}, "status": self.status(beat=now_rfc3339())}
+                "spec": {}, "status": self.status(beat=rfc3339())}
 
 
 def _without_beats(status: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +171,7 @@ class NodeReporter:
         self.registered.set()
 
     def post(self, *, force: bool = False) -> bool:
-        status = self.state.status(beat=now_rfc3339())
+        status = self.state.status(beat=rfc3339())
         same = self._last_posted is not None and _without_beats(status) == _without_beats(self._last_posted)
         if same and not force and time.monotonic() - self._last_post < REPORT_EVERY:
             return False

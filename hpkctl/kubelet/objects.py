@@ -9,7 +9,6 @@ virtual-kubelet does.
 
 from __future__ import annotations
 
-import base64
 import threading
 import time
 from collections.abc import Mapping
@@ -17,20 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hpkctl.kube import Kube, KubeError, namespaced
+from hpkctl.pod.objects import configmap_data, secret_data
 
 TOKEN_SECONDS = 3607  # what ServiceAccount admission asks for in kube-api-access-* (a real pod's dump)
-
-
-def decode_configmap(obj: Mapping[str, Any]) -> dict[str, bytes]:
-    data = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
-    data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
-    return data
-
-
-def decode_secret(obj: Mapping[str, Any]) -> dict[str, bytes]:
-    data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
-    data.update({k: str(v).encode() for k, v in (obj.get("stringData") or {}).items()})
-    return data
 
 
 class ApiObjects:
@@ -55,11 +43,11 @@ class ApiObjects:
 
     def configmap(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
         obj = self._get("configmaps", "ConfigMap", namespace, name)
-        return decode_configmap(obj) if obj is not None else None
+        return configmap_data(obj) if obj is not None else None
 
     def secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
         obj = self._get("secrets", "Secret", namespace, name)
-        return decode_secret(obj) if obj is not None else None
+        return secret_data(obj) if obj is not None else None
 
     def service_account_token(self, namespace: str, service_account: str, *, audience: str | None,
                               expiration_seconds: int | None) -> bytes | None:

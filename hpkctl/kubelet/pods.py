@@ -40,7 +40,7 @@ from hpkctl.kubelet.workqueue import WorkQueue
 from hpkctl.local.runs import ended, job_states, mark_deleting, never_starts, pod_jobs
 from hpkctl.local.submit import images_to_pull
 from hpkctl.pod import render_pod, write_pod_dir
-from hpkctl.pod.lifecycle import grace_period
+from hpkctl.pod.lifecycle import stop_wait
 from hpkctl.pod.paths import LAST_PROBE_KILL, POD_DONE, PROBE_KILL, PodDir
 from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.runtime import ImageToPull, pull_images
@@ -99,6 +99,13 @@ class ImagePuller:
 
 def _meta(pod: dict[str, Any]) -> dict[str, Any]:
     return pod.get("metadata") or {}
+
+
+def _waiting_containers(pod: dict[str, Any], reason: str, message: str) -> list[dict[str, Any]]:
+    """Every main container waiting for ``reason``: the pod never reached Slurm."""
+    return [{"name": c.get("name"), "image": c.get("image", ""), "imageID": "", "ready": False, "restartCount": 0,
+             "started": False, "state": {"waiting": {"reason": reason, "message": message}}}
+            for c in (pod.get("spec") or {}).get("containers") or []]
 
 
 def _job_key(job: JobInfo | None) -> tuple[Any, ...]:
@@ -346,25 +353,15 @@ class PodManager:
                         warning=mandatory)
 
     def _waiting(self, t: Tracked, reason: str, message: str) -> None:
-        spec = t.pod.get("spec") or {}
-        status = {"phase": "Pending",
-                  "containerStatuses": [{"name": c.get("name"), "image": c.get("image", ""), "imageID": "",
-                                         "ready": False, "restartCount": 0, "started": False,
-                                         "state": {"waiting": {"reason": reason, "message": message}}}
-                                        for c in spec.get("containers") or []]}
-        self._send(t, status)
+        self._send(t, {"phase": "Pending", "containerStatuses": _waiting_containers(t.pod, reason, message)})
 
     def _fail(self, t: Tracked, reason: str, message: str) -> None:
         log.warning("pod %s: %s: %s", t.key, reason, message)
         self._event(t, "Failed", f"{reason}: {message}", warning=True)
         t.error = reason
         t.extra["final"] = True
-        spec = t.pod.get("spec") or {}
         status = {"phase": "Failed", "reason": reason, "message": message,
-                  "containerStatuses": [{"name": c.get("name"), "image": c.get("image", ""), "imageID": "",
-                                         "ready": False, "restartCount": 0, "started": False,
-                                         "state": {"waiting": {"reason": reason, "message": message[:1000]}}}
-                                        for c in spec.get("containers") or []]}
+                  "containerStatuses": _waiting_containers(t.pod, reason, message[:1000])}
         if self._rec(t.uid) is None:
             self._save(PodRecord(uid=t.uid, namespace=t.namespace, name=t.name, pod_dir="", state=FAILED,
                                  submitted=time.time()))
@@ -434,12 +431,8 @@ class PodManager:
         log.info("pod %s (uid %s) stopped%s", t.key, t.uid, f", job {job_id} cancelled" if cancelled else "")
 
     def _grace(self, t: Tracked) -> float:
-        meta = _meta(t.pod)
-        grace = meta.get("deletionGracePeriodSeconds")
-        spec = t.pod.get("spec") or {}
-        base = float(grace if grace is not None else grace_period(spec))
-        sidecars = sum(1 for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always")
-        return max(base, 2.0) * (1 + sidecars) + 5.0
+        grace = _meta(t.pod).get("deletionGracePeriodSeconds")
+        return stop_wait(t.pod.get("spec") or {}, grace=None if grace is None else float(grace), margin=5.0)
 
     def _job_now(self, job_id: str) -> JobInfo | None:
         return self.slurm.query([job_id]).get(job_id)
@@ -467,10 +460,8 @@ class PodManager:
         self._transition_events(t, before, st)
 
     def _transition_events(self, t: Tracked, before: PodStatus | None, st: PodStatus) -> None:
-        old = {c.name: c for c in (before.containers if before else [])}
         seen = t.extra.setdefault("started", {})
         for c in st.containers:
-            prev = old.get(c.name)
             # every run that started, even one that ended between two polls
             if c.started_at and c.state in ("running", "terminated") and seen.get(c.name) != c.started_at:
                 seen[c.name] = c.started_at

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hpkctl.kubelet.node import now_rfc3339
+from hpkctl.kube.events import rfc3339
 from hpkctl.pod.status import PodStatus
 
 KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
@@ -43,7 +43,7 @@ def api_status(pod: Mapping[str, Any], st: PodStatus, *, job_id: str, host_ip: s
             continue
         old = prev_conds.get(c["type"])
         c["lastTransitionTime"] = (old.get("lastTransitionTime") if old and old.get("status") == c["status"]
-                                   and old.get("lastTransitionTime") else now_rfc3339())
+                                   and old.get("lastTransitionTime") else rfc3339())
         c["lastProbeTime"] = None
         conds.append(c)
     out["conditions"] = conds

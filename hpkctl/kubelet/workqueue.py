@@ -40,12 +40,16 @@ class WorkQueue:
 
     def add(self, key: str) -> None:
         with self._cv:
-            if key in self._active:
-                self._dirty.add(key)
-            elif key not in self._queued:
-                self._queued.add(key)
-                self._queue.append(key)
-                self._cv.notify_all()
+            self._enqueue(key)
+
+    def _enqueue(self, key: str) -> None:
+        """With the lock held: queue ``key`` once, or mark it to run again after the worker holding it."""
+        if key in self._active:
+            self._dirty.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._queue.append(key)
+            self._cv.notify_all()
 
     def add_after(self, key: str, delay: float) -> None:
         if delay <= 0:
@@ -75,12 +79,7 @@ class WorkQueue:
                 now = time.monotonic()
                 while self._delayed and self._delayed[0][0] <= now:
                     _, _, key = heapq.heappop(self._delayed)
-                    if key in self._active:
-                        self._dirty.add(key)
-                    elif key not in self._queued:
-                        self._queued.add(key)
-                        self._queue.append(key)
-                        self._cv.notify_all()
+                    self._enqueue(key)
                 wait = self._delayed[0][0] - now if self._delayed else 1.0
                 self._cv.wait(min(max(wait, 0.01), 1.0))
 
@@ -103,7 +102,4 @@ class WorkQueue:
                     self._active.discard(key)
                     if key in self._dirty:
                         self._dirty.discard(key)
-                        if key not in self._queued:
-                            self._queued.add(key)
-                            self._queue.append(key)
-                            self._cv.notify_all()
+                        self._enqueue(key)

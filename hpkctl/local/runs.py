@@ -21,7 +21,7 @@ from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, UserJob
 from hpkctl.jobs.poll import poll
 from hpkctl.local.records import SUBMITTED, SUBMITTING, RunRecord, forget_run, save_record
 from hpkctl.pod.flags import uid_from_comment
-from hpkctl.pod.lifecycle import SIGNAL_MARGIN, grace_period
+from hpkctl.pod.lifecycle import SIGNAL_MARGIN, grace_period, stop_wait
 from hpkctl.pod.paths import POD_DELETING, POD_DONE, PodDir
 from hpkctl.pod.status import PodStatus, apptainer_fatal, containers_of, read_pod_status
 from hpkctl.sites.schema import SiteProfile
@@ -165,8 +165,7 @@ def stop_gracefully(slurm: Slurm, rec: RunRecord, *, out: TextIO, sleep: Callabl
     except (OSError, ValueError):
         return False
     grace = max(grace_period(spec), 2)
-    sidecars = sum(1 for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always")
-    limit = grace * (1 + sidecars) + SIGNAL_MARGIN
+    limit = stop_wait(spec)
     print(f"pod {rec.namespace}/{rec.name}: stopping its containers (grace period {grace}s)", file=out)
     mark_deleting(rec.dir)
     slurm.cancel(rec.job_id, signal="TERM", batch_only=True)

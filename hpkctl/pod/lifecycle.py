@@ -36,6 +36,15 @@ def grace_period(spec: Mapping[str, Any]) -> int:
     return DEFAULT_GRACE if value is None else int(value)
 
 
+def stop_wait(spec: Mapping[str, Any], *, grace: float | None = None, margin: float = SIGNAL_MARGIN) -> float:
+    """How long a pod's stop sequence may take: the grace period (``grace``, else the pod's; at least
+    2 s, as the kubelet) for the main containers and once more for each sidecar, stopped after them
+    one by one, plus ``margin``."""
+    base = max(grace_period(spec) if grace is None else grace, 2)
+    sidecars = sum(1 for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always")
+    return base * (1 + sidecars) + margin
+
+
 def signal_option(grace: int) -> str:
     """The sbatch ``--signal`` value: only the batch shell gets SIGTERM, ``grace`` + a margin
     seconds before the time limit, and runs the stop sequence."""

@@ -19,6 +19,20 @@ class ObjectSource(Protocol):
     def secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None: ...
 
 
+def configmap_data(obj: Mapping[str, Any]) -> dict[str, bytes]:
+    """A ConfigMap's keys as bytes: ``data`` as text, ``binaryData`` base64-decoded."""
+    data = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
+    data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+    return data
+
+
+def secret_data(obj: Mapping[str, Any]) -> dict[str, bytes]:
+    """A Secret's keys as bytes: ``data`` base64-decoded, ``stringData`` (manifests only) as text."""
+    data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+    data.update({k: str(v).encode() for k, v in (obj.get("stringData") or {}).items()})
+    return data
+
+
 @dataclass
 class StaticObjects:
     """ConfigMaps and Secrets given up front (from a manifest file, or a kubelet's cache)."""
@@ -38,14 +52,10 @@ class StaticObjects:
         meta = obj.get("metadata") or {}
         key = (meta.get("namespace") or "default", meta.get("name") or "")
         if kind == "ConfigMap":
-            data = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
-            data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
-            self.configmaps[key] = data
+            self.configmaps[key] = configmap_data(obj)
             return True
         if kind == "Secret":
-            data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
-            data.update({k: str(v).encode() for k, v in (obj.get("stringData") or {}).items()})
-            self.secrets[key] = data
+            self.secrets[key] = secret_data(obj)
             return True
         return False
 
