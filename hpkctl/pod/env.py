@@ -110,9 +110,9 @@ def service_env(services: Iterable[Mapping[str, Any]]) -> dict[str, str]:
                 env[f"{prefix}_SERVICE_PORT_{p['name'].upper().replace('-', '_')}"] = str(p.get("port"))
         if ports:
             first = ports[0]
-            env[f"{prefix}_PORT"] = f"{first.get('protocol', 'TCP').lower()}://{ip}:{first.get('port')}"
+            env[f"{prefix}_PORT"] = f"{(first.get('protocol') or 'TCP').lower()}://{ip}:{first.get('port')}"
         for p in ports:
-            proto = p.get("protocol", "TCP")
+            proto = p.get("protocol") or "TCP"  # null: the API server's default
             base = f"{prefix}_PORT_{p.get('port')}_{proto.upper()}"
             env[base] = f"{proto.lower()}://{ip}:{p.get('port')}"
             env[f"{base}_PROTO"] = proto.lower()
