@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpkctl.errors import HpkError
 from hpkctl.jobs import Slurm
-from hpkctl.kube import Kube
+from hpkctl.kube import Kube, KubeError, KubeUnavailable
 from hpkctl.kube.events import EventRecorder
 from hpkctl.kube.reflect import Reflector
 from hpkctl.kube.address import host_address
@@ -95,7 +96,33 @@ class Kubelet:
         self.server.start()
         self.node_state.port = self.server.port
 
+    def check_identity(self) -> str:
+        """Who the kubeconfig authenticates as (SelfSubjectReview); a node credential for another node
+        is fatal, since the Node authorizer would refuse every pod, Secret and lease of this one.
+
+        The check is advisory when the API server cannot answer it now (down, or too old): the
+        kubelet's own loops retry and report what they are refused."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        try:
+            out = self.kube.post("/apis/authentication.k8s.io/v1/selfsubjectreviews", body, timeout=(5, 10))
+        except (KubeError, KubeUnavailable) as exc:
+            log.warning("cannot ask the API server who the kubeconfig authenticates as: %s", exc)
+            return ""
+        user = str((((out or {}).get("status") or {}).get("userInfo") or {}).get("username") or "")
+        expected = f"system:node:{self.opts.node_name}"
+        if user.startswith("system:node:") and user != expected:
+            raise HpkError(f"{self.opts.kubeconfig} authenticates as {user}, but this kubelet serves node "
+                           f"{self.opts.node_name!r}: the API server's Node authorizer lets a node touch only its "
+                           f"own Node, lease and pods. Fix: pass --node-name {user[len('system:node:'):]}, or the "
+                           f"kubeconfig issued for {expected}")
+        if user != expected:
+            log.warning("%s authenticates as %r, not %s: the kubelet works, but with more rights than a node "
+                        "needs; use the kubelet.kubeconfig that `hpkctl start` writes", self.opts.kubeconfig,
+                        user, expected)
+        return user
+
     def start(self) -> None:
+        self.check_identity()
         self.pods.load_records()
         self._serve()
         self.reporter.thread.start()

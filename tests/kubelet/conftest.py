@@ -21,6 +21,7 @@ def cluster() -> Iterator[Cluster]:
     try:
         c.start()
         yield c
+        c.assert_kubelet_never_refused()
     finally:
         c.stop()
         remove_root(root)

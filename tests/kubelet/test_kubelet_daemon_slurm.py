@@ -231,3 +231,21 @@ def test_in_cluster_clients_reach_the_api_server(cluster: Cluster) -> None:
         "command": ["sh", "-c", 'echo "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"']}]))
     cluster.wait_phase("incluster", "Succeeded")
     assert cluster.kubectl("logs", "incluster").stdout == f"127.0.0.1:{cluster.api.port}\n"
+
+
+def test_a_node_credential_for_another_node_is_refused_at_start(cluster: Cluster) -> None:
+    """The API stand-in applies the Node authorizer to kubelet credentials (as a real control plane
+    does), so a kubelet started under another node's name would be refused every pod and lease: it
+    exits at once and names the fix, instead of running half-blind."""
+    proc = cluster._spawn("kubelet-other", "kubelet", "--site", str(cluster.profile), "--kubeconfig",
+                          str(cluster.api.state / "kubelet.kubeconfig"), "--node-name", "other", "--port", "0",
+                          "--address", "127.0.0.1")
+    try:
+        rc = proc.wait(timeout=60)
+    finally:
+        cluster.stop_process(proc)
+    log = cluster.log("kubelet-other")
+    assert rc != 0, log
+    assert "authenticates as system:node:hpk, but this kubelet serves node 'other'" in log
+    assert "--node-name hpk" in log
+    assert cluster.api.get("/api/v1/nodes/other")[0] == 404

@@ -24,6 +24,7 @@ def offline() -> Iterator[Cluster]:
     try:
         c.start()
         yield c
+        c.assert_kubelet_never_refused()
     finally:
         c.stop()
         remove_root(root)

@@ -91,6 +91,7 @@ def _cluster_with(extra: str) -> Iterator[Cluster]:
     try:
         c.start()
         yield c
+        c.assert_kubelet_never_refused()
     finally:
         c.stop()
         remove_root(root)

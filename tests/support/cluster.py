@@ -112,6 +112,14 @@ class Cluster:
         p = self.root / f"{name}.log"
         return p.read_text(errors="replace") if p.exists() else ""
 
+    def assert_kubelet_never_refused(self) -> None:
+        """No request of the kubelet's credential was refused by the stand-in's Node authorizer or
+        NodeRestriction (ci/standin/kubeapi/nodeauth.py) while the module ran: what the kubelet does
+        is what a real control plane lets a node do."""
+        refused = [line for line in self.log("api").splitlines()
+                   if "forbidden for system:node:" in line]
+        assert not refused, "the kubelet made requests a real API server refuses:\n" + "\n".join(refused[:20])
+
     # ------------------------------------------------------------------ API helpers
     def kubectl(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
         return self.api.kubectl(*args, **kw)

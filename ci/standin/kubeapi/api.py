@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from . import events, names, policies
+from . import events, names, nodeauth, policies
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, forbidden, invalid, not_found, \
     status_success
 from .patch import StrategicMerge, json_patch, merge_patch
@@ -48,6 +48,9 @@ class Api:
         self.toleration_seconds = toleration_seconds or {"node.kubernetes.io/not-ready": 300,
                                                          "node.kubernetes.io/unreachable": 300}
         self._next_ip = 10
+        # --authorization-mode has Node / --enable-admission-plugins has NodeRestriction (nodeauth)
+        self.node_authorization = True
+        self.node_restriction = True
 
     # ------------------------------------------------------------------ reads
     def get(self, rt: ResourceType, ns: str, name: str) -> dict[str, Any]:
@@ -119,6 +122,13 @@ class Api:
             raise forbidden(rt.plural, rt.group, "", f"unable to create new content in namespace {ns} "
                             "because it is being terminated")
 
+    def _node_restriction(self, rt: ResourceType, operation: str, sub: str, new: dict[str, Any] | None,
+                          old: dict[str, Any] | None) -> None:
+        if self.node_restriction:
+            name = ((old or new or {}).get("metadata") or {}).get("name", "")
+            nodeauth.admit(self.store, operation=operation, plural=rt.plural, group=rt.group, sub=sub,
+                           name=name if old is not None else "", new=new, old=old)
+
     # ------------------------------------------------------------------ create
     def create(self, rt: ResourceType, ns: str, body: Any, *, field_validation: str = "Warn",
                dry_run: bool = False, user: str = "") -> tuple[dict[str, Any], list[str]]:
@@ -130,6 +140,7 @@ class Api:
             meta["name"] = str(meta["generateName"])[:58] + names.random_suffix()
         self._namespace_ready(rt, ns)
         st = strategy_for(rt)
+        self._node_restriction(rt, "CREATE", "", obj, None)
         st.admit_create(obj, self)
         obj = policies.mutate(self, rt, "CREATE", obj, None, ns, user)  # the end of the mutating chain
         meta = obj["metadata"]
@@ -209,6 +220,7 @@ class Api:
     def _write(self, rt: ResourceType, new: dict[str, Any], old: dict[str, Any], sub: str,
                dry_run: bool, warnings: list[str] | None = None, user: str = "") -> dict[str, Any]:
         ns = old["metadata"].get("namespace", "")
+        self._node_restriction(rt, "UPDATE", sub, new, old)
         if not sub:
             new = policies.mutate(self, rt, "UPDATE", new, old, ns, user)
         meta, old_meta = new["metadata"], old["metadata"]
@@ -231,7 +243,7 @@ class Api:
 
     # ------------------------------------------------------------------ delete
     def delete(self, rt: ResourceType, ns: str, name: str, opts: dict[str, Any], *,
-               dry_run: bool = False) -> dict[str, Any]:
+               dry_run: bool = False, sub: str = "") -> dict[str, Any]:
         obj = self.get(rt, ns, name)
         meta = obj["metadata"]
         pre = opts.get("preconditions") or {}
@@ -241,6 +253,7 @@ class Api:
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
             raise conflict(rt.plural, rt.group, name, f"Precondition failed: ResourceVersion in precondition: "
                            f"{pre['resourceVersion']}, ResourceVersion in object meta: {meta['resourceVersion']}")
+        self._node_restriction(rt, "DELETE", sub, None, obj)
         if rt.key == "namespaces.":
             return self._delete_namespace(rt, obj, dry_run)
         requested = opts.get("gracePeriodSeconds")

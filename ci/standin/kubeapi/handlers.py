@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable
 import yaml
 from aiohttp import web
 
-from . import openapi, protobuf, proxy, resources, subresources, tables, watch
+from . import nodeauth, openapi, protobuf, proxy, resources, subresources, tables, watch
 from .api import Api
 from .certs import Pki
 from .errors import ApiError, bad_request
@@ -112,8 +112,10 @@ class Server:
     @web.middleware
     async def _middleware(self, request: web.Request,
                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        if request.path not in PUBLIC and self.user(request) is None:
+        user = self.user(request)
+        if request.path not in PUBLIC and user is None:
             return error_response(ApiError(401, "Unauthorized", "Unauthorized"))
+        nodeauth.CURRENT.set((user or "", tuple(self.groups(request))))  # for NodeRestriction in the Api
         try:
             return await handler(request)
         except ApiError as e:
@@ -151,11 +153,26 @@ class Server:
             if target.get("discovery") == "api":
                 return json_response(resources.api_versions(self.api.server))
             return json_response(target)
+        self._authorize(request, target)
         if target.sub:
             return await subresources.handle(self, request, target)
         if not target.name:
             return await self._collection(request, target)
         return await self._object(request, target)
+
+    def _authorize(self, request: web.Request, t: Target) -> None:
+        """Node identities get what the Node authorizer grants (``nodeauth``); others everything."""
+        user, groups = nodeauth.CURRENT.get()
+        node = nodeauth.node_identity(user, groups) if self.api.node_authorization else None
+        if node is None:
+            return
+        r = nodeauth.Request(verb=nodeauth.verb(request.method, t.name, request.query), group=t.rt.group,
+                             resource=t.rt.plural, sub=t.sub, namespace=t.ns or "", name=t.name,
+                             field_selector=request.query.get("fieldSelector", ""))
+        allowed, reason = nodeauth.authorize(self.api.store, node, r)
+        if not allowed:
+            log.warning("forbidden for %s: %s %s (%s)", user, r.verb, request.path_qs, reason)
+            raise nodeauth.forbidden(user, r, reason)
 
     # ------------------------------------------------------------------ helpers
     @staticmethod

@@ -126,6 +126,9 @@ async def serve_real(values: dict[str, Any], args: argparse.Namespace) -> None:
                    "node.kubernetes.io/unreachable": values.get("default-unreachable-toleration-seconds", 300)}
     api = Api(store, schemas(), ca_pem=creds.ca_pem, server=f"{advertise}:{port}", service_cidr=cidrs[0],
               toleration_seconds=tolerations)
+    # kube-apiserver's defaults: --authorization-mode=AlwaysAllow, NodeRestriction off
+    api.node_authorization = "Node" in values.get("authorization-mode", [])
+    api.node_restriction = "NodeRestriction" in values.get("enable-admission-plugins", [])
     if "kubelet-client-certificate" in values:
         kubelet = KubeletClient(values["kubelet-client-certificate"], values["kubelet-client-key"], ca=None,
                                 address_types=tuple(values.get("kubelet-preferred-address-types", DEFAULT_ADDRESS_TYPES)))

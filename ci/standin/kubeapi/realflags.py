@@ -28,9 +28,11 @@ What the flags become:
   (the real server cannot start without etcd either). Objects are *not* stored in etcd: they are
   kept as the stand-in always keeps them, in ``$HPK_STANDIN_APISERVER_DIR/objects.json`` when that
   variable names a directory (tests set it), else in memory only.
-- Only checked (files readable, values well-formed): ``--authorization-mode`` (no RBAC or Node
-  authorizer: every authenticated user may do anything), ``--enable-admission-plugins`` (the stand-in
-  has its fixed admission: defaults, ServiceAccount, DefaultTolerationSeconds), the
+- ``--authorization-mode``: with ``Node``, node identities get what the Node authorizer grants
+  (``nodeauth``); RBAC is not modelled: every other authenticated user may do anything.
+  ``--enable-admission-plugins``: ``NodeRestriction`` is applied when listed (``nodeauth``); the rest
+  is the stand-in's fixed admission (defaults, ServiceAccount, DefaultTolerationSeconds).
+- Only checked (files readable, values well-formed): the
   ``--requestheader-*`` and ``--proxy-client-*`` flags (no front-proxy authentication, no aggregated APIs).
 """
 

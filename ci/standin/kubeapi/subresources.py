@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from . import proxy
+from . import nodeauth, proxy
 from .api import now
 from .errors import ApiError, FieldError, conflict, invalid, not_found
 
@@ -42,7 +42,7 @@ async def handle(srv: "Server", request: web.Request, t: "Target") -> web.Stream
         return json_response(SUCCESS_201, 201)
     elif t.sub == "eviction" and m == "POST":
         body = await srv.body(request)
-        srv.api.delete(t.rt, ns, t.name, dict(body.get("deleteOptions") or {}))
+        srv.api.delete(t.rt, ns, t.name, dict(body.get("deleteOptions") or {}), sub="eviction")
         return json_response(SUCCESS_201, 201)
     elif t.sub == "token" and m == "POST":
         return json_response(token(srv, ns, t.name, await srv.body(request)), 201)
@@ -97,6 +97,8 @@ def token(srv: "Server", ns: str, name: str, body: dict[str, Any]) -> dict[str, 
     if sa is None:
         raise not_found("serviceaccounts", "", name)
     spec = dict(body.get("spec") or {})
+    nodeauth.admit(srv.api.store, operation="CREATE", plural="serviceaccounts", group="", sub="token", name=name,
+                   new={"metadata": {"namespace": ns}, "spec": spec}, old=None)
     exp = int(spec.get("expirationSeconds") or 3600)
     if exp < 600:
         raise invalid("TokenRequest", "authentication.k8s.io", name, [FieldError(
