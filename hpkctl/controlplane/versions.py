@@ -17,10 +17,12 @@ where to look when bumping a version):
   kubernetes-sigs/kubespray's hash updater into ``roles/kubespray_defaults/vars/main/checksums.yml``
   (commit 46dbdd3994b32640bcd806b0097f50e8fdf1d514). Being a copy, the build also downloads etcd's
   own ``SHA256SUMS`` and requires the pinned line in it (``cross_check``), besides checking the file.
-* CoreDNS 1.14.2 (kubespray's CoreDNS for Kubernetes 1.36): no checksum published by CoreDNS itself
-  was found (only third-party copies), so none is pinned and the build refuses to start. Fill in ``sha256`` from the release
-  asset ``coredns_1.14.2_linux_<arch>.tgz.sha256`` after checking it yourself (see
-  :func:`missing_checksums`).
+* CoreDNS 1.14.2 (kubespray's CoreDNS for Kubernetes 1.36): CoreDNS publishes one ``.sha256`` file
+  per release asset (``coredns_1.14.2_linux_<arch>.tgz.sha256``, written by its release make target);
+  the amd64 value pinned here is a third-party copy of it (the ``coredns`` bundle defaults of a
+  bundlewrap repository), so, as for etcd, the build also downloads CoreDNS's own ``.sha256`` and
+  requires it to name the pinned digest (``cross_check``). No arm64 value was found: an arm64 build
+  refuses to start until one is filled in (see :func:`missing_checksums`).
 
 Bumping a version: change it here, take the checksums from the release's own published files, run
 ``pytest tests/controlplane/test_controlplane_build.py --snapshot-update`` and review the diff.
@@ -123,9 +125,12 @@ ARTIFACTS: tuple[Artifact, ...] = (
         version=COREDNS,
         url=f"https://github.com/coredns/coredns/releases/download/v{COREDNS}/coredns_{COREDNS}_linux_{{arch}}.tgz",
         algorithm="sha256",
-        checksums={},  # not pinned: no authoritative value was found (see the module docstring)
-        source=f"none pinned yet: take it from the release asset coredns_{COREDNS}_linux_<arch>.tgz.sha256",
+        checksums={"amd64": "2f08896df9d28ea0cd2294037e6d66e82f996b504e4901b791be8a3ae042029b"},
+        source=f"CoreDNS's release asset coredns_{COREDNS}_linux_amd64.tgz.sha256, as copied into a third-party "
+               "bundlewrap bundle; cross-checked against CoreDNS's own file at build time (arm64: none pinned)",
         members={"coredns": "coredns"},
+        cross_check=f"https://github.com/coredns/coredns/releases/download/v{COREDNS}/"
+                    f"coredns_{COREDNS}_linux_{{arch}}.tgz.sha256",
     ),
 )
 

@@ -256,6 +256,13 @@ def test_fetch_refuses_a_wrong_checksum_and_an_empty_one(tmp_path: Path) -> None
     assert run("hpk_cross_check", "x", "https://example.org/SUMS", good, "release.tar.gz").returncode == 0
     cc = run("hpk_cross_check", "x", "https://example.org/SUMS", "1" * 64, "release.tar.gz")
     assert cc.returncode != 0 and "does not list the pinned checksum" in cc.stderr
+    assert run("hpk_cross_check", "x", "https://example.org/SUMS", good, "other.tar.gz").returncode != 0
+    # CoreDNS's per-asset file: "DIGEST  FILE", or the digest alone
+    (tmp_path / "release.tar.gz.sha256").write_text(f"{good}\n")
+    assert run("hpk_cross_check", "x", "https://example.org/release.tar.gz.sha256", good,
+               "release.tar.gz").returncode == 0
+    assert run("hpk_cross_check", "x", "https://example.org/release.tar.gz.sha256", "1" * 64,
+               "release.tar.gz").returncode != 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,8 +284,10 @@ def test_versions_table() -> None:
     # the two halves of each SHA-512 (split for line length) form the values of the CHANGELOG
     assert kube.checksum("amd64").startswith("1c64da92575451c2") and kube.checksum("amd64").endswith("3a172a6a25")
     assert kube.checksum("arm64").startswith("7f95e451baedd936") and kube.checksum("arm64").endswith("78108dcf8")
-    assert versions.missing_checksums("amd64") == [m for m in versions.missing_checksums("amd64")
-                                                   if m.startswith("coredns ")]
+    assert versions.missing_checksums("amd64") == []
+    assert [m.split(":")[0] for m in versions.missing_checksums("arm64")] == ["coredns 1.14.2"]
+    coredns = versions.ARTIFACTS[2]
+    assert coredns.cross_check.format(arch="amd64") == f"{coredns.file_url('amd64')}.sha256"
 
 
 def test_python_lock_pins_every_package_with_hashes() -> None:
@@ -492,9 +501,9 @@ def normalise(text: str, tmp_path: Path) -> str:
 def test_dry_run_prints_plan_commands_and_definition(tmp_path: Path, fake_apptainer: Path, capsys,  # type: ignore[no-untyped-def]
                                                      monkeypatch: pytest.MonkeyPatch, snapshot_txt) -> None:
     monkeypatch.setattr(cpimage, "source_digest", lambda: DIGEST)
-    rc = main(["build", "--site", site(tmp_path, fake_apptainer), "--dry-run", "--arch", "amd64"])
+    rc = main(["build", "--site", site(tmp_path, fake_apptainer), "--dry-run", "--arch", "arm64"])
     out, err = capsys.readouterr()
-    assert rc == 125  # CoreDNS has no pinned checksum: a real build would be refused
+    assert rc == 125  # CoreDNS has no pinned arm64 checksum: a real build would be refused
     assert "refusing to build the controlplane image" in err and "coredns 1.14.2: no pinned sha256" in err
     assert calls(tmp_path) == [] and not (tmp_path / "images").exists()  # nothing ran, nothing written
     assert normalise(out, tmp_path) == snapshot_txt
@@ -597,9 +606,12 @@ def test_build_flags_from_the_profile(tmp_path: Path, fake_apptainer: Path, caps
     assert calls(tmp_path)[0][:3] == ["build", "--fakeroot", "--fix-perms"]
 
 
-def test_refusals(tmp_path: Path, fake_apptainer: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_refusals(tmp_path: Path, fake_apptainer: Path, capsys,  # type: ignore[no-untyped-def]
+                  monkeypatch: pytest.MonkeyPatch) -> None:
     profile = site(tmp_path, fake_apptainer)
     # a download without a pinned checksum: refused before anything runs
+    monkeypatch.setattr(versions, "ARTIFACTS", tuple(dataclasses.replace(a, checksums={}) if a.name == "coredns"
+                                                     else a for a in versions.ARTIFACTS))
     assert main(["build", "--site", profile, "--wheel", fake_wheel(tmp_path)]) == 125
     assert "refusing to build the controlplane image" in capsys.readouterr().err
     other = "arm64" if cpimage.host_arch() == "amd64" else "amd64"
