@@ -31,7 +31,7 @@ from hpkctl.controlplane.launch import cluster_id
 from tests.support.ci import HPK_USER, REPO, missing
 from tests.support.cluster import make_root, remove_root, wait_for
 from tests.support.hpk import STANDIN, VENV_BIN, require_standin
-from tests.support.kubeapi import free_port, require_kubectl, require_modules
+from tests.support.kubeapi import HELM, free_port, require_kubectl, require_modules
 from tests.support.slurm import SINGLE_CONF, require_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
@@ -136,6 +136,13 @@ class Site:
                 out[job.strip()] = {"name": name, "state": state, "reason": reason, "comment": comment}
         return out
 
+    def refused_node_requests(self) -> list[str]:
+        """Requests of the kubelet's credential the API server refused (the stand-in, started with the
+        bootstrap's ``--authorization-mode=Node,RBAC`` and NodeRestriction, logs each)."""
+        logs = sorted((self.state / "logs").glob("kube-apiserver.log*"))
+        return [line for f in logs for line in f.read_text(errors="replace").splitlines()
+                if "forbidden for system:node:" in line]
+
     def active(self) -> dict[str, dict[str, str]]:
         return {j: v for j, v in self.jobs().items() if v["state"] in ("PENDING", "RUNNING", "CONFIGURING")}
 
@@ -179,6 +186,7 @@ def site(root: Path) -> Iterator[Site]:
     s = Site(root)
     try:
         yield s
+        assert s.refused_node_requests() == [], "the kubelet made requests a real API server refuses"
     finally:
         s.cleanup()
 
@@ -264,6 +272,85 @@ def test_a_second_start_reports_what_runs(site: Site) -> None:
     assert "submitted" not in r.stderr  # nothing new
     assert re.search(rf"control plane\s+{cp} RUNNING", r.stderr) and re.search(rf"kubelet\s+{kl} RUNNING", r.stderr)
     assert set(site.active()) == {cp, kl}
+
+
+CHART = {
+    "Chart.yaml": "apiVersion: v2\nname: greeter\nversion: 0.1.0\n",
+    "values.yaml": "secret: \"it's \\\"$(not run)\\\" `x` ünï\"\n",
+    "templates/all.yaml": """\
+apiVersion: v1
+kind: Secret
+metadata: {name: {{ .Release.Name }}-creds}
+stringData: {token: {{ .Values.secret | quote }}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: {{ .Release.Name }}-config}
+data: {greeting: hello from helm}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: {{ .Release.Name }}-web}
+spec:
+  selector: {app: {{ .Release.Name }}}
+  ports: [{port: 80}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {{ .Release.Name }}-job
+  labels: {app: {{ .Release.Name }}}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: busybox
+    command: [sh, -c, 'printf "%s|%s|%s" "$GREETING" "$TOKEN" "$(cat /creds/token)"']
+    env:
+    - name: GREETING
+      valueFrom: {configMapKeyRef: {name: {{ .Release.Name }}-config, key: greeting}}
+    - name: TOKEN
+      valueFrom: {secretKeyRef: {name: {{ .Release.Name }}-creds, key: token}}
+    volumeMounts: [{name: creds, mountPath: /creds}]
+  volumes:
+  - name: creds
+    secret: {secretName: {{ .Release.Name }}-creds}
+""",
+}
+
+
+def test_helm_installs_a_chart_whose_pod_reads_its_secret(site: Site, root: Path) -> None:
+    """The real helm through the published admin kubeconfig: a chart's Secret, ConfigMap, Service and Pod.
+    The Service comes out headless (the control plane's admission policy); the pod's job gets the
+    Secret byte for byte in env and volume, which the kubelet may read only because the pod is bound to
+    its node (the Node authorizer); ``helm uninstall`` deletes the pod and the kubelet forgets it."""
+    if not os.access(HELM, os.X_OK):
+        missing(f"{HELM} is missing", fix="run ci/setup (ci/kube-tools) as root")
+    _started(site)
+    chart = root / "greeter"
+    for rel, text in CHART.items():
+        (chart / rel).parent.mkdir(parents=True, exist_ok=True)
+        (chart / rel).write_text(text)
+    home = root / "helm-home"
+    env = {**os.environ, **{k: v for k, v in site.env().items() if k != "PATH"}, "HOME": str(home),
+           "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
+           "HELM_DATA_HOME": str(home / "data"), "KUBECONFIG": str(site.admin)}
+
+    def helm(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(HELM), *args], capture_output=True, text=True, env=env, timeout=120, check=False)
+
+    r = helm("install", "hi", str(chart))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert site.kubectl("get", "service", "hi-web", "-o", "jsonpath={.spec.clusterIP}").stdout == "None"
+    pod = _wait_pod(site, "hi-job", "Succeeded")
+    assert pod["metadata"]["annotations"]["hpk.io/slurm-job-id"]
+    secret = "it's \"$(not run)\" `x` ünï"
+    assert site.kubectl("logs", "hi-job").stdout == f"hello from helm|{secret}|{secret}"
+    assert "STATUS: deployed" in helm("status", "hi").stdout
+    r = helm("uninstall", "hi", "--wait", "--timeout", "90s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert site.kubectl("get", "pod", "hi-job", check=False).returncode != 0
+    assert site.refused_node_requests() == []
 
 
 def test_stop_ends_both_jobs_and_a_new_start_keeps_the_ca_credentials_and_objects(site: Site) -> None:
