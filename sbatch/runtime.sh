@@ -211,8 +211,8 @@ hpk_hook_http() {
 # once HPK_GRACE seconds (at least 2, as the kubelet) have passed since the start (timed in microseconds
 # with EPOCHREALTIME: bash's whole-second SECONDS would cut up to a second off); preStop counts
 # against the grace period, and one that overruns it gets 2 more seconds (the kubelet's rule).
-# SIGTERM goes to the container function's children (apptainer, or srun for MPI), which hand it to
-# the container's process; SIGKILL goes to the whole tree. Returns once the container is gone.
+# SIGTERM goes to the container function's process, which exec'd apptainer (or srun for MPI): it
+# hands it to the container's process; SIGKILL goes to the whole tree. Returns once the container is gone.
 hpk_stop_container() {
   local name=$1 fn=$2 cpid=$3 end hook
   kill -0 "$cpid" 2>/dev/null || return 0
@@ -230,8 +230,7 @@ hpk_stop_container() {
     hpk_kill_tree "$hook"
     wait "$hook" 2>/dev/null
   fi
-  # shellcheck disable=SC2046  # one pid per word
-  kill -TERM $(hpk_children "$cpid") 2>/dev/null || kill -TERM "$cpid" 2>/dev/null
+  kill -TERM "$cpid" 2>/dev/null
   while kill -0 "$cpid" 2>/dev/null && [ "${EPOCHREALTIME//[!0-9]/}" -lt "$end" ]; do sleep 0.2; done
   kill -0 "$cpid" 2>/dev/null || return 0
   hpk_kill_tree "$cpid"
@@ -298,6 +297,9 @@ hpk_run() {
     while kill -0 "$HPK_CPID" 2>/dev/null; do wait "$HPK_CPID"; done
     wait "$HPK_CPID"
     rc=$?
+    # what is left of the container (its own process group: the function's setsid) ends with it,
+    # as a container's processes do when its PID namespace goes
+    kill -KILL -- "-$HPK_CPID" 2>/dev/null
     HPK_CPID=''
     if [ -n "$probes_pid" ]; then
       kill -TERM "$probes_pid" 2>/dev/null

@@ -135,14 +135,25 @@ def _flag_lines(flags: list[str]) -> list[list[str]]:
 
 
 def container_command(words: ScriptWords, c: ContainerPlan) -> Shell:
-    """The command that starts one container: one flag per line, the container's argv last."""
+    """The command that starts one container: one flag per line, the container's argv last.
+
+    It ``exec``s: the runner starts the container function as a background subshell whose output is
+    the container's log, and a bash left in between would write its own "Terminated" line into that
+    log when the container is stopped by a signal (and would be what the stop sequence signals).
+    ``setsid`` gives the container a process group of its own (the subshell is no group leader, so
+    setsid does not fork: the runner's pid is still the container's), which the runner kills once the
+    main process has ended: what the teardown of a container's PID namespace does in Kubernetes."""
     plan = words.plan
     lines: list[list[str]] = []
     if c.mpi:
         # srun sets each rank's SLURM_*/PMI* variables per task; HPK_MPI_ENV (the runtime) hands
         # them to the container.
-        lines.append(["srun", *(quote(f) for f in plan.mpi_flags), "/bin/bash", "-c", '"$HPK_MPI_ENV"', "hpk-mpi"])
-    lines += _apptainer_lines(words, c, c.verb)
+        lines.append(["exec", "setsid", "srun", *(quote(f) for f in plan.mpi_flags), "/bin/bash", "-c",
+                      '"$HPK_MPI_ENV"', "hpk-mpi"])
+        lines += _apptainer_lines(words, c, c.verb)
+    else:
+        lines += _apptainer_lines(words, c, c.verb)
+        lines[0][:0] = ["exec", "setsid"]
     if c.argv:
         lines.append([words.word(a) for a in c.argv])
     return Shell(CONTINUE.join(" ".join(line) for line in lines))

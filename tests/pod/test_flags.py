@@ -259,9 +259,9 @@ def test_no_annotation_adds_a_line_outside_sbatch_or_runs_anything(flags: str, m
     #    whose words are exactly srun, the parsed srun options and what hpkctl launches.
     assert len(rest) == len(base_rest)
     for line, base_line in zip(rest, base_rest):
-        if base_line.lstrip().startswith("srun "):
+        if base_line.lstrip().startswith("exec setsid srun "):
             words = shlex.split(line.rstrip("\\").strip())
-            assert words == ["srun", *plan.mpi_flags, "/bin/bash", "-c", "$HPK_MPI_ENV", "hpk-mpi"]
+            assert words == ["exec", "setsid", "srun", *plan.mpi_flags, "/bin/bash", "-c", "$HPK_MPI_ENV", "hpk-mpi"]
             assert all(w.startswith("-") for w in plan.mpi_flags)
         else:
             assert line == base_line

@@ -43,7 +43,7 @@ HPK_MAIN=(web Always hpk_main_0)
 
 # main container web, image docker.io/library/nginx:1.25
 hpk_main_0() {
-  "$HPK_APPTAINER" run --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" run --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname web \
     --env-file "$HPK_POD_DIR"/env/web.env \

@@ -45,7 +45,7 @@ HPK_MAIN=(trainer Never hpk_main_0 monitor Never hpk_main_1)
 
 # main container trainer, image nvcr.io/nvidia/pytorch:24.01-py3
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --nv \
     --hostname train \
@@ -73,7 +73,7 @@ hpk_main_0_exec() {
 
 # main container monitor, image docker.io/library/busybox:1.36
 hpk_main_1() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname train \
     --env-file "$HPK_POD_DIR"/env/monitor.env \

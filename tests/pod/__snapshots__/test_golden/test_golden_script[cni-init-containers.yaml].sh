@@ -44,7 +44,7 @@ HPK_MAIN=(main OnFailure hpk_main_0)
 
 # init container fetch, image docker.io/library/busybox:1.36
 hpk_init_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/fetch.env \
@@ -72,7 +72,7 @@ hpk_init_0_exec() {
 
 # init container check, image docker.io/library/busybox:1.36
 hpk_init_1() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/check.env \
@@ -100,7 +100,7 @@ hpk_init_1_exec() {
 
 # main container main, image docker.io/library/busybox:1.36
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/main.env \

@@ -43,7 +43,7 @@ HPK_MAIN=(app Never hpk_main_0)
 
 # init container proxy, image docker.io/library/busybox:1.36
 hpk_init_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname lifecycle-demo \
     --env-file "$HPK_POD_DIR"/env/proxy.env \
@@ -74,7 +74,7 @@ hpk_init_0_pre_stop() {
 
 # main container app, image docker.io/library/busybox:1.36
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname lifecycle-demo \
     --env-file "$HPK_POD_DIR"/env/app.env \

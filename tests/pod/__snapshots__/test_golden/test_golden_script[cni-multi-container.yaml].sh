@@ -44,7 +44,7 @@ HPK_MAIN=(server Always hpk_main_0 sidecar Always hpk_main_1)
 
 # main container server, image docker.io/library/nginx:1.25
 hpk_main_0() {
-  "$HPK_APPTAINER" run --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" run --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname web \
     --env-file "$HPK_POD_DIR"/env/server.env \
@@ -69,7 +69,7 @@ hpk_main_0_exec() {
 
 # main container sidecar, image ghcr.io/example/sidecar@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 hpk_main_1() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname web \
     --env-file "$HPK_POD_DIR"/env/sidecar.env \

@@ -45,7 +45,7 @@ HPK_MAIN=(app Never hpk_main_0)
 
 # main container app, image docker.io/library/debian:bookworm
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname volumes \
     --env-file "$HPK_POD_DIR"/env/app.env \

@@ -44,7 +44,7 @@ HPK_MAIN=(app Never hpk_main_0)
 
 # main container app, image docker.io/library/busybox:1.36
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --env-file "$HPK_POD_DIR"/run/app.env \
     --bind "$HPK_POD_DIR"/tmp/app:/tmp \

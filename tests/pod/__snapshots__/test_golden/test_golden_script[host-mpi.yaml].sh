@@ -45,7 +45,7 @@ HPK_MAIN=(ranks Never hpk_main_0)
 
 # main container ranks, image docker.io/library/debian:bookworm
 hpk_main_0() {
-  srun --mpi=pmix --label /bin/bash -c "$HPK_MPI_ENV" hpk-mpi \
+  exec setsid srun --mpi=pmix --label /bin/bash -c "$HPK_MPI_ENV" hpk-mpi \
     "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --env-file "$HPK_POD_DIR"/env/ranks.env \

@@ -43,7 +43,7 @@ HPK_MAIN=(web Always hpk_main_0)
 
 # main container web, image docker.io/library/busybox:1.36
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --env-file "$HPK_POD_DIR"/env/web.env \
     --bind "$HPK_POD_DIR"/tmp/web:/tmp \

@@ -43,7 +43,7 @@ HPK_MAIN=(app Always hpk_main_0 rooty Always hpk_main_1)
 
 # main container app, image docker.io/library/busybox:1.36
 hpk_main_0() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --security uid:1000,gid:3000 \
     --userns \
     --env-file "$HPK_POD_DIR"/env/app.env \
@@ -69,7 +69,7 @@ hpk_main_0_exec() {
 
 # main container rooty, image docker.io/library/busybox:1.36
 hpk_main_1() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --fakeroot \
     --env-file "$HPK_POD_DIR"/env/rooty.env \
