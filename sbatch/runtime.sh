@@ -480,6 +480,7 @@ hpk_pod_part() {
 
 hpk_host_exit() {
   local rc=$?
+  [ -z "${HPK_DEADLINE_PID:-}" ] || kill "$HPK_DEADLINE_PID" 2>/dev/null
   if [ ! -e "$HPK_STATUS/pod.done" ]; then
     [ -e "$HPK_STATUS/pod.failed" ] ||
       hpk_put pod.failed "JobFailed"$'\n'"the job ended (exit code $rc) before the pod finished; see $HPK_LOGS/slurm.out"
@@ -509,10 +510,31 @@ hpk_in_parent() {
 }
 
 # hpk_host_part: the batch script proper, on the first node of the allocation.
+# hpk_deadline: spec.activeDeadlineSeconds, counted from the pod's first start (a requeued job keeps
+# it). When it passes, the pod is stopped with its stop sequence (the TERM trap) and fails with
+# DeadlineExceeded, to the second: Slurm's time limit is whole minutes and its --signal may come up
+# to a minute early, so the job's limit is only the backstop.
+hpk_deadline() {
+  [ "$HPK_ACTIVE_DEADLINE" -gt 0 ] || return 0
+  (set -C && date +%s >"$HPK_STATUS/deadline.start") 2>/dev/null
+  local started left
+  started=$(cat -- "$HPK_STATUS/deadline.start" 2>/dev/null) || started=$(date +%s)
+  left=$((started + HPK_ACTIVE_DEADLINE - $(date +%s)))
+  [ "$left" -gt 0 ] || left=0
+  (
+    sleep "$left"
+    [ ! -e "$HPK_STATUS/pod.done" ] || exit 0
+    hpk_put pod.failed "DeadlineExceeded"$'\n'"Pod was active on the node longer than the specified deadline"
+    kill -TERM $$
+  ) </dev/null >/dev/null 2>&1 &
+  HPK_DEADLINE_PID=$!
+}
+
 hpk_host_part() {
   mkdir -p "$HPK_STATUS" "$HPK_LOGS" || exit 1
   trap hpk_host_exit EXIT
   hpk_put job.started "$(hpk_now)"
+  hpk_deadline
   hpk_put job.node "$(hostname -s)"
   hpk_put job.id "${SLURM_JOB_ID:-none}"
   HPK_HOST_IP=$(hostname -I 2>/dev/null | cut -d' ' -f1)

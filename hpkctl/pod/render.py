@@ -277,6 +277,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "restart_backoff_max": profile.pods.restart_backoff_max,
         "size_check_interval": profile.pods.size_check_interval,
         "grace": plan.grace,
+        "active_deadline": plan.active_deadline,
         "log_fallback": Shell(" ".join(c.name for c in plan.containers if c.log_fallback)),
         "containers": containers,
         "init_table": Shell(" ".join(f"{c['name']} {c['policy']} {c['function']}" for c in containers if c["init"])),

@@ -28,7 +28,15 @@ from hpkctl.pod.flags import (
     parse_srun_options,
 )
 from hpkctl.pod.images import ImageRef, parse_image
-from hpkctl.pod.lifecycle import HookPlan, grace_period, log_fallback, message_path, plan_hooks, signal_option
+from hpkctl.pod.lifecycle import (
+    HookPlan,
+    grace_period,
+    log_fallback,
+    message_path,
+    plan_hooks,
+    signal_option,
+    stop_wait,
+)
 from hpkctl.pod.model import Pod
 from hpkctl.pod.objects import ObjectSource, StaticObjects
 from hpkctl.pod.probes import ProbePlan, plan_probes
@@ -110,6 +118,7 @@ class PodPlan:
     memory_dir: str
     parent: tuple[ImageRef, str] | None  # cni mode: the parent container's image and SIF path
     grace: int = 30  # spec.terminationGracePeriodSeconds
+    active_deadline: int = 0  # spec.activeDeadlineSeconds (the runtime's timer); 0: none
     pull_credentials: dict[str, tuple[str, str]] = field(default_factory=dict)  # registry → (user, password)
     warnings: list[str] = field(default_factory=list)
     version: str = __version__
@@ -228,7 +237,7 @@ def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSou
         mpi_flags=mpi_flags, resources=resources, volumes=volumes, dns_mode=dns_mode, resolv_conf=resolv,
         host_aliases=aliases, pull_credentials=credentials,
         memory_dir=posixpath.join(profile.pods.memory_dir, f"hpk-{meta['uid']}"), parent=parent, warnings=ctx.warnings,
-        grace=grace_period(spec),
+        grace=grace_period(spec), active_deadline=int(spec.get("activeDeadlineSeconds") or 0),
     )
 
 
@@ -340,7 +349,12 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
             raise PodError("DeadlineExceedsSiteLimit",
                            f"spec.activeDeadlineSeconds: {deadline}s is longer than this site's maximum {s.max_time}",
                            hint=f"lower it to at most {slurm_time_to_seconds(s.max_time)}")
-        gen.append(SlurmOption("--time", seconds_to_slurm_time(deadline)))
+        # The runtime stops the pod at the deadline itself, to the second (hpk_deadline); Slurm's limit,
+        # whole minutes whose --signal may come a minute early, is the backstop after the stop sequence.
+        limit = deadline + int(stop_wait(ctx.spec)) + 60
+        if s.max_time:
+            limit = min(limit, slurm_time_to_seconds(s.max_time))
+        gen.append(SlurmOption("--time", seconds_to_slurm_time(limit)))
     elif s.default_time:
         gen.append(SlurmOption("--time", s.default_time))
     for key, val in (("--partition", s.partition), ("--account", s.account), ("--qos", s.qos)):

@@ -78,7 +78,7 @@ class SlurmSection(_Section):
     account: str = Field("", description="default account (budget); empty: Slurm's default")
     qos: str = Field("", description="default QOS; empty: Slurm's default")
     account_required: bool = Field(False, description="refuse to submit without an account")
-    default_time: str = Field("01:00:00", description="--time when the pod has no activeDeadlineSeconds. Every job also gets "
+    default_time: str = Field("01:00:00", description="--time when the pod has no activeDeadlineSeconds (which the job keeps itself, with --time past it). Every job also gets "
                               "--signal=B:TERM@<grace+10>: the pod's stop sequence starts before the limit; a pod's own "
                               "--signal replaces it, and then a grace period longer than the site's KillWait is cut to "
                               "KillWait (README, 'Stopping a pod')")

@@ -27,6 +27,7 @@ import stat
 import subprocess
 import threading
 import time
+from datetime import datetime, timezone
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -882,16 +883,26 @@ def test_the_time_limit_runs_the_stop_sequence(launched: Launched) -> None:
 
 
 # test_run_slurm.py::test_time_limit_is_deadline_exceeded
-@launch(lambda env: [pod("rc-deadline", [c_("sleeper", "echo started; sleep 600")], activeDeadlineSeconds=30)],
+@launch(lambda env: [pod("rc-deadline", [c_("sleeper", "echo started; sleep 600")], activeDeadlineSeconds=8)],
         early=True)
 def test_active_deadline_is_deadline_exceeded(launched: Launched) -> None:
-    """activeDeadlineSeconds becomes the job's time limit; at its end the pod is Failed with reason
-    DeadlineExceeded (as the real kubelet says), the container stopped by SIGTERM (143)."""
+    """activeDeadlineSeconds is kept to the second, not rounded to Slurm's whole minutes: the pod is
+    stopped when it has passed since the pod started (never before), with its stop sequence, and is
+    Failed with reason DeadlineExceeded and the real kubelet's message; the container stopped by
+    SIGTERM (143)."""
     c = launched.cluster
     st = finished(c, "rc-deadline", timeout=200)["status"]
     assert (st["phase"], st["reason"]) == ("Failed", "DeadlineExceeded"), st
-    assert terminated(st, "sleeper")["exitCode"] == 143, st
+    assert st["message"] == "Pod was active on the node longer than the specified deadline", st
+    sleeper = terminated(st, "sleeper")
+    assert sleeper["exitCode"] == 143, st
     assert logs(c, "rc-deadline") == "started\n"
+    ran = _seconds(sleeper["finishedAt"]) - _seconds(st["startTime"])
+    assert 8 - 1 <= ran <= 8 + 20, (ran, st)  # RFC 3339 seconds; a minute off before the runtime's timer
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
 
 
 # ============================================================================ other site profiles

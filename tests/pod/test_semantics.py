@@ -64,14 +64,27 @@ def test_memory_request_used_when_some_container_has_no_limit() -> None:
     assert _opts(plan_pod(pod, PROFILE))["--mem"] == "150M"
 
 
-def test_gpus_become_gres_and_nv_and_deadline_becomes_time() -> None:
+def test_gpus_become_gres_and_nv_and_deadline_becomes_timer_and_time_limit() -> None:
     pod, m = load_pod("gpu.yaml")
     plan = plan_pod(pod, PROFILE, objects=m.objects)
     opts = _opts(plan)
     assert opts["--gres"] == "gpu:2"
-    assert opts["--time"] == "01:30:00"
+    # the runtime stops the pod at activeDeadlineSeconds (5400 s); Slurm's limit is the backstop after
+    # the stop sequence (grace 30 s + margin 10 s) and a minute of Slurm's own slack
+    assert plan.active_deadline == 5400 and plan.grace == 30
+    assert opts["--time"] == "01:32:00"
     trainer, monitor = plan.containers
     assert "--nv" in trainer.flags and "--nv" not in monitor.flags
+
+
+def test_the_deadline_backstop_stays_within_the_site_maximum() -> None:
+    prof = make_profile(slurm={"max_time": "02:00:00"})
+    plan = plan_pod(pod_doc({"activeDeadlineSeconds": 7200, "containers": [{"name": "a", "image": "x"}]}), prof)
+    assert (plan.active_deadline, _opts(plan)["--time"]) == (7200, "02:00:00")
+    plan = plan_pod(pod_doc({"activeDeadlineSeconds": 10, "terminationGracePeriodSeconds": 5,
+                             "containers": [{"name": "a", "image": "x"}]}), prof)
+    assert (plan.active_deadline, _opts(plan)["--time"]) == (10, "00:02:00")  # 85 s, whole minutes
+    assert plan_pod(pod_doc({"containers": [{"name": "a", "image": "x"}]}), prof).active_deadline == 0
 
 
 def test_extended_resource_mapping_from_profile() -> None:

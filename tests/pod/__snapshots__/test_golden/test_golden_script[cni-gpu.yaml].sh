@@ -7,7 +7,7 @@
 #SBATCH --signal=B:TERM@40
 #SBATCH --mem=32768M
 #SBATCH --gres=gpu:2
-#SBATCH --time=01:30:00
+#SBATCH --time=01:32:00
 #SBATCH --partition=debug
 # shellcheck disable=SC2016  # the pod's commands are single-quoted on purpose: no expansion
 #
@@ -38,6 +38,8 @@ HPK_SIZE_CHECK_INTERVAL=10
 # terminationMessagePolicy is FallbackToLogsOnError.
 HPK_GRACE=30
 HPK_LOG_FALLBACK=()
+# spec.activeDeadlineSeconds (0: none): seconds from the pod's start until it is stopped.
+HPK_ACTIVE_DEADLINE=5400
 
 # Containers: name, restartPolicy, the function that starts it.
 HPK_INIT=()

@@ -37,6 +37,8 @@ HPK_SIZE_CHECK_INTERVAL=10
 # terminationMessagePolicy is FallbackToLogsOnError.
 HPK_GRACE=30
 HPK_LOG_FALLBACK=()
+# spec.activeDeadlineSeconds (0: none): seconds from the pod's start until it is stopped.
+HPK_ACTIVE_DEADLINE=0
 
 # Containers: name, restartPolicy, the function that starts it.
 HPK_INIT=(fetch OnFailure hpk_init_0 check OnFailure hpk_init_1)
