@@ -51,8 +51,10 @@ class FakeSlurm:
         self.cancelled: list[tuple[str, str | None]] = []
         self.jobs: dict[str, JobInfo] = {}
         self.submitted = 0
+        self.queries: list[list[str]] = []
 
     def query(self, ids: Any) -> dict[str, JobInfo]:
+        self.queries.append(list(ids))
         return {j: self.jobs[j] for j in ids if j in self.jobs}
 
     def cancel(self, job_id: str, *, signal: str | None = None, batch_only: bool = False) -> None:
@@ -162,3 +164,30 @@ def test_submitting_record_with_a_job_found_by_uid_is_adopted(mgr: Any, tmp_path
     assert slurm.submitted == 0
     assert m.records.load_all()["u-1"].job_id == "55"
     assert any(p["metadata"].get("annotations") == {"hpk.io/slurm-job-id": "55"} for p in kube.status_patches())
+
+
+def test_deleting_many_pods_costs_one_squeue_not_one_per_pod(mgr: Any, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kubectl delete pods --all``: every pod's stop sequence needs its job's state; the first
+    asks Slurm about all the pods being deleted at once, the others use that answer (fresh for one
+    re-check interval, made long here so a slow machine cannot split the round)."""
+    m, kube, slurm = mgr
+    monkeypatch.setattr(pods_mod, "_DELETE_CHECK", 60.0)
+    pods = []
+    for i in range(40):
+        uid, job = f"u-{i}", str(100 + i)
+        slurm.jobs[job] = JobInfo(job_id=job, state="PENDING")
+        m.records.save(PodRecord(uid=uid, namespace="default", name=f"p{i}", pod_dir=str(tmp_path / uid),
+                                 state=SUBMITTED, job_id=job))
+        pod = _pod(f"p{i}", uid)
+        pod["metadata"]["annotations"] = {"hpk.io/slurm-job-id": job}
+        pod["metadata"]["deletionTimestamp"] = "2026-11-24T05:00:00Z"
+        pods.append(pod)
+    m.load_records()
+    m.on_sync(pods)
+    for i in range(40):
+        m.sync(f"u-{i}")
+    assert sorted(slurm.cancelled) == sorted((str(100 + i), None) for i in range(40))  # pending: scancel
+    assert len(slurm.queries) == 1 and sorted(slurm.queries[0]) == sorted(slurm.jobs), slurm.queries
+    assert m.stop_queries == 1
+    assert len([c for c in kube.calls if c[0] == "DELETE"]) == 40
