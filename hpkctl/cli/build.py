@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpkctl.files import write_atomic
 from hpkctl.cli.common import add_site, site_of
 
 if TYPE_CHECKING:
@@ -196,8 +197,6 @@ def _build(plan: BuildPlan, profile: SiteProfile, *, force: bool, wheel_src: str
                         definition=plan.def_path, image=plan.image, out=sys.stdout, cwd=plan.context,
                         timeout=timeout)
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        tmp = f"{plan.record_path}.tmp"
-        Path(tmp).write_text(build_record(plan, built=now))
-        os.replace(tmp, plan.record_path)
+        write_atomic(Path(plan.record_path), build_record(plan, built=now).encode(), mode=0o644)
         shutil.rmtree(plan.context, ignore_errors=True)
     print(f"hpkctl build: {plan.image} image ready: {plan.sif}", flush=True)

@@ -38,7 +38,6 @@ import json
 import logging
 import os
 import re
-import secrets
 import shutil
 import socket
 import threading
@@ -50,6 +49,7 @@ from typing import Any
 
 import yaml
 
+from hpkctl.files import write_atomic
 from hpkctl.controlplane import components as comp
 from hpkctl.controlplane import objects
 from hpkctl.controlplane.health import Probe
@@ -165,22 +165,6 @@ def _url_host(host: str) -> str:
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def write_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Write ``path`` whole: a temporary file in the same directory, synced, renamed over it."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), mode)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _private_dir(path: Path) -> None:
@@ -583,4 +567,4 @@ def run_controlplane(profile: SiteProfile, *, stop: threading.Event, scheduler: 
 
 
 __all__ = ["Bootstrap", "ControlPlaneError", "Layout", "SchedulerFn", "STOP_TIMEOUT", "host_address", "layout_of",
-           "node_hosts", "read_endpoint", "run_controlplane", "token_kubeconfig", "write_atomic"]
+           "node_hosts", "read_endpoint", "run_controlplane", "token_kubeconfig"]

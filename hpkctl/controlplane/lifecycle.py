@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpkctl.controlplane.bootstrap import Layout, read_endpoint, write_atomic
+from hpkctl.files import write_atomic
+from hpkctl.controlplane.bootstrap import Layout, read_endpoint
 from hpkctl.controlplane.health import Probe
 from hpkctl.controlplane.launch import (
     CONTROLPLANE,

@@ -34,7 +34,6 @@ import fcntl
 import ipaddress
 import os
 import re
-import secrets
 import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -48,6 +47,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
+from hpkctl.files import write_atomic
 from hpkctl.errors import HpkError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -478,21 +478,5 @@ def _locked(directory: Path) -> Iterator[None]:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Write 0600 through a temporary file in the same directory, renamed over ``path`` once on disk."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), 0o600)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    """0600, whole, durable (file and rename): keys and kubeconfigs outlive the job that wrote them."""
+    write_atomic(path, data, mode=0o600, sync_dir=True)

@@ -10,10 +10,10 @@ Records are keyed by pod uid and live under ``<state_dir>/kubelet/<node>/pods/``
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from hpkctl.files import write_atomic
 
 SUBMITTING = "submitting"  # the pod directory may exist; a job may exist (look for its uid)
 SUBMITTED = "submitted"  # job_id is the pod's job
@@ -46,17 +46,7 @@ class Records:
         return self.root / f"{uid}.json"
 
     def save(self, rec: PodRecord) -> None:
-        data = json.dumps(asdict(rec), indent=1).encode()
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path(rec.uid))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.path(rec.uid), json.dumps(asdict(rec), indent=1).encode(), mode=0o600)
 
     def remove(self, uid: str) -> None:
         self.path(uid).unlink(missing_ok=True)

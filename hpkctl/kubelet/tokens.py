@@ -5,13 +5,12 @@ sees the old token or the new one, never half of one)."""
 
 from __future__ import annotations
 
-import os
 import posixpath
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hpkctl.files import write_atomic
 from hpkctl.kubelet.objects import TOKEN_SECONDS, ApiObjects
 
 REFRESH_AT = 0.8
@@ -49,14 +48,6 @@ def refresh(objects: ApiObjects, pod: Mapping[str, Any], pod_dir: Path) -> int:
         if token is None:
             continue
         mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".token-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(token)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, token, mode=mode, sync=False)  # a lost token is requested again
         done += 1
     return done

@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 
+from hpkctl.files import write_atomic
 from hpkctl.pod.flags import sbatch_directive_word
 from hpkctl.pod.images import ImageRef
 from hpkctl.pod.lifecycle import hook_command, message_bound, message_file
@@ -341,12 +342,7 @@ def _write_inside(root: Path, rel: str, data: bytes, mode: int) -> None:
         raise PodError("CreateContainerConfigError", f"{rel} would be written outside the pod directory {root}",
                        hint="remove the symlink or the path from the pod directory, or delete and re-run the pod")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, target)
+    write_atomic(target, data, mode=mode, sync=False)  # rewritten from the manifest if lost
 
 
 def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Path:
