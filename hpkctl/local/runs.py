@@ -21,7 +21,7 @@ from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, UserJob
 from hpkctl.jobs.poll import poll
 from hpkctl.local.records import SUBMITTED, SUBMITTING, RunRecord, forget_run, save_record
 from hpkctl.pod.flags import uid_from_comment
-from hpkctl.pod.lifecycle import SIGNAL_MARGIN, grace_period, stop_wait
+from hpkctl.pod.lifecycle import grace_period, stop_wait
 from hpkctl.pod.paths import POD_DELETING, POD_DONE, PodDir
 from hpkctl.pod.status import PodStatus, apptainer_fatal, containers_of, read_pod_status
 from hpkctl.sites.schema import SiteProfile
@@ -211,7 +211,7 @@ def _delete_array(slurm: Slurm, rec: RunRecord, *, out: TextIO, timeout: float =
             mark_deleting(d)
         slurm.cancel(rec.job_id, signal="TERM", batch_only=True)
         try:
-            poll(lambda: True if all(d.exists(POD_DONE) for d in dirs) else None, timeout=grace + SIGNAL_MARGIN,
+            poll(lambda: True if all(d.exists(POD_DONE) for d in dirs) else None, timeout=stop_wait(spec),
                  sleep=sleep)
         except TimeoutError:
             pass

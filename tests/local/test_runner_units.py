@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,3 +63,47 @@ def test_following_survives_a_slurm_hiccup(fp, profile: SiteProfile, tmp_path: P
                     sleep=sleep)
     assert "cannot ask Slurm" in out.getvalue()
     assert st.phase == "Succeeded"
+
+
+def test_deleting_an_array_waits_for_its_pods_sidecars_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workload's delete waits for its running pods' stop sequence as a pod's delete does: the
+    grace period for the main containers and once more per native sidecar, plus the margin."""
+    import io
+    import json as json_mod
+    from types import SimpleNamespace
+
+    from hpkctl.jobs import JobInfo
+    from hpkctl.local import arrays, runs
+    from hpkctl.local.records import RunRecord
+
+    pod_dir = tmp_path / "p0"
+    (pod_dir / "job").mkdir(parents=True)
+    spec = {"terminationGracePeriodSeconds": 7,
+            "initContainers": [{"name": "side", "image": "x", "restartPolicy": "Always"}],
+            "containers": [{"name": "c", "image": "x"}]}
+    (pod_dir / "job" / "pod.json").write_text(json_mod.dumps({"spec": spec}))
+    monkeypatch.setattr(arrays.WorkloadFile, "read",
+                        classmethod(lambda cls, d: SimpleNamespace(count=1, pods=[SimpleNamespace(dir=str(pod_dir))])))
+    waits: list[float] = []
+
+    def fake_poll(check: Any, *, timeout: float, **kw: Any) -> None:
+        waits.append(timeout)
+        raise TimeoutError
+
+    monkeypatch.setattr(runs, "poll", fake_poll)
+
+    class Slurm:
+        cancels: list[tuple[str, str | None]] = []
+
+        def query(self, ids: Any) -> dict[str, JobInfo]:
+            return {i: JobInfo(job_id=i, state="RUNNING") for i in ids}
+
+        def cancel(self, job_id: str, *, signal: str | None = None, batch_only: bool = False) -> None:
+            self.cancels.append((job_id, signal))
+
+    rec = RunRecord(name="j", namespace="default", uid="u", job_id="42", pod_dir=str(tmp_path), site="ci",
+                    submitted=0.0, state="submitted", pid=0, kind="Job")
+    s = Slurm()
+    runs._delete_array(s, rec, out=io.StringIO(), sleep=lambda _: None)  # type: ignore[arg-type]
+    assert waits[0] == 7 * 2 + 10  # main containers, then the sidecar, each with the grace period
+    assert s.cancels == [("42", "TERM"), ("42", None)]
