@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from hpkctl import __version__
-from hpkctl.cli import build, cluster, controlplane, launch, local, render, sites
+from hpkctl.cli import build, cluster, controlplane, launch, local, pull, render, sites
 from hpkctl.errors import HpkError
 
 
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     render.register(sub)
     local.register(sub)
+    pull.register(sub)
     sites.register(sub)
     cluster.register(sub)
     build.register(sub)

@@ -296,8 +296,13 @@ class PodManager:
                 t.extra.pop("pulling", None)
                 reason = "ImagePullBackOff" if t.extra.get("pull_failed") else exc.reason
                 t.extra["pull_failed"] = True
-                self._event(t, "Failed", exc.message, warning=True)
-                self._waiting(t, reason, exc.message)
+                message = exc.message
+                if exc.reason == "ErrImagePull":  # e.g. compute nodes without internet (JSC)
+                    names = " ".join(i.source.removeprefix("docker://") for i in images)
+                    message += (f" (if this node cannot reach the registry, pull where it can, e.g. on a login "
+                                f"node: hpkctl pull {names} --site {self.profile.name})")
+                self._event(t, "Failed", message, warning=True)
+                self._waiting(t, reason, message)
                 self.queue.add_after(t.uid, self._backoff(t))
                 return
             if pending:

@@ -60,6 +60,9 @@ def test_a_missing_image_backs_off_and_the_kubelet_goes_on(offline: Cluster) -> 
     assert offline.phase("no-image") == "Pending"
     fails = [e for e in offline.events("no-image") if e["reason"] == "Failed"]
     assert fails and fails[0]["type"] == "Warning" and fails[0].get("count", 1) >= 1
+    # where a compute node cannot reach the registry, the event names the way out
+    assert "pull where it can, e.g. on a login node: hpkctl pull example.invalid/nothing:1 --site " \
+        in fails[0]["message"], fails[0]
     assert not offline.job_id("no-image")
     offline.create(_pod("after-no-image", "busybox"))
     offline.wait_phase("after-no-image", "Succeeded")
