@@ -20,7 +20,8 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, sync: bool = Tru
     power cut: the rename alone may reach the disk before the data); ``sync_dir`` also syncs the
     directory, so the rename itself is durable. Pod files, rewritten at every start, skip both.
     """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    # a name of its own length: ``path``'s name may already be as long as the file system allows
+    tmp = path.with_name(f".hpk-tmp-{secrets.token_hex(8)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -445,6 +445,7 @@ hpk_start_containers() {
     rc=$?
     [ "$first" -ne 0 ] || first=$rc
   done
+  hpk_put pod.completing "$(hpk_now)"  # the pod's result is known; only its sidecars are left to stop
   hpk_stop_sidecars
   hpk_put pod.done "$first"
   return "$first"
@@ -523,7 +524,9 @@ hpk_deadline() {
   [ "$left" -gt 0 ] || left=0
   (
     sleep "$left"
-    [ ! -e "$HPK_STATUS/pod.done" ] || exit 0
+    # not when the pod is ending anyway: done, its main containers finished (sidecars stopping),
+    # or stopping for another reason (a delete, an eviction), which keeps its own
+    for f in pod.done pod.completing pod.terminating pod.failed; do [ ! -e "$HPK_STATUS/$f" ] || exit 0; done
     hpk_put pod.failed "DeadlineExceeded"$'\n'"Pod was active on the node longer than the specified deadline"
     kill -TERM $$
   ) </dev/null >/dev/null 2>&1 &

@@ -60,6 +60,10 @@ def cmd_pull(args: argparse.Namespace) -> int:
                 raise ManifestError(str(exc), hint="an image as a pod's image field names it") from None
             item = ImageToPull(source=ref.source, sif=image_sif(profile, ref),
                                policy="Always" if args.force else "IfNotPresent")
+            if ref.tag == "latest" and not ref.digest:
+                print(f"hpkctl: warning: {name} is :latest, which pods pull again (imagePullPolicy Always) "
+                      f"{app.always_pull_window} s after this pull, even offline: give them imagePullPolicy: "
+                      "IfNotPresent, or pin a tag", file=sys.stderr)
             if not args.force and is_fresh(item.sif, policy=item.policy, window=0):
                 print(f"{name}: cached: {item.sif}")
                 continue

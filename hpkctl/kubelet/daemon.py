@@ -108,8 +108,13 @@ class Kubelet:
         except (KubeError, KubeUnavailable) as exc:
             log.warning("cannot ask the API server who the kubeconfig authenticates as: %s", exc)
             return ""
-        user = str((((out or {}).get("status") or {}).get("userInfo") or {}).get("username") or "")
+        info = ((out or {}).get("status") or {}).get("userInfo") or {}
+        user, groups = str(info.get("username") or ""), list(info.get("groups") or [])
         expected = f"system:node:{self.opts.node_name}"
+        if user.startswith("system:node:") and "system:nodes" not in groups:
+            raise HpkError(f"{self.opts.kubeconfig} authenticates as {user} but not in group system:nodes, so the "
+                           "API server treats it as an ordinary user without rights. Fix: use a certificate with "
+                           "O=system:nodes (the kubelet.kubeconfig `hpkctl start` writes has it)")
         if user.startswith("system:node:") and user != expected:
             raise HpkError(f"{self.opts.kubeconfig} authenticates as {user}, but this kubelet serves node "
                            f"{self.opts.node_name!r}: the API server's Node authorizer lets a node touch only its "

@@ -135,6 +135,7 @@ class PodManager:
         self._stopping: dict[str, JobInfo] = {}  # jobs of pods being stopped, one squeue for all of them
         self._stopping_ids: frozenset[str] = frozenset()
         self._stopping_asked = 0.0
+        self._stopping_error: SlurmError | None = None
         self._stopping_lock = threading.Lock()
         self.slurm_calls = 0  # squeue rounds (bench: Slurm commands per poll)
         self.stop_queries = 0  # squeue calls of stop sequences (bench: deleting many pods)
@@ -300,7 +301,11 @@ class PodManager:
                 if exc.reason == "ErrImagePull":  # e.g. compute nodes without internet (JSC)
                     names = " ".join(i.source.removeprefix("docker://") for i in images)
                     message += (f" (if this node cannot reach the registry, pull where it can, e.g. on a login "
-                                f"node: hpkctl pull {names} --site {self.profile.name})")
+                                f"node: hpkctl pull {names} --site {self.profile.name}")
+                    if any(i.policy == "Always" for i in images):  # :latest or untagged, or asked for
+                        message += ("; and set imagePullPolicy: IfNotPresent, or Always pulls again after "
+                                    f"[apptainer] always_pull_window ({self.profile.apptainer.always_pull_window} s)")
+                    message += ")"
                 self._event(t, "Failed", message, warning=True)
                 self._waiting(t, reason, message)
                 self.queue.add_after(t.uid, self._backoff(t))
@@ -448,7 +453,7 @@ class PodManager:
         """A stopping pod's job, at most one re-check interval old. Every pod being stopped re-checks
         its job twice a second; one squeue answers for all of those at once, so deleting a hundred
         pods (``kubectl delete pods --all``) costs two squeue calls a second, not two hundred."""
-        with self._stopping_lock:
+        with self._stopping_lock:  # one query at a time; the others wait for its answer
             now = time.monotonic()
             if job_id not in self._stopping_ids or now - self._stopping_asked >= _DELETE_CHECK:
                 ids = {job_id}
@@ -457,10 +462,17 @@ class PodManager:
                         rec = self._rec(t.uid)
                         ids.add(t.job_id or (rec.job_id if rec else ""))
                 ids.discard("")
-                self._stopping = self.slurm.query(sorted(ids))
                 self._stopping_ids = frozenset(ids)
                 self._stopping_asked = now
                 self.stop_queries += 1
+                try:
+                    self._stopping, self._stopping_error = self.slurm.query(sorted(ids)), None
+                except SlurmError as exc:
+                    # slurmctld slow or down: the waiting workers get this answer too instead of each
+                    # running into the command timeout in turn; the next interval asks again
+                    self._stopping, self._stopping_error = {}, exc
+            if self._stopping_error is not None:
+                raise self._stopping_error
             return self._stopping.get(job_id)
 
     def _final_status(self, t: Tracked, job_id: str) -> None:

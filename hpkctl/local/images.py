@@ -21,7 +21,7 @@ def read_documents(text: str, *, source: str) -> list[Any]:
         return [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise ManifestError(f"{source}: not YAML: {exc}",
-                            hint="check the file with 'kubectl apply --dry-run=client -f FILE'") from None
+                            hint="fix the YAML at the line and column shown") from None
 
 
 def _containers(node: Any) -> Iterator[dict[str, Any]]:

@@ -24,6 +24,8 @@ POD_TERMINATING = "pod.terminating"  # the job got SIGTERM (cancel, time limit)
 POD_DELETING = "pod.deleting"  # written by hpkctl before it signals a delete (else TERM = the time limit)
 POD_FAILED = "pod.failed"  # first line a CamelCase reason, the rest a message
 POD_DONE = "pod.done"  # the pod's exit code; the job exits with it
+POD_COMPLETING = "pod.completing"  # the main containers have ended: only sidecars are left to stop
+DEADLINE_START = "deadline.start"  # epoch seconds the activeDeadlineSeconds timer counts from
 
 # Per-container status files (status/<container>.SUFFIX).
 STARTED = "started"

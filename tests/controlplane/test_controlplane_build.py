@@ -257,12 +257,12 @@ def test_fetch_refuses_a_wrong_checksum_and_an_empty_one(tmp_path: Path) -> None
     cc = run("hpk_cross_check", "x", "https://example.org/SUMS", "1" * 64, "release.tar.gz")
     assert cc.returncode != 0 and "does not list the pinned checksum" in cc.stderr
     assert run("hpk_cross_check", "x", "https://example.org/SUMS", good, "other.tar.gz").returncode != 0
-    # CoreDNS's per-asset file: "DIGEST  FILE", or the digest alone
-    (tmp_path / "release.tar.gz.sha256").write_text(f"{good}\n")
+    # CoreDNS's per-asset file (sha256sum's output for that one file); a bare digest names no file
+    (tmp_path / "release.tar.gz.sha256").write_text(f"{good}  release.tar.gz\n")
     assert run("hpk_cross_check", "x", "https://example.org/release.tar.gz.sha256", good,
                "release.tar.gz").returncode == 0
-    assert run("hpk_cross_check", "x", "https://example.org/release.tar.gz.sha256", "1" * 64,
-               "release.tar.gz").returncode != 0
+    (tmp_path / "bare.sha256").write_text(f"{good}\n")
+    assert run("hpk_cross_check", "x", "https://example.org/bare.sha256", good, "release.tar.gz").returncode != 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -191,3 +191,26 @@ def test_deleting_many_pods_costs_one_squeue_not_one_per_pod(mgr: Any, tmp_path:
     assert len(slurm.queries) == 1 and sorted(slurm.queries[0]) == sorted(slurm.jobs), slurm.queries
     assert m.stop_queries == 1
     assert len([c for c in kube.calls if c[0] == "DELETE"]) == 40
+
+
+def test_a_failing_stop_query_is_not_repeated_by_every_waiting_pod(mgr: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurmctld down while pods are deleted: the pods waiting for the shared squeue get its error
+    instead of each running into the command timeout in turn; the next interval asks again."""
+    from hpkctl.jobs import SlurmError
+
+    m, kube, slurm = mgr
+    monkeypatch.setattr(pods_mod, "_DELETE_CHECK", 60.0)
+
+    def down(ids: Any) -> Any:
+        slurm.queries.append(list(ids))
+        raise SlurmError("squeue: error: Unable to contact slurm controller (connect failure)")
+
+    monkeypatch.setattr(slurm, "query", down)
+    for job in ("1", "1", "1"):
+        with pytest.raises(SlurmError):
+            m._job_now(job)
+    assert len(slurm.queries) == 1
+    monkeypatch.setattr(pods_mod, "_DELETE_CHECK", 0.0)
+    with pytest.raises(SlurmError):
+        m._job_now("1")
+    assert len(slurm.queries) == 2

@@ -81,7 +81,7 @@ def test_pods_are_listed_only_with_the_node_selector(kube: KubeApi, node: Node) 
     assert code == 403
     assert node.call("GET", f"{NS}/pods/mine")[0] == 200
     code, out = node.call("GET", f"{NS}/pods/theirs")
-    assert code == 403 and out["message"].endswith("no relationship found between node and this object")
+    assert code == 403 and out["message"].endswith("no relationship found between node 'hpk' and this object")
 
 
 def test_the_node_reads_and_writes_only_its_own_node(kube: KubeApi, node: Node) -> None:
@@ -119,8 +119,8 @@ def test_configmaps_and_secrets_only_when_a_bound_pod_uses_them(kube: KubeApi, n
     code, out = node.call("GET", f"{NS}/secrets/s-used")
     assert code == 403, "a pod not bound to the node gives it no right"
     assert out["message"] == ('secrets "s-used" is forbidden: User "system:node:hpk" cannot get resource "secrets" '
-                              'in API group "" in the namespace "default": no relationship found between node and '
-                              'this object')
+                              'in API group "" in the namespace "default": no relationship found between node \'hpk\' '
+                              'and this object')
     code, out = kube.post(f"{NS}/pods/refs/binding", {"apiVersion": "v1", "kind": "Binding",
                                                       "metadata": {"name": "refs"},
                                                       "target": {"kind": "Node", "name": "hpk"}})
@@ -157,7 +157,7 @@ def test_tokens_only_bound_to_a_pod_on_the_node(kube: KubeApi, node: Node) -> No
     assert code == 403  # the service account is used by a pod on the node, the pod is not
     assert out["message"].endswith("node requested token bound to a pod scheduled on a different node")
     code, out = node.call("POST", f"{NS}/serviceaccounts/nobody/token", {"spec": {}})
-    assert code == 403 and out["message"].endswith("no relationship found between node and this object")
+    assert code == 403 and out["message"].endswith("no relationship found between node 'hpk' and this object")
 
 
 def test_pod_status_delete_and_eviction_only_for_bound_pods(kube: KubeApi, node: Node) -> None:
@@ -224,3 +224,28 @@ def test_kubectl_with_the_kubelet_credentials_is_refused_like_a_real_cluster(kub
 def test_the_admin_is_not_restricted(kube: KubeApi) -> None:
     assert kube.get("/api/v1/pods")[0] == 200
     assert kube.get(f"{NS}/secrets")[0] == 200
+
+
+def test_what_a_real_node_authorizer_also_allows(kube: KubeApi, node: Node) -> None:
+    """Corners where a too strict model would fail a correct kubelet: both field selectors at once,
+    an empty taint list for none, Secrets reached through csi/azureFile, an ephemeral volume's claim."""
+    _make(kube, f"{NS}/pods", pod("both", node="hpk"))
+    code, out = node.call("GET", "/api/v1/pods", params={"fieldSelector": "metadata.name=both,spec.nodeName=hpk"})
+    assert code == 200 and [p["metadata"]["name"] for p in out["items"]] == ["both"]
+    ok = node.call("PATCH", "/api/v1/nodes/hpk", {"spec": {"taints": []}}, ctype="application/merge-patch+json")
+    assert ok[0] == 200, ok
+    _make(kube, f"{NS}/secrets", _secret("csi-creds"))
+    _make(kube, f"{NS}/secrets", _secret("azure-creds"))
+    eph = pod("eph", node="hpk")
+    eph["spec"]["volumes"] = [
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}},
+        {"name": "c", "csi": {"driver": "d.example", "nodePublishSecretRef": {"name": "csi-creds"}}},
+        {"name": "a", "azureFile": {"secretName": "azure-creds", "shareName": "s"}}]
+    _make(kube, f"{NS}/pods", eph)
+    assert node.call("GET", f"{NS}/secrets/csi-creds")[0] == 200
+    assert node.call("GET", f"{NS}/secrets/azure-creds")[0] == 200
+    code, out = node.call("GET", f"{NS}/persistentvolumeclaims/eph-scratch")
+    assert code == 404, out  # allowed (the graph knows the claim), and there is none
+    code, out = node.call("GET", f"{NS}/persistentvolumeclaims/eph-scratch/status")
+    assert code == 403 and out["message"].endswith("can only update or patch a persistentvolumeclaim status")

@@ -147,6 +147,12 @@ def _pod_references(pod: dict[str, Any]) -> dict[str, set[str]]:
             refs["configmaps"].add(v["configMap"].get("name", ""))
         if v.get("persistentVolumeClaim"):
             refs["persistentvolumeclaims"].add(v["persistentVolumeClaim"].get("claimName", ""))
+        if v.get("ephemeral"):  # the claim the ephemeral volume controller makes: <pod>-<volume>
+            refs["persistentvolumeclaims"].add(f"{(pod.get('metadata') or {}).get('name', '')}-{v.get('name', '')}")
+        if v.get("azureFile"):
+            refs["secrets"].add(v["azureFile"].get("secretName", ""))
+        if isinstance(v.get("csi"), dict) and isinstance(v["csi"].get("nodePublishSecretRef"), dict):
+            refs["secrets"].add(v["csi"]["nodePublishSecretRef"].get("name", ""))
         for src in (v.get("projected") or {}).get("sources") or []:
             if src.get("secret"):
                 refs["secrets"].add(src["secret"].get("name", ""))
@@ -192,8 +198,8 @@ def authorize(store: Any, node: str, r: Request) -> tuple[bool, str]:
         return _graph(store, node, r.resource, r.namespace, name)
     if gr == ("", "persistentvolumeclaims"):
         if r.sub == "status":
-            if r.verb not in ("get", "update", "patch"):
-                return False, "can only get, update, or patch a persistentvolumeclaim status"
+            if r.verb not in ("update", "patch"):
+                return False, "can only update or patch a persistentvolumeclaim status"
         elif r.verb != "get" or r.sub:
             return False, "can only get individual resources of this type"
         return _graph(store, node, r.resource, r.namespace, name)
@@ -201,7 +207,7 @@ def authorize(store: Any, node: str, r: Request) -> tuple[bool, str]:
         if r.verb != "get" or r.sub or not name:
             return False, "can only get individual resources of this type"
         return (True, "") if _pv_referenced(store, node, name) else \
-            (False, "no relationship found between node and this object")
+            (False, _no_relationship(node))
     if gr == ("", "serviceaccounts"):
         if r.verb != "create" or not name:
             return False, "can only create tokens for individual service accounts"
@@ -229,10 +235,14 @@ def authorize(store: Any, node: str, r: Request) -> tuple[bool, str]:
     return False, ""
 
 
+def _no_relationship(node: str) -> str:
+    return f"no relationship found between node '{node}' and this object"
+
+
 def _graph(store: Any, node: str, kind: str, namespace: str, name: str) -> tuple[bool, str]:
     if _referenced(store, node, kind, namespace, name):
         return True, ""
-    return False, "no relationship found between node and this object"
+    return False, _no_relationship(node)
 
 
 def _node(node: str, verb_: str, sub: str, name: str) -> tuple[bool, str]:
@@ -260,14 +270,15 @@ def _pod(store: Any, node: str, r: Request, name: str) -> tuple[bool, str]:
         return False, ""
     if r.verb in ("create", "delete"):
         return True, ""  # NodeRestriction: mirror pods only, and pods bound to the node
+    if r.verb in ("list", "watch") and \
+            any(k == "spec.nodeName" and op == "=" and v == node for k, op, v in _fields(r.field_selector)):
+        return True, ""
     if r.verb == "get" or (r.verb in ("list", "watch") and name):
         pod = store.get("pods.", r.namespace, name) if r.namespace else None
         if pod is not None and (pod.get("spec") or {}).get("nodeName") == node:
             return True, ""
-        return False, "no relationship found between node and this object"
+        return False, _no_relationship(node)
     if r.verb in ("list", "watch"):
-        if any(k == "spec.nodeName" and op == "=" and v == node for k, op, v in _fields(r.field_selector)):
-            return True, ""
         return False, "can only list/watch pods with spec.nodeName field selector"
     return False, ""
 
@@ -325,6 +336,8 @@ def _restriction(store: Any, node: str, *, operation: str, plural: str, group: s
                 if "kubernetes.io/config.mirror" not in annotations:
                     return f'pod does not have "kubernetes.io/config.mirror" annotation, node "{node}" can only ' \
                            "create mirror pods"
+                if ((new or {}).get("spec") or {}).get("nodeName") != node:
+                    return f'node "{node}" can only create pods with spec.nodeName set to itself'
                 return ""
             if operation == "DELETE":
                 return "" if bound == node else f'node "{node}" can only delete pods with spec.nodeName set to itself'
@@ -346,7 +359,9 @@ def _restriction(store: Any, node: str, *, operation: str, plural: str, group: s
             bad = _forbidden_labels(_labels(new), {})
             return f'node "{node}" is not allowed to set the following labels: {", ".join(bad)}' if bad else ""
         if operation == "UPDATE":
-            if ((new or {}).get("spec") or {}).get("taints") != ((old or {}).get("spec") or {}).get("taints"):
+            # Semantic.DeepEqual: no taints and an empty list are the same
+            if (((new or {}).get("spec") or {}).get("taints") or []) != \
+                    (((old or {}).get("spec") or {}).get("taints") or []):
                 return f'node "{node}" is not allowed to modify taints'
             bad = _forbidden_labels(_labels(new), _labels(old))
             return f'is not allowed to modify labels: {", ".join(bad)}' if bad else ""

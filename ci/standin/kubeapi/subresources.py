@@ -97,8 +97,9 @@ def token(srv: "Server", ns: str, name: str, body: dict[str, Any]) -> dict[str, 
     if sa is None:
         raise not_found("serviceaccounts", "", name)
     spec = dict(body.get("spec") or {})
-    nodeauth.admit(srv.api.store, operation="CREATE", plural="serviceaccounts", group="", sub="token", name=name,
-                   new={"metadata": {"namespace": ns}, "spec": spec}, old=None)
+    if srv.api.node_restriction:
+        nodeauth.admit(srv.api.store, operation="CREATE", plural="serviceaccounts", group="", sub="token",
+                       name=name, new={"metadata": {"namespace": ns}, "spec": spec}, old=None)
     exp = int(spec.get("expirationSeconds") or 3600)
     if exp < 600:
         raise invalid("TokenRequest", "authentication.k8s.io", name, [FieldError(
