@@ -1,4 +1,4 @@
-"""``scancel``: cancel a job, or send its batch script a signal."""
+"""``scancel``: cancel a job, or send its batch script a signal; ``scontrol update``: lower its time limit."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 
 from hpkctl.jobs.command import Commands, failure, slurm_text
 from hpkctl.jobs.query import check_id
+from hpkctl.sites.schema import seconds_to_slurm_time
 
 log = logging.getLogger(__name__)
 
@@ -37,3 +38,14 @@ def scancel(commands: Commands, job_id: str, *, signal: str | None = None, batch
         error.hint = ("only the job's owner (or a Slurm operator) can cancel it: "
                       "run hpkctl as the user that submitted it")
     raise error
+
+
+def shorten(commands: Commands, job_id: str, seconds: int) -> None:
+    """Lower the job's time limit to ``seconds`` (rounded up to whole minutes, as Slurm keeps it):
+    ``scontrol update JobId=ID TimeLimit=...``. Its owner may lower a limit, never raise it."""
+    check_id(job_id)
+    if seconds <= 0:
+        raise ValueError(f"a time limit of {seconds} s is not one")
+    done = commands.run("scontrol", ["update", f"JobId={job_id}", f"TimeLimit={seconds_to_slurm_time(seconds)}"])
+    if done.returncode != 0:
+        raise failure(done)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from hpkctl.jobs.cancel import scancel
+from hpkctl.jobs.cancel import scancel, shorten
 from hpkctl.jobs.command import Commands
 from hpkctl.jobs.final import FinalStates
 from hpkctl.jobs.info import JobInfo, UserJob
@@ -128,6 +128,11 @@ class Slurm:
         finished, or that Slurm forgot, is not an error; a permission problem is.
         """
         scancel(self._commands, job_id, signal=signal, batch_only=batch_only)
+
+    def shorten(self, job_id: str, seconds: int) -> None:
+        """Lower the job's time limit to ``seconds`` (whole minutes, rounded up): a pending job whose
+        limit is above its partition's MaxTime can then start. Only lowering is allowed to users."""
+        shorten(self._commands, job_id, seconds)
 
     async def exec_step(self, job_id: str, *, pod_dir: Path, container: str, command: Sequence[str],
                         tty: bool = False, stdin: bool = False) -> Step:

@@ -37,8 +37,9 @@ from hpkctl.kubelet.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRe
 from hpkctl.kubelet.table import PodTable, Tracked
 from hpkctl.kubelet.tokens import refresh, refresh_after
 from hpkctl.kubelet.workqueue import WorkQueue
-from hpkctl.local.runs import ended, job_states, mark_deleting, never_starts, pod_jobs
-from hpkctl.local.submit import images_to_pull
+from hpkctl.local.runs import (LOWERED_GRACE, deadline_limit, ended, job_states, lowered_note, mark_deleting,
+                               never_starts, pod_jobs)
+from hpkctl.local.submit import images_to_pull, submit_job
 from hpkctl.pod import render_pod, write_pod_dir
 from hpkctl.pod.lifecycle import stop_wait
 from hpkctl.pod.paths import LAST_PROBE_KILL, POD_DONE, PROBE_KILL, PodDir
@@ -326,7 +327,8 @@ class PodManager:
         write_pod_dir(rendered, pod_json=json.dumps(pod, indent=1).encode())
         t.pod_dir = root
         try:
-            job_id = self.slurm.submit(root / "job" / "job.sh", workdir=root)
+            job_id, lowered = submit_job(self.slurm, root / "job" / "job.sh", workdir=root,
+                                         deadline=rendered.plan.active_deadline)
         except SlurmTimeout:
             log.warning("pod %s: sbatch timed out; the job may exist: looking for it by uid next", t.key)
             self.queue.add_after(t.uid, 5.0)
@@ -338,6 +340,8 @@ class PodManager:
                        + (f" (fix: {exc.hint})" if exc.hint else ""))
             return
         self._submitted(t, rec, job_id)
+        if lowered:
+            self._event(t, "TimeLimitLowered", lowered_note(job_id, lowered), warning=True)
         if (due := refresh_after(pod)) is not None:
             t.extra["token_due"] = time.time() + due
 
@@ -576,6 +580,19 @@ class PodManager:
         """Slurm keeps the job pending for a reason waiting cannot clear (no node of the partition can
         hold it): cancel it and fail the pod, as the real kubelet rejects a pod that cannot fit."""
         reason = job.reason if job is not None else ""
+        lowered = t.extra.get("time_lowered")
+        if lowered is not None and time.monotonic() - lowered < LOWERED_GRACE:
+            return  # Slurm has not looked at the lowered limit yet
+        seconds = deadline_limit(job, t.pod.get("spec") or {})
+        if seconds and lowered is None:
+            t.extra["time_lowered"] = time.monotonic()
+            try:
+                self.slurm.shorten(t.job_id, seconds)
+            except SlurmError as exc:
+                log.warning("pod %s: lowering job %s's time limit failed: %s", t.key, t.job_id, exc)
+            else:
+                self._event(t, "TimeLimitLowered", lowered_note(t.job_id, seconds), warning=True)
+                return
         self.slurm.cancel(t.job_id)
         self._fail(t, "SlurmNeverStarts",
                    f"Slurm will never start job {t.job_id}: {reason}; lower the pod's resources (cpu → "

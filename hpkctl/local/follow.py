@@ -15,7 +15,8 @@ from typing import TextIO
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError
 from hpkctl.jobs.poll import Backoff, poll
 from hpkctl.local.records import RunRecord
-from hpkctl.local.runs import NeverStarts, ended, never_starts, pod_status
+from hpkctl.local.runs import (LOWERED_GRACE, NeverStarts, deadline_limit, ended, lowered_note, never_starts,
+                               pod_status)
 from hpkctl.pod import paths as f
 from hpkctl.pod.status import PodStatus, container_done, containers_of, read_pod_status, restart_policies
 
@@ -74,6 +75,7 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
 
     ``NeverStarts`` when Slurm keeps the job pending for a reason waiting cannot clear (the caller
     cancels it)."""
+    spec = rec.pod().get("spec") or {}
     containers = containers_of(rec.pod())
     names = [n for n, _ in containers]
     mains = [n for n, init in containers if not init]
@@ -99,7 +101,20 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
             return final
         st = read_pod_status(rec.dir.root, containers, job, job_known=bool(state["asked"]))
         if never_starts(job):
-            raise NeverStarts(rec, st)
+            lowered = state.get("lowered")
+            seconds = deadline_limit(job, spec)
+            if isinstance(lowered, float) and clock() - lowered < LOWERED_GRACE:
+                pass  # Slurm has not looked at the lowered limit yet
+            elif seconds and lowered is None:
+                state["lowered"] = clock()
+                try:
+                    slurm.shorten(rec.job_id, seconds)
+                except SlurmError as exc:
+                    print(f"hpkctl: warning: lowering job {rec.job_id}'s time limit failed: {exc.message}", file=out)
+                    raise NeverStarts(rec, st) from None
+                print(f"hpkctl: warning: {lowered_note(rec.job_id, seconds)}", file=out)
+            else:
+                raise NeverStarts(rec, st)
         line = describe(st)
         if not quiet and line != state["line"]:
             extra = f" on {st.node}" if st.phase == "Running" and st.node else ""

@@ -11,10 +11,10 @@ import errno
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from hpkctl.errors import HpkError
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, UserJob
@@ -63,6 +63,32 @@ class NeverStarts(HpkError):
 def ended(job: JobInfo | None) -> bool:
     """Whether Slurm is done with the job (or has forgotten it)."""
     return job is None or job.state in TERMINAL_STATES
+
+
+#: how long a lowered time limit is given to take effect (Slurm re-evaluates a pending job's reason
+#: at its next scheduling pass) before the job is taken as one that never starts after all
+LOWERED_GRACE = 30.0
+
+
+def deadline_limit(job: JobInfo | None, spec: Mapping[str, Any]) -> int:
+    """``activeDeadlineSeconds`` when Slurm keeps the job pending because its time limit, the
+    deadline plus the backstop for the stop sequence, exceeds the partition's MaxTime: lowered to
+    the deadline itself, it can start (the runtime still stops the pod at the deadline, unless
+    Slurm's limit comes first). 0 when that does not apply.
+
+    Slurm 22.05 first shows such a job as ``PartitionConfig`` (its check at submission) and only
+    after its next scheduling pass as ``PartitionTimeLimit``; both are taken, and a job that stays
+    pending after the lowering (too many CPUs, say) is cancelled once ``LOWERED_GRACE`` has passed."""
+    if job is None or job.state != "PENDING" or job.reason not in ("PartitionTimeLimit", "PartitionConfig"):
+        return 0
+    deadline = spec.get("activeDeadlineSeconds")
+    return deadline if isinstance(deadline, int) and deadline > 0 else 0
+
+
+def lowered_note(job_id: str, seconds: int) -> str:
+    return (f"Slurm job {job_id}'s time limit (activeDeadlineSeconds plus time for the stop sequence) is above the "
+            f"partition's MaxTime: lowered to the deadline, {seconds} s (Slurm's limit may now stop the pod up to "
+            "a minute early)")
 
 
 def never_starts(job: JobInfo | None) -> bool:

@@ -18,12 +18,12 @@ from hpkctl.local.arrays import prepare_array, workload_of
 from hpkctl.local.manifest import load_manifest, pod_warnings, select_pod, with_api_defaults
 from hpkctl.local.records import (SUBMITTED, SUBMITTING, RunExists, RunRecord, check_name, create_record,
                                   forget_run, owns_pod_dir, read_record, record_path, save_record)
-from hpkctl.local.runs import delete_run, ended, job_states, pod_status
+from hpkctl.local.runs import delete_run, ended, job_states, lowered_note, pod_status
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir
 from hpkctl.pod.flags import FLAGS_ANNOTATIONS
 from hpkctl.runtime import ImageToPull, pull_images
 from hpkctl.sites import require_submittable
-from hpkctl.sites.schema import SiteProfile
+from hpkctl.sites.schema import SiteProfile, seconds_to_slurm_time
 
 
 def images_to_pull(rendered: RenderedPod) -> list[ImageToPull]:
@@ -153,7 +153,20 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
     return PreparedRun(profile=profile, record=rec, rendered=rendered, manifest_path=manifest_path)
 
 
-def submit_prepared(slurm: Slurm, prep: PreparedRun) -> RunRecord:
+def submit_job(slurm: Slurm, script: Path, *, workdir: Path, deadline: int) -> tuple[str, int]:
+    """``sbatch`` the pod's script: (job id, 0), or, when Slurm refuses its time limit (a site with
+    ``EnforcePartLimits``: activeDeadlineSeconds plus the stop sequence's backstop above the
+    partition's MaxTime), once more with ``--time`` lowered to the deadline itself: (job id, the
+    deadline). The runtime still stops the pod at the deadline, unless Slurm's limit comes first."""
+    try:
+        return slurm.submit(script, workdir=workdir), 0
+    except TimeLimitTooLong:
+        if deadline <= 0:
+            raise
+        return slurm.submit(script, workdir=workdir, extra_args=[f"--time={seconds_to_slurm_time(deadline)}"]), deadline
+
+
+def submit_prepared(slurm: Slurm, prep: PreparedRun, *, out: TextIO = sys.stderr) -> RunRecord:
     """``sbatch`` the prepared pod and write the job id into its record.
 
     Run this with signals deferred (:meth:`hpkctl.local.signals.Interrupts.deferred`): between
@@ -164,7 +177,10 @@ def submit_prepared(slurm: Slurm, prep: PreparedRun) -> RunRecord:
     profile, rec = prep.profile, prep.record
     root = Path(rec.pod_dir)
     try:
-        job_id = slurm.submit(root / "job" / "job.sh", workdir=root)
+        job_id, lowered = submit_job(slurm, root / "job" / "job.sh", workdir=root,
+                                     deadline=prep.rendered.plan.active_deadline)
+        if lowered:
+            print(f"hpkctl: warning: {lowered_note(job_id, lowered)}", file=out)
     except SlurmTimeout as exc:
         exc.hint = (f"{exc.hint}; the job may have been created: 'hpkctl status {rec.name} -n {rec.namespace} "
                     f"--site {profile.name}' looks for it (uid {rec.uid}), 'hpkctl delete' cancels it")

@@ -357,6 +357,17 @@ def test_cancel_with_a_signal_for_the_batch_shell_only(fp, section) -> None:
         Slurm(section()).cancel("12", batch_only=True)
 
 
+def test_shorten_lowers_the_time_limit_in_whole_minutes(fp, section) -> None:
+    rec = fp.register(cmd(fp, "scontrol"))
+    Slurm(section()).shorten("12", 100)
+    assert rec.calls[0].args == ["/fake/slurm/bin/scontrol", "update", "JobId=12", "TimeLimit=00:02:00"]
+    fp.register(cmd(fp, "scontrol"), stderr="scontrol: error: Access/permission denied for job 12\n", returncode=1)
+    with pytest.raises(SlurmError, match="permission denied"):
+        Slurm(section()).shorten("12", 100)
+    with pytest.raises(ValueError):
+        Slurm(section()).shorten("12; true", 100)
+
+
 @pytest.mark.parametrize("bad", ["USR1; rm -rf /", "-9", "", "term"])
 def test_cancel_rejects_odd_signals(section, bad) -> None:
     with pytest.raises(ValueError, match="signal"):

@@ -52,6 +52,7 @@ class FakeSlurm:
         self.jobs: dict[str, JobInfo] = {}
         self.submitted = 0
         self.queries: list[list[str]] = []
+        self.shortened: list[tuple[str, int]] = []
 
     def query(self, ids: Any) -> dict[str, JobInfo]:
         self.queries.append(list(ids))
@@ -59,6 +60,9 @@ class FakeSlurm:
 
     def cancel(self, job_id: str, *, signal: str | None = None, batch_only: bool = False) -> None:
         self.cancelled.append((job_id, signal))
+
+    def shorten(self, job_id: str, seconds: int) -> None:
+        self.shortened.append((job_id, seconds))
 
     def user_jobs(self) -> list[Any]:
         return []
@@ -214,3 +218,42 @@ def test_a_failing_stop_query_is_not_repeated_by_every_waiting_pod(mgr: Any, mon
     with pytest.raises(SlurmError):
         m._job_now("1")
     assert len(slurm.queries) == 2
+
+
+def test_a_deadline_above_the_partition_limit_is_lowered_not_cancelled(mgr: Any, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm keeps the job pending with PartitionTimeLimit (the deadline plus the stop sequence's
+    backstop is above MaxTime): its limit is lowered to activeDeadlineSeconds once, with an event;
+    given time to take effect; cancelled only if Slurm still refuses after that."""
+    m, kube, slurm = mgr
+    pod = _pod()
+    pod["spec"]["activeDeadlineSeconds"] = 100
+    m.on_sync([pod])
+    t = m.table.get("u-1")
+    assert t is not None
+    t.job_id = "70"
+    job = JobInfo(job_id="70", state="PENDING", reason="PartitionTimeLimit")
+    now = [1000.0]
+    monkeypatch.setattr(pods_mod.time, "monotonic", lambda: now[0])
+    m._never_starts(t, job)
+    assert slurm.shortened == [("70", 100)] and slurm.cancelled == []
+    (ev,) = [e for e in kube.events() if e["reason"] == "TimeLimitLowered"]
+    assert "lowered to the deadline, 100 s" in ev["message"] and ev["type"] == "Warning"
+    now[0] += 20
+    m._never_starts(t, job)  # Slurm has not re-evaluated yet
+    assert slurm.cancelled == [] and len(slurm.shortened) == 1
+    now[0] += 20
+    m._never_starts(t, job)
+    assert slurm.cancelled == [("70", None)] and len(slurm.shortened) == 1
+    (patch,) = [p for p in kube.status_patches() if p["status"].get("reason") == "SlurmNeverStarts"]
+    assert "PartitionTimeLimit" in patch["status"]["message"]
+
+
+def test_without_a_deadline_a_partition_time_limit_is_never_starts(mgr: Any) -> None:
+    m, kube, slurm = mgr
+    m.on_sync([_pod()])
+    t = m.table.get("u-1")
+    assert t is not None
+    t.job_id = "71"
+    m._never_starts(t, JobInfo(job_id="71", state="PENDING", reason="PartitionTimeLimit"))
+    assert slurm.shortened == [] and slurm.cancelled == [("71", None)]

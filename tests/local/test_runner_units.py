@@ -107,3 +107,28 @@ def test_deleting_an_array_waits_for_its_pods_sidecars_too(tmp_path: Path, monke
     runs._delete_array(s, rec, out=io.StringIO(), sleep=lambda _: None)  # type: ignore[arg-type]
     assert waits[0] == 7 * 2 + 10  # main containers, then the sidecar, each with the grace period
     assert s.cancels == [("42", "TERM"), ("42", None)]
+
+
+def test_a_refused_time_limit_is_retried_with_the_deadline_itself(tmp_path: Path) -> None:
+    """A site with EnforcePartLimits refuses the job's --time (the deadline plus the stop sequence's
+    backstop) outright: one more sbatch with --time lowered to activeDeadlineSeconds; without a
+    deadline the refusal stands."""
+    from hpkctl.jobs import TimeLimitTooLong
+    from hpkctl.local.submit import submit_job
+
+    class Slurm:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, ...]] = []
+
+        def submit(self, script: Path, *, workdir: Path, extra_args: tuple[str, ...] | list[str] = ()) -> str:
+            self.calls.append(tuple(extra_args))
+            if not extra_args:
+                raise TimeLimitTooLong("sbatch: error: Batch job submission failed: Requested time limit is invalid "
+                                       "(missing or exceeds some limit)")
+            return "88"
+
+    s = Slurm()
+    assert submit_job(s, tmp_path / "job.sh", workdir=tmp_path, deadline=100) == ("88", 100)  # type: ignore[arg-type]
+    assert s.calls == [(), ("--time=00:02:00",)]
+    with pytest.raises(TimeLimitTooLong):
+        submit_job(Slurm(), tmp_path / "job.sh", workdir=tmp_path, deadline=0)  # type: ignore[arg-type]
