@@ -81,6 +81,21 @@ def check_slurm(profile: SiteProfile, slurm: Slurm) -> list[Check]:
     return out
 
 
+def check_process_tracking(slurm: Slurm) -> Check:
+    """Slurm must see every process of a pod's job. Each container runs in a process group of its
+    own (so that what it leaves behind can be ended with it), which ``proctrack/pgid`` cannot follow."""
+    try:
+        kind = slurm.settings().get("ProctrackType", "")
+    except SlurmError as e:
+        return Check("proctrack", WARN, f"scontrol show config failed: {e.message}", e.hint)
+    if kind == "proctrack/pgid":
+        return Check("proctrack", WARN, "ProctrackType=proctrack/pgid: Slurm follows process groups, and each "
+                     "container has its own, so a job ended without its stop sequence (a node failure, a plain "
+                     "scancel) may leave container processes running",
+                     "ask the admins for proctrack/cgroup (what Slurm recommends)")
+    return Check("proctrack", OK, f"{kind or 'unknown'}: Slurm tracks every process of a pod's job")
+
+
 def check_submission(profile: SiteProfile, slurm: Slurm, *, site: str, python: str, image: str) -> list[Check]:
     """The account rule, then ``sbatch --test-only`` of the control-plane job: partition, account,
     time limit and resources as Slurm sees them, without queueing anything."""
@@ -276,6 +291,7 @@ def run_checks(profile: SiteProfile, slurm: Slurm, *, site: str, python: str) ->
         except HpkError:
             image = ""
     if checks[0].result == OK:
+        checks.append(check_process_tracking(slurm))
         checks += check_submission(profile, slurm, site=site, python=python, image=image)
     checks += check_apptainer(profile)
     checks += check_directories(profile)
@@ -285,4 +301,5 @@ def run_checks(profile: SiteProfile, slurm: Slurm, *, site: str, python: str) ->
 
 
 __all__ = ["BINARIES", "CNI_DIRS", "Check", "FAIL", "OK", "WARN", "check_apptainer", "check_directories",
-           "check_images", "check_ports", "check_slurm", "check_submission", "run_checks"]
+           "check_images", "check_ports", "check_process_tracking", "check_slurm", "check_submission",
+           "run_checks"]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from hpkctl.jobs.cancel import scancel, shorten
 from hpkctl.jobs.command import Commands
+from hpkctl.jobs.config import show_config
 from hpkctl.jobs.final import FinalStates
 from hpkctl.jobs.info import JobInfo, UserJob
 from hpkctl.jobs.nodes import NodeInfo, sinfo_nodes
@@ -128,6 +129,10 @@ class Slurm:
         finished, or that Slurm forgot, is not an error; a permission problem is.
         """
         scancel(self._commands, job_id, signal=signal, batch_only=batch_only)
+
+    def settings(self) -> dict[str, str]:
+        """The cluster's settings (``scontrol show config``): ``ProctrackType``, ``KillWait``..."""
+        return show_config(self._commands)
 
     def shorten(self, job_id: str, seconds: int) -> None:
         """Lower the job's time limit to ``seconds`` (whole minutes, rounded up): a pending job whose

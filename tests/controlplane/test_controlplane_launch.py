@@ -578,6 +578,26 @@ def test_doctor_apptainer_and_fakeroot(tmp_path: Path) -> None:
     assert bad[0].result == "FAIL" and "module load" in bad[0].fix
 
 
+def test_doctor_process_tracking() -> None:
+    from hpkctl.jobs import SlurmError
+
+    class Settings:
+        def __init__(self, kind: str | None) -> None:
+            self.kind = kind
+
+        def settings(self) -> dict[str, str]:
+            if self.kind is None:
+                raise SlurmError("scontrol: error: slurm_load_ctl_conf error: Unable to contact slurm controller")
+            return {"ProctrackType": self.kind, "KillWait": "30 sec"}
+
+    ok = doctor.check_process_tracking(Settings("proctrack/cgroup"))  # type: ignore[arg-type]
+    assert (ok.name, ok.result) == ("proctrack", "OK") and "proctrack/cgroup" in ok.detail
+    pgid = doctor.check_process_tracking(Settings("proctrack/pgid"))  # type: ignore[arg-type]
+    assert pgid.result == "WARN" and "process group" in pgid.detail and "proctrack/cgroup" in pgid.fix
+    down = doctor.check_process_tracking(Settings(None))  # type: ignore[arg-type]
+    assert down.result == "WARN" and "scontrol show config failed" in down.detail
+
+
 def test_doctor_cni_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     net = tmp_path / "network"
     net.mkdir()

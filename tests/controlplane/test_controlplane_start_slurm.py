@@ -424,7 +424,7 @@ def test_doctor_on_a_working_site_and_on_a_broken_one(site: Site, root: Path) ->
     r = site.hpkctl("doctor", "--site", str(site.profile))
     assert r.returncode == 0, r.stdout + r.stderr
     checks = {name: result for result, name in re.findall(r"^(OK|WARN|FAIL)\s+(\S+(?: \S+)?)\s{2,}", r.stdout, re.M)}
-    for name in ("slurm", "partition", "account", "job", "apptainer", "ports", "binaries"):
+    for name in ("slurm", "partition", "proctrack", "account", "job", "apptainer", "ports", "binaries"):
         assert checks.get(name) == "OK", (name, r.stdout)
     assert "in use by your control plane on this host" in r.stdout
     assert "sbatch --test-only of the control-plane job: Job" in r.stdout and "in partition debug" in r.stdout

@@ -357,6 +357,17 @@ def test_cancel_with_a_signal_for_the_batch_shell_only(fp, section) -> None:
         Slurm(section()).cancel("12", batch_only=True)
 
 
+def test_settings_are_scontrol_show_config(fp, section) -> None:
+    text = ("Configuration data as of 2026-11-24T06:00:00\nAccountingStorageType   = (null)\n"
+            "KillWait                = 30 sec\nProctrackType           = proctrack/cgroup\n"
+            "SLURM_VERSION           = 22.05.8\n\nCgroup Support Configuration:\nAllowedRAMSpace = 100.0%\n")
+    rec = fp.register(cmd(fp, "scontrol"), stdout=text)
+    got = Slurm(section()).settings()
+    assert rec.calls[0].args == ["/fake/slurm/bin/scontrol", "show", "config"]
+    assert (got["ProctrackType"], got["KillWait"], got["SLURM_VERSION"]) == ("proctrack/cgroup", "30 sec", "22.05.8")
+    assert "Configuration data as of 2026-11-24T06:00:00" not in got
+
+
 def test_shorten_lowers_the_time_limit_in_whole_minutes(fp, section) -> None:
     rec = fp.register(cmd(fp, "scontrol"))
     Slurm(section()).shorten("12", 100)
