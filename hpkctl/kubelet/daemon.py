@@ -26,6 +26,7 @@ from hpkctl.kube.events import EventRecorder
 from hpkctl.kube.reflect import Reflector
 from hpkctl.kube.address import host_address
 from hpkctl.kubelet.node import LeaseKeeper, NodeReporter, NodeState
+from hpkctl.kubelet.objects import cluster_dns
 from hpkctl.kubelet.pods import PodManager
 from hpkctl.kubelet.records import Records
 from hpkctl.kubelet.server import KubeletServer
@@ -126,8 +127,27 @@ class Kubelet:
                         user, expected)
         return user
 
+    def refresh_dns(self) -> str:
+        """Give ClusterFirst pods the cluster's DNS when CoreDNS answers on port 53 (the kube-dns
+        Endpoints say where), unless the site profile names a nameserver itself ([pods] dns_server).
+        Checked at start and every janitor round: the control plane may move to another node."""
+        if self.profile.pods.dns_server:
+            return self.profile.pods.dns_server
+        try:
+            ip = cluster_dns(self.kube)
+        except (KubeError, KubeUnavailable) as exc:
+            log.debug("kube-dns Endpoints not read: %s", exc)
+            return self.pods.profile.pods.dns_server
+        if ip != self.pods.profile.pods.dns_server:
+            pods = self.profile.pods.model_copy(update={"dns_server": ip})
+            self.pods.profile = self.profile.model_copy(update={"pods": pods})
+            log.info("pods get %s", f"the cluster's DNS at {ip}" if ip else "the node's resolver (no cluster DNS on "
+                     "port 53)")
+        return ip
+
     def start(self) -> None:
         self.check_identity()
+        self.refresh_dns()
         self.pods.load_records()
         self._serve()
         self.reporter.thread.start()
@@ -157,6 +177,7 @@ class Kubelet:
             try:
                 self.pods.clean()
                 self.pods.refresh_tokens()
+                self.refresh_dns()
             except Exception:  # noqa: BLE001
                 log.exception("cleaning old pod directories or refreshing tokens failed")
 

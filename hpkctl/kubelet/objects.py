@@ -111,3 +111,22 @@ class ServiceCache:
         if spec.get("enableServiceLinks", True) is not False:
             out = [s for s in self._list(ns) if not (ns == "default" and s in out)] + out
         return out
+
+
+def cluster_dns(kube: Kube) -> str:
+    """The address pods can use as their nameserver: the ``kube-system/kube-dns`` Endpoints the
+    control plane publishes (CoreDNS's real address), when CoreDNS answers on port 53 there; ""
+    otherwise (resolv.conf has no port, so on another port pods keep the node's resolver). The
+    Node authorizer lets a kubelet get Endpoints."""
+    try:
+        ep = kube.get(namespaced("endpoints", "kube-system", "kube-dns"))
+    except KubeError as exc:
+        if exc.code in (403, 404):
+            return ""
+        raise
+    for subset in (ep or {}).get("subsets") or []:
+        if any(p.get("port") == 53 and (p.get("protocol") or "TCP") == "UDP" for p in subset.get("ports") or []):
+            for addr in subset.get("addresses") or []:
+                if addr.get("ip"):
+                    return str(addr["ip"])
+    return ""

@@ -390,6 +390,8 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
 def _dns(ctx: Ctx) -> tuple[str, str]:
     spec = ctx.spec
     policy = spec.get("dnsPolicy") or "ClusterFirst"
+    if policy == "ClusterFirst" and spec.get("hostNetwork"):
+        policy = "Default"  # the kubelet's rule: a hostNetwork pod needs ClusterFirstWithHostNet for it
     cfg = spec.get("dnsConfig") or {}
     profile = ctx.profile
     if policy not in ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"):

@@ -163,7 +163,8 @@ class PodsSection(_Section):
 
     state_dir: str = Field("~/.hpk", description="per-pod directories, logs and status files")
     node_name: str = Field("hpk", description="the virtual node every pod is bound to (the kubelet's default --node-name)")
-    dns_server: str = Field("", description="nameserver for ClusterFirst pods; empty: the host's resolv.conf")
+    dns_server: str = Field("", description="nameserver for ClusterFirst pods; empty: the cluster's CoreDNS when "
+                            "it answers on port 53 (hpkctl kubelet), else the host's resolv.conf")
     cluster_domain: str = Field("cluster.local", description="DNS domain of the cluster's Services")
     memory_dir: str = Field("/dev/shm", description="node-local tmpfs for emptyDir medium: Memory")
     default_cpu: str = Field("1", description="CPUs when a pod requests none")
@@ -238,7 +239,8 @@ class ControlPlaneSection(_Section):
                                          description="kube-controller-manager's HTTPS port for /healthz (loopback)")
     coredns_port: int = Field(10053, ge=1, le=65535, description="UDP/TCP port CoreDNS answers on (all interfaces; "
                               "the kube-dns Endpoints name it). Pods can use it as their nameserver only on 53 "
-                              "(resolv.conf has no port), which needs a site that lets users bind it")
+                              "(resolv.conf has no port), which needs a site that lets users bind it; the kubelet "
+                              "then gives it to ClusterFirst pods by itself")
     coredns_ready_port: int = Field(8181, ge=1, le=65535,
                                     description="CoreDNS's readiness endpoint /ready (loopback)")
     service_cidr: str = Field("10.96.0.0/12", description="the Services' cluster IP range (--service-cluster-ip-range;"

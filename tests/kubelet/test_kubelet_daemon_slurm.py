@@ -249,3 +249,30 @@ def test_a_node_credential_for_another_node_is_refused_at_start(cluster: Cluster
     assert "authenticates as system:node:hpk, but this kubelet serves node 'other'" in log
     assert "--node-name hpk" in log
     assert cluster.api.get("/api/v1/nodes/other")[0] == 404
+
+
+def test_pods_get_the_cluster_dns_when_coredns_answers_on_port_53(cluster: Cluster) -> None:
+    """The kube-dns Endpoints (which the control plane publishes with CoreDNS's real address) name
+    port 53: a restarted kubelet gives ClusterFirst pods that nameserver with the cluster's search
+    path, and a hostNetwork pod keeps the node's resolver, as the kubelet's DNS policy says."""
+    ep = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kube-dns", "namespace": "kube-system"},
+          "subsets": [{"addresses": [{"ip": "10.1.2.3"}],
+                       "ports": [{"name": "dns", "port": 53, "protocol": "UDP"},
+                                 {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}]}
+    path = "/api/v1/namespaces/kube-system/endpoints"
+    code, body = cluster.api.post(path, ep)
+    assert code == 201, body
+    try:
+        cluster.stop_process(cluster.kubelet)
+        cluster.start_kubelet()
+        cluster.create(bpod("dns-cluster", ["cat", "/etc/resolv.conf"]))
+        cluster.create(bpod("dns-hostnet", ["cat", "/etc/resolv.conf"], hostNetwork=True))
+        cluster.wait_phase("dns-cluster", "Succeeded")
+        cluster.wait_phase("dns-hostnet", "Succeeded")
+        assert cluster.kubectl("logs", "dns-cluster").stdout == (
+            "nameserver 10.1.2.3\nsearch default.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n")
+        assert "10.1.2.3" not in cluster.kubectl("logs", "dns-hostnet").stdout
+    finally:
+        cluster.api.delete(f"{path}/kube-dns")
+        cluster.stop_process(cluster.kubelet)
+        cluster.start_kubelet()

@@ -173,3 +173,32 @@ def test_node_status_heartbeat_only_change_is_not_a_change() -> None:
     assert a != b and _without_beats(a) == _without_beats(b)
     assert a["addresses"] == [{"type": "InternalIP", "address": "10.1.1.1"}]
     assert a["declaredFeatures"] == ["ExtendWebSocketsToKubelet"]
+
+
+def test_cluster_dns_is_coredns_on_port_53_from_the_kube_dns_endpoints() -> None:
+    from hpkctl.kube import KubeError
+    from hpkctl.kubelet.objects import cluster_dns
+
+    class Kube:
+        def __init__(self, answer: object) -> None:
+            self.answer = answer
+            self.paths: list[str] = []
+
+        def get(self, path: str, **kw: object) -> object:
+            self.paths.append(path)
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+
+    def eps(port: int, ip: str = "10.1.2.3") -> dict[str, object]:
+        return {"subsets": [{"addresses": [{"ip": ip}],
+                             "ports": [{"name": "dns", "port": port, "protocol": "UDP"},
+                                       {"name": "dns-tcp", "port": port, "protocol": "TCP"}]}]}
+
+    k = Kube(eps(53))
+    assert cluster_dns(k) == "10.1.2.3"  # type: ignore[arg-type]
+    assert k.paths == ["/api/v1/namespaces/kube-system/endpoints/kube-dns"]
+    assert cluster_dns(Kube(eps(10053))) == ""  # type: ignore[arg-type]  # resolv.conf has no port
+    assert cluster_dns(Kube({"subsets": []})) == ""  # type: ignore[arg-type]
+    assert cluster_dns(Kube(KubeError(404, "NotFound", "not found"))) == ""  # type: ignore[arg-type]
+    assert cluster_dns(Kube(KubeError(403, "Forbidden", "no"))) == ""  # type: ignore[arg-type]

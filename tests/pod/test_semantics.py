@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from hpkctl.errors import PodError
@@ -287,6 +289,21 @@ def test_security_context_mapping() -> None:
     assert plan.dns_mode == "custom"
     assert plan.resolv_conf == ("nameserver 10.96.0.10\nsearch ns1.svc.cluster.local my.dns.search.suffix\n"
                                 "options ndots:2 edns0\n")
+
+
+@pytest.mark.parametrize("spec, mode, nameserver", [
+    ({}, "custom", "10.0.0.5"),
+    ({"hostNetwork": True}, "host", ""),  # ClusterFirst on the host network is the node's resolver
+    ({"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}, "custom", "10.0.0.5"),
+    ({"dnsPolicy": "Default"}, "host", ""),
+])
+def test_cluster_dns_follows_the_dns_policy(spec: dict[str, Any], mode: str, nameserver: str) -> None:
+    prof = make_profile(pods={"dns_server": "10.0.0.5"})
+    plan = plan_pod(pod_doc({**spec, "containers": [{"name": "a", "image": "x"}]}), prof)
+    assert plan.dns_mode == mode
+    if nameserver:
+        assert plan.resolv_conf == (f"nameserver {nameserver}\nsearch default.svc.cluster.local svc.cluster.local "
+                                    "cluster.local\noptions ndots:5\n")
 
 
 def test_restart_policy_for_init_containers_of_always_pods() -> None:
