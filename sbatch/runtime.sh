@@ -511,6 +511,35 @@ hpk_in_parent() {
 }
 
 # hpk_host_part: the batch script proper, on the first node of the allocation.
+# hpk_cluster_resolv TEXT: a ClusterFirst pod's resolv.conf: TEXT, with the node's own search
+# domains (from its /etc/resolv.conf) after the cluster's on the search line, at most 32 in all,
+# as the kubelet writes it, so short names of the site's hosts still resolve.
+hpk_cluster_resolv() {
+  local line word seen=" " out
+  local -a node=() words
+  local src=${HPK_NODE_RESOLV_CONF:-/etc/resolv.conf}  # tests point it elsewhere
+  if [ -r "$src" ]; then
+    while read -r -a words; do
+      [ "${words[0]:-}" = search ] || [ "${words[0]:-}" = domain ] || continue
+      node+=("${words[@]:1}")
+    done <"$src"
+  fi
+  while IFS= read -r line; do
+    if [[ $line == "search "* ]]; then
+      out=search
+      local -a names=()
+      read -r -a names <<<"${line#search }"
+      for word in "${names[@]}" "${node[@]}"; do
+        [[ $seen == *" $word "* ]] && continue
+        seen+="$word "
+        out+=" $word"
+      done
+      line=$(printf '%s' "$out" | cut -d' ' -f1-33)
+    fi
+    printf '%s\n' "$line"
+  done <<<"${1%$'\n'}"
+}
+
 # hpk_deadline: spec.activeDeadlineSeconds, counted from the pod's first start (a requeued job keeps
 # it). When it passes, the pod is stopped with its stop sequence (the TERM trap) and fails with
 # DeadlineExceeded, to the second: Slurm's time limit is whole minutes and its --signal may come up

@@ -93,7 +93,11 @@ def check_process_tracking(slurm: Slurm) -> Check:
                      "container has its own, so a job ended without its stop sequence (a node failure, a plain "
                      "scancel) may leave container processes running",
                      "ask the admins for proctrack/cgroup (what Slurm recommends)")
-    return Check("proctrack", OK, f"{kind or 'unknown'}: Slurm tracks every process of a pod's job")
+    if not kind:
+        return Check("proctrack", WARN, "scontrol show config names no ProctrackType",
+                     "ask the admins which process tracking Slurm uses (proctrack/cgroup is what hpkctl expects)")
+    return Check("proctrack", OK, f"{kind}: not proctrack/pgid, so containers in process groups of their own "
+                                  "stay part of their job")
 
 
 def check_submission(profile: SiteProfile, slurm: Slurm, *, site: str, python: str, image: str) -> list[Check]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hpkctl.jobs.cancel import scancel, shorten
 from hpkctl.jobs.command import Commands
-from hpkctl.jobs.config import show_config
+from hpkctl.jobs.config import job_partition, partition_limit, show_config
 from hpkctl.jobs.final import FinalStates
 from hpkctl.jobs.info import JobInfo, UserJob
 from hpkctl.jobs.nodes import NodeInfo, sinfo_nodes
@@ -133,6 +133,14 @@ class Slurm:
     def settings(self) -> dict[str, str]:
         """The cluster's settings (``scontrol show config``): ``ProctrackType``, ``KillWait``..."""
         return show_config(self._commands)
+
+    def partition_limit(self, partition: str) -> int | None:
+        """The partition's MaxTime in seconds (``""``: the default partition); None: unlimited."""
+        return partition_limit(self._commands, partition)
+
+    def job_partition(self, job_id: str) -> str:
+        """The partition the job is queued in; "" once Slurm forgot the job."""
+        return job_partition(self._commands, job_id)
 
     def shorten(self, job_id: str, seconds: int) -> None:
         """Lower the job's time limit to ``seconds`` (whole minutes, rounded up): a pending job whose

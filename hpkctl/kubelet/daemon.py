@@ -174,12 +174,13 @@ class Kubelet:
 
     def _janitor(self) -> None:
         while not self.stop.wait(CLEAN_EVERY):
-            try:
-                self.pods.clean()
-                self.pods.refresh_tokens()
-                self.refresh_dns()
-            except Exception:  # noqa: BLE001
-                log.exception("cleaning old pod directories or refreshing tokens failed")
+            for what, step in (("cleaning old pod directories", self.pods.clean),
+                               ("refreshing tokens", self.pods.refresh_tokens),
+                               ("looking for the cluster's DNS", self.refresh_dns)):
+                try:
+                    step()
+                except Exception:  # noqa: BLE001 - one failing chore must not stop the others
+                    log.exception("%s failed", what)
 
     def shutdown(self) -> None:
         self.stop.set()

@@ -37,11 +37,11 @@ from hpkctl.kubelet.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRe
 from hpkctl.kubelet.table import PodTable, Tracked
 from hpkctl.kubelet.tokens import refresh, refresh_after
 from hpkctl.kubelet.workqueue import WorkQueue
-from hpkctl.local.runs import (LOWERED_GRACE, deadline_limit, ended, job_states, lowered_note, mark_deleting,
-                               never_starts, pod_jobs)
-from hpkctl.local.submit import images_to_pull, submit_job
+from hpkctl.local.runs import (LOWERED_GRACE, deadline_limit, ended, job_states, lowered_limit, lowered_note,
+                               mark_deleting, never_starts, pod_jobs)
+from hpkctl.local.submit import images_to_pull, job_partition_option, submit_job
 from hpkctl.pod import render_pod, write_pod_dir
-from hpkctl.pod.lifecycle import stop_wait
+from hpkctl.pod.lifecycle import grace_period, stop_wait
 from hpkctl.pod.paths import LAST_PROBE_KILL, POD_DONE, PROBE_KILL, PodDir
 from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.runtime import ImageToPull, pull_images
@@ -328,7 +328,8 @@ class PodManager:
         t.pod_dir = root
         try:
             job_id, lowered = submit_job(self.slurm, root / "job" / "job.sh", workdir=root,
-                                         deadline=rendered.plan.active_deadline)
+                                         deadline=rendered.plan.active_deadline,
+                                         partition=job_partition_option(rendered.plan))
         except SlurmTimeout:
             log.warning("pod %s: sbatch timed out; the job may exist: looking for it by uid next", t.key)
             self.queue.add_after(t.uid, 5.0)
@@ -341,7 +342,8 @@ class PodManager:
             return
         self._submitted(t, rec, job_id)
         if lowered:
-            self._event(t, "TimeLimitLowered", lowered_note(job_id, lowered), warning=True)
+            self._event(t, "TimeLimitLowered", lowered_note(job_id, lowered, deadline=rendered.plan.active_deadline,
+                                                            grace=rendered.plan.grace), warning=True)
         if (due := refresh_after(pod)) is not None:
             t.extra["token_due"] = time.time() + due
 
@@ -583,15 +585,21 @@ class PodManager:
         lowered = t.extra.get("time_lowered")
         if lowered is not None and time.monotonic() - lowered < LOWERED_GRACE:
             return  # Slurm has not looked at the lowered limit yet
-        seconds = deadline_limit(job, t.pod.get("spec") or {})
-        if seconds and lowered is None:
+        spec = t.pod.get("spec") or {}
+        deadline = deadline_limit(job, spec)
+        if deadline and lowered is None:
             t.extra["time_lowered"] = time.monotonic()
             try:
-                self.slurm.shorten(t.job_id, seconds)
+                part = self.slurm.job_partition(t.job_id)
+                limit = lowered_limit(deadline, self.slurm.partition_limit(part)) if part else 0
+                if limit:
+                    self.slurm.shorten(t.job_id, limit)
             except SlurmError as exc:
                 log.warning("pod %s: lowering job %s's time limit failed: %s", t.key, t.job_id, exc)
-            else:
-                self._event(t, "TimeLimitLowered", lowered_note(t.job_id, seconds), warning=True)
+                limit = 0
+            if limit:
+                self._event(t, "TimeLimitLowered", lowered_note(t.job_id, limit, deadline=deadline,
+                                                                grace=grace_period(spec)), warning=True)
                 return
         self.slurm.cancel(t.job_id)
         self._fail(t, "SlurmNeverStarts",

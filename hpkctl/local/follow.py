@@ -15,8 +15,9 @@ from typing import TextIO
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError
 from hpkctl.jobs.poll import Backoff, poll
 from hpkctl.local.records import RunRecord
-from hpkctl.local.runs import (LOWERED_GRACE, NeverStarts, deadline_limit, ended, lowered_note, never_starts,
-                               pod_status)
+from hpkctl.local.runs import (LOWERED_GRACE, NeverStarts, deadline_limit, ended, lowered_limit, lowered_note,
+                               never_starts, pod_status)
+from hpkctl.pod.lifecycle import grace_period
 from hpkctl.pod import paths as f
 from hpkctl.pod.status import PodStatus, container_done, containers_of, read_pod_status, restart_policies
 
@@ -76,6 +77,7 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
     ``NeverStarts`` when Slurm keeps the job pending for a reason waiting cannot clear (the caller
     cancels it)."""
     spec = rec.pod().get("spec") or {}
+    grace = grace_period(spec)
     containers = containers_of(rec.pod())
     names = [n for n, _ in containers]
     mains = [n for n, init in containers if not init]
@@ -102,17 +104,22 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
         st = read_pod_status(rec.dir.root, containers, job, job_known=bool(state["asked"]))
         if never_starts(job):
             lowered = state.get("lowered")
-            seconds = deadline_limit(job, spec)
-            if isinstance(lowered, float) and clock() - lowered < LOWERED_GRACE:
+            deadline = deadline_limit(job, spec)
+            if isinstance(lowered, (int, float)) and clock() - lowered < LOWERED_GRACE:
                 pass  # Slurm has not looked at the lowered limit yet
-            elif seconds and lowered is None:
+            elif deadline and lowered is None:
                 state["lowered"] = clock()
                 try:
-                    slurm.shorten(rec.job_id, seconds)
+                    part = slurm.job_partition(rec.job_id)
+                    limit = lowered_limit(deadline, slurm.partition_limit(part)) if part else 0
+                    if limit:
+                        slurm.shorten(rec.job_id, limit)
                 except SlurmError as exc:
                     print(f"hpkctl: warning: lowering job {rec.job_id}'s time limit failed: {exc.message}", file=out)
                     raise NeverStarts(rec, st) from None
-                print(f"hpkctl: warning: {lowered_note(rec.job_id, seconds)}", file=out)
+                if not limit:
+                    raise NeverStarts(rec, st)
+                print(f"hpkctl: warning: {lowered_note(rec.job_id, limit, deadline=deadline, grace=grace)}", file=out)
             else:
                 raise NeverStarts(rec, st)
         line = describe(st)

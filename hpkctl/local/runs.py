@@ -21,7 +21,7 @@ from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, UserJob
 from hpkctl.jobs.poll import poll
 from hpkctl.local.records import SUBMITTED, SUBMITTING, RunRecord, forget_run, save_record
 from hpkctl.pod.flags import uid_from_comment
-from hpkctl.pod.lifecycle import grace_period, stop_wait
+from hpkctl.pod.lifecycle import SIGNAL_MARGIN, grace_period, stop_wait
 from hpkctl.pod.paths import POD_DELETING, POD_DONE, PodDir
 from hpkctl.pod.status import PodStatus, apptainer_fatal, containers_of, read_pod_status
 from hpkctl.sites.schema import SiteProfile
@@ -71,10 +71,9 @@ LOWERED_GRACE = 30.0
 
 
 def deadline_limit(job: JobInfo | None, spec: Mapping[str, Any]) -> int:
-    """``activeDeadlineSeconds`` when Slurm keeps the job pending because its time limit, the
-    deadline plus the backstop for the stop sequence, exceeds the partition's MaxTime: lowered to
-    the deadline itself, it can start (the runtime still stops the pod at the deadline, unless
-    Slurm's limit comes first). 0 when that does not apply.
+    """``activeDeadlineSeconds`` when Slurm may keep the job pending because its time limit, the
+    deadline plus the backstop for the stop sequence, exceeds the partition's MaxTime (then
+    :func:`lowered_limit` says what to lower it to); 0 when that does not apply.
 
     Slurm 22.05 first shows such a job as ``PartitionConfig`` (its check at submission) and only
     after its next scheduling pass as ``PartitionTimeLimit``; both are taken, and a job that stays
@@ -85,10 +84,25 @@ def deadline_limit(job: JobInfo | None, spec: Mapping[str, Any]) -> int:
     return deadline if isinstance(deadline, int) and deadline > 0 else 0
 
 
-def lowered_note(job_id: str, seconds: int) -> str:
-    return (f"Slurm job {job_id}'s time limit (activeDeadlineSeconds plus time for the stop sequence) is above the "
-            f"partition's MaxTime: lowered to the deadline, {seconds} s (Slurm's limit may now stop the pod up to "
-            "a minute early)")
+def lowered_limit(deadline: int, partition_max: int | None) -> int:
+    """The limit to lower a job to whose backstop is above its partition's MaxTime: the MaxTime itself
+    (all the room past the deadline the partition gives); the deadline when the MaxTime is unknown;
+    0 when the partition cannot hold even the deadline (then the job never starts, rightly)."""
+    if partition_max is None:
+        return deadline
+    return partition_max if partition_max >= deadline else 0
+
+
+def lowered_note(job_id: str, limit: int, *, deadline: int, grace: int) -> str:
+    """The warning for a lowered limit, with how early Slurm's ``--signal`` (grace + margin before
+    the limit, up to a minute earlier still) may now start the stop sequence."""
+    effective = -(-limit // 60) * 60  # Slurm keeps whole minutes
+    early = deadline - (effective - max(grace, 2) - SIGNAL_MARGIN - 60)
+    note = (f"Slurm job {job_id}'s time limit (activeDeadlineSeconds {deadline} s plus time for the stop sequence) "
+            f"is above the partition's MaxTime: lowered to {effective} s")
+    if early > 0:
+        note += f"; Slurm may now start the pod's stop sequence up to {early} s before the deadline"
+    return note
 
 
 def never_starts(job: JobInfo | None) -> bool:

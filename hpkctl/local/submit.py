@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hpkctl.errors import HpkError, ManifestError
-from hpkctl.jobs import (InvalidAccount, InvalidPartition, InvalidQos, ResourcesUnavailable, Slurm, SlurmTimeout,
-                         SubmitError, TimeLimitTooLong)
+from hpkctl.jobs import (InvalidAccount, InvalidPartition, InvalidQos, ResourcesUnavailable, Slurm, SlurmError,
+                         SlurmTimeout, SubmitError, TimeLimitTooLong)
 from hpkctl.local.arrays import prepare_array, workload_of
 from hpkctl.local.manifest import load_manifest, pod_warnings, select_pod, with_api_defaults
 from hpkctl.local.records import (SUBMITTED, SUBMITTING, RunExists, RunRecord, check_name, create_record,
                                   forget_run, owns_pod_dir, read_record, record_path, save_record)
-from hpkctl.local.runs import delete_run, ended, job_states, lowered_note, pod_status
+from hpkctl.local.runs import delete_run, ended, job_states, lowered_limit, lowered_note, pod_status
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir
 from hpkctl.pod.flags import FLAGS_ANNOTATIONS
 from hpkctl.runtime import ImageToPull, pull_images
@@ -153,17 +153,29 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
     return PreparedRun(profile=profile, record=rec, rendered=rendered, manifest_path=manifest_path)
 
 
-def submit_job(slurm: Slurm, script: Path, *, workdir: Path, deadline: int) -> tuple[str, int]:
+def job_partition_option(plan: Any) -> str:
+    """The partition the pod's job asks for (its ``--partition`` option; "" for Slurm's default)."""
+    return next((str(o.value) for o in plan.options if o.name == "--partition" and o.value), "")
+
+
+def submit_job(slurm: Slurm, script: Path, *, workdir: Path, deadline: int, partition: str) -> tuple[str, int]:
     """``sbatch`` the pod's script: (job id, 0), or, when Slurm refuses its time limit (a site with
     ``EnforcePartLimits``: activeDeadlineSeconds plus the stop sequence's backstop above the
-    partition's MaxTime), once more with ``--time`` lowered to the deadline itself: (job id, the
-    deadline). The runtime still stops the pod at the deadline, unless Slurm's limit comes first."""
+    partition's MaxTime), once more with ``--time`` lowered to that MaxTime (``lowered_limit``):
+    (job id, the limit). The runtime still stops the pod at the deadline, unless Slurm's limit comes
+    first. A refused sbatch made no job, so the second one cannot make a twin."""
     try:
         return slurm.submit(script, workdir=workdir), 0
     except TimeLimitTooLong:
         if deadline <= 0:
             raise
-        return slurm.submit(script, workdir=workdir, extra_args=[f"--time={seconds_to_slurm_time(deadline)}"]), deadline
+        try:
+            limit = lowered_limit(deadline, slurm.partition_limit(partition))
+        except SlurmError:
+            limit = deadline
+        if not limit:
+            raise
+        return slurm.submit(script, workdir=workdir, extra_args=[f"--time={seconds_to_slurm_time(limit)}"]), limit
 
 
 def submit_prepared(slurm: Slurm, prep: PreparedRun, *, out: TextIO = sys.stderr) -> RunRecord:
@@ -177,10 +189,12 @@ def submit_prepared(slurm: Slurm, prep: PreparedRun, *, out: TextIO = sys.stderr
     profile, rec = prep.profile, prep.record
     root = Path(rec.pod_dir)
     try:
-        job_id, lowered = submit_job(slurm, root / "job" / "job.sh", workdir=root,
-                                     deadline=prep.rendered.plan.active_deadline)
+        plan = prep.rendered.plan
+        job_id, lowered = submit_job(slurm, root / "job" / "job.sh", workdir=root, deadline=plan.active_deadline,
+                                     partition=job_partition_option(plan))
         if lowered:
-            print(f"hpkctl: warning: {lowered_note(job_id, lowered)}", file=out)
+            print(f"hpkctl: warning: {lowered_note(job_id, lowered, deadline=plan.active_deadline, grace=plan.grace)}",
+                  file=out)
     except SlurmTimeout as exc:
         exc.hint = (f"{exc.hint}; the job may have been created: 'hpkctl status {rec.name} -n {rec.namespace} "
                     f"--site {profile.name}' looks for it (uid {rec.uid}), 'hpkctl delete' cancels it")

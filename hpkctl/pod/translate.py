@@ -112,8 +112,11 @@ class PodPlan:
     mpi_flags: list[str]
     resources: PodResources
     volumes: VolumePlan
-    dns_mode: str  # "host" (copy the node's resolv.conf) or "custom"
-    resolv_conf: str  # used when dns_mode == "custom"
+    # "host" (copy the node's resolv.conf), "host+custom" (and add dnsConfig's lines), "custom"
+    # (resolv_conf as it is: dnsPolicy None), "cluster" (resolv_conf, the node's search domains
+    # appended to its search line by the job, as the kubelet does for ClusterFirst)
+    dns_mode: str
+    resolv_conf: str  # used unless dns_mode == "host"
     host_aliases: list[tuple[str, list[str]]]
     memory_dir: str
     parent: tuple[ImageRef, str] | None  # cni mode: the parent container's image and SIF path
@@ -424,7 +427,7 @@ def _dns(ctx: Ctx) -> tuple[str, str]:
     for line in lines:
         if "\n" in line:
             raise PodError("InvalidPod", "spec.dnsConfig: values must not contain line breaks")
-    return "custom", "".join(f"{line}\n" for line in lines)
+    return ("cluster" if policy.startswith("ClusterFirst") else "custom"), "".join(f"{line}\n" for line in lines)
 
 
 def _dns_extra(cfg: Mapping[str, Any]) -> str:

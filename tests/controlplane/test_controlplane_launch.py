@@ -596,6 +596,8 @@ def test_doctor_process_tracking() -> None:
     assert pgid.result == "WARN" and "process group" in pgid.detail and "proctrack/cgroup" in pgid.fix
     down = doctor.check_process_tracking(Settings(None))  # type: ignore[arg-type]
     assert down.result == "WARN" and "scontrol show config failed" in down.detail
+    unnamed = doctor.check_process_tracking(Settings(""))  # type: ignore[arg-type]
+    assert unnamed.result == "WARN" and "no ProctrackType" in unnamed.detail
 
 
 def test_doctor_cni_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -170,10 +170,11 @@ def test_time_limit_is_deadline_exceeded(hpk: Hpk) -> None:
 def test_a_deadline_at_the_partition_limit_still_runs(hpk: Hpk) -> None:
     """activeDeadlineSeconds near the partition's MaxTime: the job's limit (the deadline plus the
     backstop for the stop sequence) is above it and Slurm keeps the job pending (PartitionTimeLimit);
-    hpkctl lowers the limit to the deadline (scontrol update) and the pod runs. A partition of its
-    own (MaxTime=2 minutes), made and removed here."""
+    hpkctl lowers the limit to the partition's MaxTime (scontrol update) and the pod runs. A partition
+    of its own (MaxTime=3 minutes: the stop sequence's TERM cannot come before 80 s), made and removed
+    here."""
     part = unique("short").replace("-", "")
-    subprocess.run(["scontrol", "create", f"PartitionName={part}", "Nodes=ALL", "MaxTime=2", "State=UP"],
+    subprocess.run(["scontrol", "create", f"PartitionName={part}", "Nodes=ALL", "MaxTime=3", "State=UP"],
                    check=True, capture_output=True, timeout=30)
     try:
         profile = hpk.workdir / f"{part}.toml"
@@ -182,7 +183,7 @@ def test_a_deadline_at_the_partition_limit_still_runs(hpk: Hpk) -> None:
         r = hpk.run(pod(unique("atlimit"), [c("c", "echo ran within the limit")], activeDeadlineSeconds=100),
                     site=str(profile), timeout=400)
         assert r.rc == 0, r.output
-        assert "is above the partition's MaxTime: lowered to the deadline, 100 s" in r.stderr
+        assert "is above the partition's MaxTime: lowered to 180 s" in r.stderr
         assert "ran within the limit" in r.stdout
     finally:
         subprocess.run(["scontrol", "delete", f"PartitionName={part}"], capture_output=True, timeout=30, check=False)

@@ -368,6 +368,21 @@ def test_settings_are_scontrol_show_config(fp, section) -> None:
     assert "Configuration data as of 2026-11-24T06:00:00" not in got
 
 
+def test_partition_limit_and_a_jobs_partition(fp, section) -> None:
+    rec = fp.register(cmd(fp, "sinfo"), stdout="short|3:00\n")
+    assert Slurm(section()).partition_limit("short") == 180
+    assert rec.calls[0].args == ["/fake/slurm/bin/sinfo", "--noheader", "--format=%P|%l", "--partition=short"]
+    fp.register(cmd(fp, "sinfo"), stdout="debug*|infinite\nlong|1-00:00:00\n")
+    assert Slurm(section()).partition_limit("") is None  # the default partition has no limit
+    fp.register(cmd(fp, "sinfo"), stdout="debug*|infinite\nlong|1-00:00:00\n")
+    assert Slurm(section()).partition_limit("long") == 86400
+    fp.register(cmd(fp, "sinfo"), stdout="")
+    assert Slurm(section()).partition_limit("gone") is None
+    rec = fp.register(cmd(fp, "squeue"), stdout="short\n")
+    assert Slurm(section()).job_partition("42") == "short"
+    assert rec.calls[0].args == ["/fake/slurm/bin/squeue", "--noheader", "--jobs=42", "--format=%P"]
+
+
 def test_shorten_lowers_the_time_limit_in_whole_minutes(fp, section) -> None:
     rec = fp.register(cmd(fp, "scontrol"))
     Slurm(section()).shorten("12", 100)

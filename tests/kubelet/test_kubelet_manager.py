@@ -53,6 +53,7 @@ class FakeSlurm:
         self.submitted = 0
         self.queries: list[list[str]] = []
         self.shortened: list[tuple[str, int]] = []
+        self.max_time: dict[str, int] = {"short": 180}
 
     def query(self, ids: Any) -> dict[str, JobInfo]:
         self.queries.append(list(ids))
@@ -63,6 +64,12 @@ class FakeSlurm:
 
     def shorten(self, job_id: str, seconds: int) -> None:
         self.shortened.append((job_id, seconds))
+
+    def job_partition(self, job_id: str) -> str:
+        return "short"
+
+    def partition_limit(self, partition: str) -> int | None:
+        return self.max_time.get(partition)
 
     def user_jobs(self) -> list[Any]:
         return []
@@ -223,8 +230,9 @@ def test_a_failing_stop_query_is_not_repeated_by_every_waiting_pod(mgr: Any, mon
 def test_a_deadline_above_the_partition_limit_is_lowered_not_cancelled(mgr: Any, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Slurm keeps the job pending with PartitionTimeLimit (the deadline plus the stop sequence's
-    backstop is above MaxTime): its limit is lowered to activeDeadlineSeconds once, with an event;
-    given time to take effect; cancelled only if Slurm still refuses after that."""
+    backstop is above MaxTime): its limit is lowered to the partition's MaxTime once, with an event
+    saying how early Slurm may now stop it; given time to take effect; cancelled only if Slurm
+    still keeps it after that."""
     m, kube, slurm = mgr
     pod = _pod()
     pod["spec"]["activeDeadlineSeconds"] = 100
@@ -236,9 +244,11 @@ def test_a_deadline_above_the_partition_limit_is_lowered_not_cancelled(mgr: Any,
     now = [1000.0]
     monkeypatch.setattr(pods_mod.time, "monotonic", lambda: now[0])
     m._never_starts(t, job)
-    assert slurm.shortened == [("70", 100)] and slurm.cancelled == []
+    assert slurm.shortened == [("70", 180)] and slurm.cancelled == []
     (ev,) = [e for e in kube.events() if e["reason"] == "TimeLimitLowered"]
-    assert "lowered to the deadline, 100 s" in ev["message"] and ev["type"] == "Warning"
+    # 180 s limit, grace 30 + margin 10 and up to a minute of Slurm's own: TERM as early as 80 s
+    assert "activeDeadlineSeconds 100 s" in ev["message"] and "lowered to 180 s" in ev["message"]
+    assert "up to 20 s before the deadline" in ev["message"] and ev["type"] == "Warning"
     now[0] += 20
     m._never_starts(t, job)  # Slurm has not re-evaluated yet
     assert slurm.cancelled == [] and len(slurm.shortened) == 1
@@ -249,9 +259,16 @@ def test_a_deadline_above_the_partition_limit_is_lowered_not_cancelled(mgr: Any,
     assert "PartitionTimeLimit" in patch["status"]["message"]
 
 
-def test_without_a_deadline_a_partition_time_limit_is_never_starts(mgr: Any) -> None:
+@pytest.mark.parametrize("deadline, max_time", [(None, 180), (600, 180)])
+def test_a_partition_time_limit_without_room_is_never_starts(mgr: Any, deadline: int | None, max_time: int) -> None:
+    """No deadline, or one the partition's MaxTime cannot hold even without the backstop: nothing
+    to lower, the job never starts (and is cancelled at once)."""
     m, kube, slurm = mgr
-    m.on_sync([_pod()])
+    pod = _pod()
+    if deadline:
+        pod["spec"]["activeDeadlineSeconds"] = deadline
+    slurm.max_time["short"] = max_time
+    m.on_sync([pod])
     t = m.table.get("u-1")
     assert t is not None
     t.job_id = "71"

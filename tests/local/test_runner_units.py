@@ -117,8 +117,14 @@ def test_a_refused_time_limit_is_retried_with_the_deadline_itself(tmp_path: Path
     from hpkctl.local.submit import submit_job
 
     class Slurm:
-        def __init__(self) -> None:
+        def __init__(self, max_time: int | None = 180) -> None:
             self.calls: list[tuple[str, ...]] = []
+            self.max_time = max_time
+            self.asked: list[str] = []
+
+        def partition_limit(self, partition: str) -> int | None:
+            self.asked.append(partition)
+            return self.max_time
 
         def submit(self, script: Path, *, workdir: Path, extra_args: tuple[str, ...] | list[str] = ()) -> str:
             self.calls.append(tuple(extra_args))
@@ -128,7 +134,11 @@ def test_a_refused_time_limit_is_retried_with_the_deadline_itself(tmp_path: Path
             return "88"
 
     s = Slurm()
-    assert submit_job(s, tmp_path / "job.sh", workdir=tmp_path, deadline=100) == ("88", 100)  # type: ignore[arg-type]
-    assert s.calls == [(), ("--time=00:02:00",)]
-    with pytest.raises(TimeLimitTooLong):
-        submit_job(Slurm(), tmp_path / "job.sh", workdir=tmp_path, deadline=0)  # type: ignore[arg-type]
+    got = submit_job(s, tmp_path / "job.sh", workdir=tmp_path, deadline=100, partition="short")  # type: ignore[arg-type]
+    assert got == ("88", 180) and s.calls == [(), ("--time=00:03:00",)] and s.asked == ["short"]
+    unknown = Slurm(max_time=None)  # sinfo does not say: the deadline itself
+    assert submit_job(unknown, tmp_path / "job.sh", workdir=tmp_path, deadline=100, partition="")[1] == 100  # type: ignore[arg-type]
+    for deadline, max_time in ((0, 180), (600, 180)):  # no deadline, or one the partition cannot hold
+        with pytest.raises(TimeLimitTooLong):
+            submit_job(Slurm(max_time), tmp_path / "job.sh", workdir=tmp_path, deadline=deadline,  # type: ignore[arg-type]
+                       partition="short")

@@ -292,9 +292,9 @@ def test_security_context_mapping() -> None:
 
 
 @pytest.mark.parametrize("spec, mode, nameserver", [
-    ({}, "custom", "10.0.0.5"),
+    ({}, "cluster", "10.0.0.5"),
     ({"hostNetwork": True}, "host", ""),  # ClusterFirst on the host network is the node's resolver
-    ({"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}, "custom", "10.0.0.5"),
+    ({"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}, "cluster", "10.0.0.5"),
     ({"dnsPolicy": "Default"}, "host", ""),
 ])
 def test_cluster_dns_follows_the_dns_policy(spec: dict[str, Any], mode: str, nameserver: str) -> None:
