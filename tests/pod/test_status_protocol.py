@@ -9,7 +9,7 @@ from tests.support.ci import REPO
 
 RUNTIME = (REPO / "sbatch" / "runtime.sh").read_text()
 POD_LEVEL = {paths.JOB_STARTED, paths.JOB_NODE, paths.JOB_ID, paths.POD_IP, paths.HOST_IP,
-             paths.POD_TERMINATING, paths.POD_FAILED, paths.POD_DONE}
+             paths.POD_TERMINATING, paths.POD_FAILED, paths.POD_DONE, paths.POD_COMPLETING}
 PER_CONTAINER = {paths.STARTED, paths.FINISHED, paths.EXITCODE, paths.RESTARTS, paths.READY, paths.POST_START,
                  paths.HOOK_FAILED, paths.STARTED_PROBE, paths.PROBE_KILL}
 WRITTEN_RAW = {paths.MESSAGE}  # bytes as written: tail into a temp file + mv
