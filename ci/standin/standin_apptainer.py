@@ -91,8 +91,8 @@ UNIMPLEMENTED_ACTION_FLAGS = {
 }
 UNIMPLEMENTED_SHORT = {"H": "home", "o": "overlay", "S": "scratch", "W": "workdir", "s": "shell",
                        "c": "contain", "C": "containall", "w": "writable", "p": "pid", "i": "ipc"}
-PULL_FLAGS = {"force": ("F", "bool")}
-UNIMPLEMENTED_PULL_FLAGS = {"name", "dir", "disable-cache", "library", "arch", "arch-variant",
+PULL_FLAGS = {"force": ("F", "bool"), "arch": (None, "str")}
+UNIMPLEMENTED_PULL_FLAGS = {"name", "dir", "disable-cache", "library", "arch-variant",
                             "platform", "docker-login", "docker-username", "docker-password",
                             "docker-host", "nohttps", "no-https", "authfile", "no-cleanup",
                             "tmpdir", "keyring", "allow-unsigned", "allow-unauthenticated",
@@ -1563,6 +1563,16 @@ def pull(values, positional):
         dest = "%s_%s.sif" % (ref_name(ref), split_ref(ref)[1])
     if os.path.exists(dest) and not values.get("force"):
         raise Fatal('Image file already exists: "%s" - will not overwrite' % dest)
+    arch = values.get("arch")
+    if arch is not None:
+        import platform
+        known = {"amd64": "x86_64", "arm64": "aarch64", "ppc64le": "ppc64le", "s390x": "s390x", "386": "i686",
+                 "arm": "armv7l"}
+        if arch not in known:
+            raise Fatal("arch %s is not supported (known: %s)" % (arch, ", ".join(sorted(known))))
+        if known[arch] != platform.machine():
+            raise Fatal("the stand-in's store holds %s images only; it cannot pull --arch %s"
+                        % (platform.machine(), arch))
     if transport != "docker":
         if transport in ("library", "shub", "oras", "http", "https", "oci-archive",
                          "docker-archive", "docker-daemon", "oci"):

@@ -24,6 +24,8 @@ def register(sub: Any) -> None:
                         "Argo Workflows, 'helm template' output; '-' reads stdin); repeatable")
     add_site(p)
     p.add_argument("--force", action="store_true", help="pull again even if the image is cached")
+    p.add_argument("--arch", default="", metavar="ARCH",
+                   help="the compute nodes' architecture when it is not this host's (amd64, arm64)")
     p.set_defaults(func=cmd_pull)
 
 
@@ -67,7 +69,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
             if not args.force and is_fresh(item.sif, policy=item.policy, window=0):
                 print(f"{name}: cached: {item.sif}")
                 continue
-            pull_images([item], apptainer=app.binary, window=0, timeout=app.pull_timeout, out=sys.stdout)
+            pull_images([item], apptainer=app.binary, window=0, timeout=app.pull_timeout, out=sys.stdout,
+                        arch=args.arch)
             pulled += 1
             print(f"{name}: pulled: {item.sif}")
         except HpkError as exc:

@@ -45,19 +45,21 @@ def is_fresh(sif: str, *, policy: str, window: float, now: float | None = None) 
 
 
 def pull_images(images: Iterable[ImageToPull], *, apptainer: str, window: float, timeout: float,
-                out: TextIO, env: Mapping[str, str] | None = None) -> None:
-    """Pull every image that is missing (or stale under ``Always``). Raises ``PodError`` on failure."""
+                out: TextIO, env: Mapping[str, str] | None = None, arch: str = "") -> None:
+    """Pull every image that is missing (or stale under ``Always``). Raises ``PodError`` on failure.
+    ``arch`` (``amd64``, ``arm64``): another architecture than this host's, for compute nodes that
+    differ from the login node that pulls."""
     for image in images:
         if is_fresh(image.sif, policy=image.policy, window=window):
             continue
         if image.policy == "Never":
             raise PodError("ErrImageNeverPull", f"image {image.source} is not cached and imagePullPolicy is Never",
                            hint=f"put the image at {image.sif}, or set imagePullPolicy to IfNotPresent")
-        _pull_one(image, apptainer=apptainer, window=window, timeout=timeout, out=out, env=env)
+        _pull_one(image, apptainer=apptainer, window=window, timeout=timeout, out=out, env=env, arch=arch)
 
 
 def _pull_one(image: ImageToPull, *, apptainer: str, window: float, timeout: float, out: TextIO,
-              env: Mapping[str, str] | None) -> None:
+              env: Mapping[str, str] | None, arch: str = "") -> None:
     os.makedirs(os.path.dirname(image.sif), exist_ok=True)
     with open(f"{image.sif}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -69,7 +71,8 @@ def _pull_one(image: ImageToPull, *, apptainer: str, window: float, timeout: flo
         if image.credentials:
             call_env["APPTAINER_DOCKER_USERNAME"], call_env["APPTAINER_DOCKER_PASSWORD"] = image.credentials
         try:
-            rc, _out, err = local[apptainer].run(["pull", "--force", tmp, image.source], retcode=None,
+            rc, _out, err = local[apptainer].run(["pull", "--force", *(["--arch", arch] if arch else []), tmp,
+                                                   image.source], retcode=None,
                                                   timeout=timeout, env=call_env)
         except ProcessTimedOut:
             Path(tmp).unlink(missing_ok=True)

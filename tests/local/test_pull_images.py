@@ -127,5 +127,12 @@ def test_pull_fills_the_cache_the_kubelet_reads() -> None:
         assert "1 of 2 image(s)" in bad.stderr
         none = hpk.hpkctl("pull", "--site", str(site))
         assert none.rc == 125 and "no image to pull" in none.stderr
+        # --arch reaches apptainer pull: the stand-in's store holds this host's architecture only
+        host = {"x86_64": "amd64", "aarch64": "arm64"}[os.uname().machine]
+        other = "arm64" if host == "amd64" else "amd64"
+        same = hpk.hpkctl("pull", "--force", "--arch", host, "busybox", "--site", str(site))
+        assert same.rc == 0 and "busybox: pulled:" in same.stdout, same.output
+        cross = hpk.hpkctl("pull", "--force", "--arch", other, "busybox", "--site", str(site))
+        assert cross.rc == 125 and f"cannot pull --arch {other}" in cross.stderr, cross.output
     finally:
         shutil.rmtree(work, ignore_errors=True)
