@@ -37,7 +37,7 @@ from hpkctl.kubelet.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRe
 from hpkctl.kubelet.table import PodTable, Tracked
 from hpkctl.kubelet.tokens import refresh, refresh_after
 from hpkctl.kubelet.workqueue import WorkQueue
-from hpkctl.local.runs import (LOWERED_GRACE, deadline_limit, ended, job_states, lowered_limit, lowered_note,
+from hpkctl.local.runs import (LOWERED_GRACE, deadline_limit, ended, job_states, lower_to_partition, lowered_note,
                                mark_deleting, never_starts, pod_jobs)
 from hpkctl.local.submit import images_to_pull, job_partition_option, submit_job
 from hpkctl.pod import render_pod, write_pod_dir
@@ -590,10 +590,7 @@ class PodManager:
         if deadline and lowered is None:
             t.extra["time_lowered"] = time.monotonic()
             try:
-                part = self.slurm.job_partition(t.job_id)
-                limit = lowered_limit(deadline, self.slurm.partition_limit(part)) if part else 0
-                if limit:
-                    self.slurm.shorten(t.job_id, limit)
+                limit = lower_to_partition(self.slurm, t.job_id, deadline)
             except SlurmError as exc:
                 log.warning("pod %s: lowering job %s's time limit failed: %s", t.key, t.job_id, exc)
                 limit = 0

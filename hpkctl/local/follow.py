@@ -15,7 +15,7 @@ from typing import TextIO
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError
 from hpkctl.jobs.poll import Backoff, poll
 from hpkctl.local.records import RunRecord
-from hpkctl.local.runs import (LOWERED_GRACE, NeverStarts, deadline_limit, ended, lowered_limit, lowered_note,
+from hpkctl.local.runs import (LOWERED_GRACE, NeverStarts, deadline_limit, ended, lower_to_partition, lowered_note,
                                never_starts, pod_status)
 from hpkctl.pod.lifecycle import grace_period
 from hpkctl.pod import paths as f
@@ -110,10 +110,7 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
             elif deadline and lowered is None:
                 state["lowered"] = clock()
                 try:
-                    part = slurm.job_partition(rec.job_id)
-                    limit = lowered_limit(deadline, slurm.partition_limit(part)) if part else 0
-                    if limit:
-                        slurm.shorten(rec.job_id, limit)
+                    limit = lower_to_partition(slurm, rec.job_id, deadline)
                 except SlurmError as exc:
                     print(f"hpkctl: warning: lowering job {rec.job_id}'s time limit failed: {exc.message}", file=out)
                     raise NeverStarts(rec, st) from None

@@ -93,6 +93,16 @@ def lowered_limit(deadline: int, partition_max: int | None) -> int:
     return partition_max if partition_max >= deadline else 0
 
 
+def lower_to_partition(slurm: Slurm, job_id: str, deadline: int) -> int:
+    """Lower a pending job's limit as :func:`lowered_limit` says for the partition it waits in; the
+    limit set, or 0 when there is nothing to lower to (then it never starts). Raises ``SlurmError``."""
+    part = slurm.job_partition(job_id)
+    limit = lowered_limit(deadline, slurm.partition_limit(part)) if part else 0
+    if limit:
+        slurm.shorten(job_id, limit)
+    return limit
+
+
 def lowered_note(job_id: str, limit: int, *, deadline: int, grace: int) -> str:
     """The warning for a lowered limit, with how early Slurm's ``--signal`` (grace + margin before
     the limit, up to a minute earlier still) may now start the stop sequence."""
