@@ -8,26 +8,15 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import Cluster, make_root, remove_root, wait_for
-from tests.support.hpk import require_standin
-from tests.support.slurm import SINGLE_CONF, require_cluster
+from tests.support.cluster import Cluster, running_cluster, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 
 
 @pytest.fixture(scope="module")
 def offline() -> Iterator[Cluster]:
-    require_cluster(SINGLE_CONF, 1)
-    require_standin()
-    root = make_root()
-    c = Cluster(root, profile_extra=f'\n[apptainer]\npull = "submit"\nimage_cache = "{root / "hpk-state" / "images"}"\n')
-    try:
-        c.start()
-        yield c
-        c.assert_kubelet_never_refused()
-    finally:
-        c.stop()
-        remove_root(root)
+    yield from running_cluster(
+        lambda root: f'\n[apptainer]\npull = "submit"\nimage_cache = "{root / "hpk-state" / "images"}"\n')
 
 
 def _pod(name: str, image: str) -> dict[str, Any]:

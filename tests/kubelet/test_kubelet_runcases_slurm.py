@@ -36,8 +36,7 @@ import pytest
 import yaml
 
 from tests.support.ci import HPK_USER
-from tests.support.cluster import Cluster, make_root, remove_root, wait_for
-from tests.support.hpk import require_standin
+from tests.support.cluster import Cluster, running_cluster, wait_for
 from tests.support.launch import (
     BUSYBOX,
     Env,
@@ -62,7 +61,6 @@ from tests.support.launch import (
     wait_status,
 )
 from tests.support.pods import PODS
-from tests.support.slurm import SINGLE_CONF, require_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 SA = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -78,21 +76,14 @@ OFFLINE_CNI = CNI + 'pull = "submit"\nimage_cache = "{cache}"\n'
 
 def _cluster_with(extra: str) -> Iterator[Cluster]:
     """A cluster whose site profile has ``extra`` (``{cache}``: an image cache owned by hpk)."""
-    require_cluster(SINGLE_CONF, 1)
-    require_standin()
-    root = make_root()
-    cache = root / "images"
-    cache.mkdir()
-    if os.geteuid() == 0:
-        shutil.chown(cache, HPK_USER, HPK_USER)
-    c = Cluster(root, profile_extra=extra.format(cache=cache))
-    try:
-        c.start()
-        yield c
-        c.assert_kubelet_never_refused()
-    finally:
-        c.stop()
-        remove_root(root)
+    def profile(root: Path) -> str:
+        cache = root / "images"
+        cache.mkdir()
+        if os.geteuid() == 0:
+            shutil.chown(cache, HPK_USER, HPK_USER)
+        return extra.format(cache=cache)
+
+    yield from running_cluster(profile)
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,14 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.support.ci import HPK_USER
-from tests.support.hpk import STANDIN, VENV_BIN
+from tests.support.hpk import STANDIN, VENV_BIN, require_standin
 from tests.support.kubeapi import KubeApi, free_port, require_kubectl, require_modules
+from tests.support.slurm import SINGLE_CONF, require_cluster
 
 T = TypeVar("T")
 
@@ -170,3 +171,20 @@ def remove_root(root: Path) -> None:
         subprocess.run(["rm", "-rf", str(root)], check=False)
     else:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def running_cluster(profile_extra: Callable[[Path], str] | None = None) -> Iterator[Cluster]:
+    """A test module's mini cloud on the single-node Slurm: started, handed out, then checked that
+    the kubelet was never refused by the API's Node authorizer, stopped and removed.
+    ``profile_extra(root)``: more site profile text, which may name paths under the cluster's root."""
+    require_cluster(SINGLE_CONF, 1)
+    require_standin()
+    root = make_root()
+    c = Cluster(root, profile_extra=profile_extra(root) if profile_extra else "")
+    try:
+        c.start()
+        yield c
+        c.assert_kubelet_never_refused()
+    finally:
+        c.stop()
+        remove_root(root)
