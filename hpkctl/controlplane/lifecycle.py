@@ -257,23 +257,22 @@ class Cluster:
                                     "where the binaries are on the compute nodes)")
         jobs = self.jobs()
         self._successors(jobs, scripts, force=takeover)
-        cp = self._current(jobs, CONTROLPLANE)
-        if cp is None:
-            job_id = self._submit(CONTROLPLANE, scripts)
-            self.say(f"control plane: submitted Slurm job {job_id} ({self.layout.root / 'jobs' / 'controlplane.sh'})")
-        else:
-            job_id = cp.job_id
-            self.say(f"control plane: Slurm job {job_id} is already {self._where(cp)}")
+        job_id, cp = self._ensure(jobs, CONTROLPLANE, scripts, label="control plane", script="controlplane.sh")
         self._wait_controlplane(job_id, deadline, known=cp)
-        kubelet = self._current(jobs, KUBELET)
-        if kubelet is None:
-            kjob = self._submit(KUBELET, scripts)
-            self.say(f"kubelet: submitted Slurm job {kjob} ({self.layout.root / 'jobs' / 'kubelet.sh'})")
-        else:
-            kjob = kubelet.job_id
-            self.say(f"kubelet: Slurm job {kjob} is already {self._where(kubelet)}")
+        kjob, kubelet = self._ensure(jobs, KUBELET, scripts, label="kubelet", script="kubelet.sh")
         self._wait_node(kjob, deadline, known=kubelet)
         return self.status()
+
+    def _ensure(self, jobs: ClusterJobs, kind: str, scripts: JobScripts, *, label: str,
+                script: str) -> tuple[str, ClusterJob | None]:
+        """The running (or queued) job of ``kind``, or a new one submitted: its id and the job found."""
+        found = self._current(jobs, kind)
+        if found is None:
+            job_id = self._submit(kind, scripts)
+            self.say(f"{label}: submitted Slurm job {job_id} ({self.layout.root / 'jobs' / script})")
+            return job_id, None
+        self.say(f"{label}: Slurm job {found.job_id} is already {self._where(found)}")
+        return found.job_id, found
 
     @staticmethod
     def _current(jobs: ClusterJobs, kind: str) -> ClusterJob | None:
