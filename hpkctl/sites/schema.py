@@ -174,7 +174,24 @@ class PodsSection(_Section):
     size_check_interval: int = Field(10, ge=1, description="seconds between checks of emptyDir sizeLimit")
 
 
-class KubeletSection(_Section):
+class _JobSection(_Section):
+    """A section describing one of `hpkctl start`'s Slurm jobs: its job_mem and job_time are checked
+    alike (the fields themselves, with their own defaults, stand in each section)."""
+
+    @field_validator("job_mem", check_fields=False)
+    @classmethod
+    def _job_mem(cls, v: str) -> str:
+        return _slurm_mem(v)
+
+    @field_validator("job_time", check_fields=False)
+    @classmethod
+    def _job_time(cls, v: str) -> str:
+        if v:
+            slurm_time_to_seconds(v)
+        return v
+
+
+class KubeletSection(_JobSection):
     """How `hpkctl kubelet` serves the virtual node (the control plane's view of this site)."""
 
     port: int = Field(10250, ge=1, le=65535, description="HTTPS port of the kubelet API (logs, exec, stats)")
@@ -192,18 +209,6 @@ class KubeletSection(_Section):
                          "do not schedule memory)")
     job_time: str = Field("", description="--time of the kubelet's Slurm job; empty: the control plane's "
                           "([controlplane] job_time)")
-
-    @field_validator("job_mem")
-    @classmethod
-    def _job_mem(cls, v: str) -> str:
-        return _slurm_mem(v)
-
-    @field_validator("job_time")
-    @classmethod
-    def _job_time(cls, v: str) -> str:
-        if v:
-            slurm_time_to_seconds(v)
-        return v
 
 
 _SLURM_MEM = re.compile(r"^[1-9][0-9]*[KMGT]?$")
@@ -223,7 +228,7 @@ def _network(text: str, what: str) -> ipaddress.IPv4Network | ipaddress.IPv6Netw
         raise ValueError(f"{what} {text.strip()!r}: {e} (write a network such as 10.96.0.0/12, host bits zero)") from None
 
 
-class ControlPlaneSection(_Section):
+class ControlPlaneSection(_JobSection):
     """The control-plane job (`hpkctl controlplane run`): state, ports (one set per user on a shared node), network."""
 
     state_dir: str = Field("~/.hpk/controlplane", description="PKI, etcd data, logs, and the published endpoint and "
@@ -265,18 +270,6 @@ class ControlPlaneSection(_Section):
                                  "with --dependency=singleton and take over from the state directory) when the "
                                  "running ones have less than this left (at most half their time); 0: only with "
                                  "--takeover")
-
-    @field_validator("job_mem")
-    @classmethod
-    def _job_mem(cls, v: str) -> str:
-        return _slurm_mem(v)
-
-    @field_validator("job_time")
-    @classmethod
-    def _job_time(cls, v: str) -> str:
-        if v:
-            slurm_time_to_seconds(v)
-        return v
 
     @field_validator("job_setup")
     @classmethod
