@@ -20,10 +20,10 @@ import pytest
 
 from tests.support.ci import HPK_USER
 from tests.support.hpk import STANDIN, VENV_BIN, Hpk, pod, unique
+from tests.support.launch import jobcomp_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 BUSYBOX = "busybox:1.36"
-JOBCOMP = "/var/log/slurm/jobcomp.log"
 
 
 def c(name: str, script: str, **kw) -> dict:  # type: ignore[no-untyped-def]
@@ -59,17 +59,6 @@ def hpkctl_pid(proc: subprocess.Popen[str]) -> int:
             continue
         pid = int(children[0])
     raise AssertionError(f"no hpkctl process under {proc.pid}")
-
-
-def jobcomp_states(job_id: str, timeout: float = 30) -> list[str]:
-    """Every JobState the jobcomp log has for the job, once it has one (empty at the deadline)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with open(JOBCOMP) as fh:
-            states = [ln.split("JobState=")[1].split()[0] for ln in fh if f"JobId={job_id} " in ln]
-        if states or time.monotonic() > deadline:
-            return states
-        time.sleep(0.2)
 
 
 def jobs_of(name: str) -> list[str]:
