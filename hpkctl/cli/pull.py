@@ -36,7 +36,6 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from hpkctl.pod.images import parse_image
     from hpkctl.pod.translate import image_sif
     from hpkctl.runtime import ImageToPull, pull_images
-    from hpkctl.runtime.pull import is_fresh
     from hpkctl.sites import load_site
 
     profile = load_site(site_of(args, announce=True))
@@ -66,13 +65,12 @@ def cmd_pull(args: argparse.Namespace) -> int:
                 print(f"hpkctl: warning: {name} is :latest, which pods pull again (imagePullPolicy Always) "
                       f"{app.always_pull_window} s after this pull, even offline: give them imagePullPolicy: "
                       "IfNotPresent, or pin a tag", file=sys.stderr)
-            if not args.force and is_fresh(item.sif, policy=item.policy, window=0):
+            if pull_images([item], apptainer=app.binary, window=0, timeout=app.pull_timeout, out=sys.stdout,
+                           arch=args.arch):
+                pulled += 1
+                print(f"{name}: pulled: {item.sif}")
+            else:
                 print(f"{name}: cached: {item.sif}")
-                continue
-            pull_images([item], apptainer=app.binary, window=0, timeout=app.pull_timeout, out=sys.stdout,
-                        arch=args.arch)
-            pulled += 1
-            print(f"{name}: pulled: {item.sif}")
         except HpkError as exc:
             failed += 1
             print(f"hpkctl: error: {name}: {exc}", file=sys.stderr)

@@ -45,26 +45,31 @@ def is_fresh(sif: str, *, policy: str, window: float, now: float | None = None) 
 
 
 def pull_images(images: Iterable[ImageToPull], *, apptainer: str, window: float, timeout: float,
-                out: TextIO, env: Mapping[str, str] | None = None, arch: str = "") -> None:
-    """Pull every image that is missing (or stale under ``Always``). Raises ``PodError`` on failure.
-    ``arch`` (``amd64``, ``arm64``): another architecture than this host's, for compute nodes that
-    differ from the login node that pulls."""
+                out: TextIO, env: Mapping[str, str] | None = None, arch: str = "") -> list[ImageToPull]:
+    """Pull every image that is missing (or stale under ``Always``); the ones this call pulled (the
+    others were fresh in the cache). Raises ``PodError`` on failure. ``arch`` (``amd64``,
+    ``arm64``): another architecture than this host's, for compute nodes that differ from the login
+    node that pulls."""
+    pulled = []
     for image in images:
         if is_fresh(image.sif, policy=image.policy, window=window):
             continue
         if image.policy == "Never":
             raise PodError("ErrImageNeverPull", f"image {image.source} is not cached and imagePullPolicy is Never",
                            hint=f"put the image at {image.sif}, or set imagePullPolicy to IfNotPresent")
-        _pull_one(image, apptainer=apptainer, window=window, timeout=timeout, out=out, env=env, arch=arch)
+        if _pull_one(image, apptainer=apptainer, window=window, timeout=timeout, out=out, env=env, arch=arch):
+            pulled.append(image)
+    return pulled
 
 
 def _pull_one(image: ImageToPull, *, apptainer: str, window: float, timeout: float, out: TextIO,
-              env: Mapping[str, str] | None, arch: str = "") -> None:
+              env: Mapping[str, str] | None, arch: str = "") -> bool:
+    """Pull one image under its lock; False when another pull finished it meanwhile."""
     os.makedirs(os.path.dirname(image.sif), exist_ok=True)
     with open(f"{image.sif}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if is_fresh(image.sif, policy=image.policy, window=window):
-            return  # another pull finished while we waited for the lock
+            return False  # another pull finished while we waited for the lock
         print(f"pulling {image.source} → {image.sif}", file=out)
         tmp = f"{image.sif}.tmp.{os.getpid()}"
         call_env = dict(os.environ if env is None else env)
@@ -87,3 +92,4 @@ def _pull_one(image: ImageToPull, *, apptainer: str, window: float, timeout: flo
             Path(tmp).unlink(missing_ok=True)
             raise PodError("ErrImagePull", f"pulling {image.source} failed: {str(err).strip()[-500:]}")
         os.replace(tmp, image.sif)
+        return True
