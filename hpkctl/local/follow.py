@@ -76,9 +76,10 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
 
     ``NeverStarts`` when Slurm keeps the job pending for a reason waiting cannot clear (the caller
     cancels it)."""
-    spec = rec.pod().get("spec") or {}
+    pod = rec.pod()
+    spec = pod.get("spec") or {}
     grace = grace_period(spec)
-    containers = containers_of(rec.pod())
+    containers = containers_of(pod)
     names = [n for n, _ in containers]
     mains = [n for n, init in containers if not init]
     # One main container: its output unprefixed (like kubectl logs); otherwise "[name] line".
