@@ -182,8 +182,8 @@ def _unrecorded(profile: SiteProfile, slurm: Slurm, records: list[RunRecord]) ->
 def cmd_status(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.local.records import all_records, load_record
-    from hpkctl.local.arrays import ArrayStatus, array_status, element_ids
-    from hpkctl.local.runs import job_states, run_status
+    from hpkctl.local.arrays import ArrayStatus
+    from hpkctl.local.overview import run_statuses
     from hpkctl.pod.status import container_notes
 
     profile = _profile(args)
@@ -212,14 +212,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         if not args.all_namespaces:
             orphans = [o for o in orphans if o.namespace == args.namespace]
     arrays = _workloads(records)
-    # one squeue for every pod and every element of every workload
-    jobs = job_states(slurm, [r.job_id for r in records if r.uid not in arrays]
-                      + [j for r in records if r.uid in arrays for j in element_ids(r, arrays[r.uid].count)])
-    rows: list[tuple[str, str, str, str, str, Any]] = []
-    for r in records:
-        st: Any = (array_status(r, jobs, info=arrays[r.uid]) if r.uid in arrays
-                   else run_status(r, jobs[r.job_id]))
-        rows.append((r.namespace, r.name, r.job_id, r.uid, r.pod_dir, st))
+    # one squeue for every pod and every element of every workload; an odd record shows its own problem
+    rows: list[tuple[str, str, str, str, str, Any]] = [
+        (r.namespace, r.name, r.job_id, r.uid, r.pod_dir, st)
+        for r, st in zip(records, run_statuses(slurm, records, arrays))]
     rows += [(o.namespace, o.name, o.job.job_id, o.uid, "", o.status()) for o in orphans]
     if args.json:
         print(json.dumps([{"name": name, "namespace": ns, "uid": uid, "jobId": job, "podDir": pod_dir,

@@ -30,6 +30,12 @@ from hpkctl.jobs.states import TERMINAL_STATES
 log = logging.getLogger(__name__)
 
 
+def _not_found(stdout: str, job_id: str) -> bool:
+    """scontrol's answer (on stdout, exit 1) for an array element slurmctld no longer holds, e.g. one
+    cancelled while pending, which never got a record of its own: ``Job 323_3 not found``."""
+    return stdout.strip() == f"Job {job_id} not found"
+
+
 class FinalStates:
     """The three sources for one profile, and what was learned about sacct (``accounting``).
 
@@ -94,7 +100,7 @@ class FinalStates:
     def _from_scontrol(self, job_id: str) -> JobInfo | None:
         done = self._commands.run("scontrol", ["--oneliner", "show", "job", job_id])
         if done.returncode != 0:
-            if "invalid job id specified" in done.stderr.lower():
+            if "invalid job id specified" in done.stderr.lower() or _not_found(done.stdout, job_id):
                 return None
             raise failure(done)
         return parse_scontrol(done.stdout, job_id)

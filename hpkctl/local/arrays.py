@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -252,6 +252,17 @@ def element_ids(rec: RunRecord, count: int) -> list[str]:
     return [f"{rec.job_id}_{i}" for i in range(count)] if rec.job_id else []
 
 
+NEVER_RAN = "NeverRan"
+
+
+def never_ran(pod: PodStatus) -> PodStatus:
+    """An element Slurm has no record of and whose pod never started: it was cancelled while
+    pending (the Job failed, or was deleted, first), so no pod ran for it, as the Job controller
+    creates no pod for such an index. Not ``JobVanished``: nothing was lost."""
+    return replace(pod, phase="Pending", reason=NEVER_RAN,
+                   message="never ran: the workload ended before this pod's array element started")
+
+
 def array_status(rec: RunRecord, jobs: Mapping[str, JobInfo | None], *,
                  info: WorkloadFile | None = None) -> ArrayStatus:
     """The workload's state from the array's and the pods' status files plus Slurm's elements
@@ -268,6 +279,8 @@ def array_status(rec: RunRecord, jobs: Mapping[str, JobInfo | None], *,
         except (OSError, ValueError):
             containers = []
         pod = read_pod_status(pod_dir.root, containers, job)
+        if job is None and job_id and pod.started_at is None:
+            pod = never_ran(pod)
         result = array.read(f"index.{i}")
         if result is None and job is not None and job.state in TERMINAL_STATES and pod.finished:
             result = SUCCEEDED if pod.phase == "Succeeded" else FAILED

@@ -118,6 +118,29 @@ def test_backoff_limit_two_with_one_failing_index_gives_three_runs_then_failed(f
     assert podroot.is_dir()
 
 
+def test_failed_job_with_elements_that_never_ran_ends_with_its_result_and_status_shows_them(fast: Hpk) -> None:
+    """Issue 22.1: at backoffLimit the pending elements are cancelled and never get a Slurm record
+    ('Job A_3 not found'); run exits with the Job's result and status shows them as never ran."""
+    out = _out(fast)
+    name = unique("never")
+    r = fast.run(job(name, 'echo run >>"/out/runs"; exit 42', out, completions=12, parallelism=3, backoffLimit=1),
+                 site=FAST_SITE)
+    assert r.rc == 1, r.output  # the Job failed: not 125 (hpkctl's own error)
+    assert "Failed (BackoffLimitExceeded)" in r.stderr, r.output
+    assert "NeverRan: never ran" in r.stderr, r.output
+    runs = (out / "runs").read_text().count("run\n")
+    assert 2 <= runs < 12, runs  # the Job stopped at its limit: most pods never ran
+    st = _status(fast, name)
+    pods = st["status"]["pods"]
+    never = [p for p in pods if p["status"].get("reason") == "NeverRan"]
+    assert never and all(p["attempts"] == 0 and p["result"] is None for p in never), pods
+    assert st["status"]["conditions"][0]["reason"] == "BackoffLimitExceeded"
+    for args in (("status", "-A", "--json"), ("status",)):  # every run of the user, this one among them
+        listing = fast.hpkctl(*args, "--site", FAST_SITE)
+        assert listing.rc == 0 and name in listing.stdout, listing.output
+    assert fast.hpkctl("delete", name, "--site", FAST_SITE).rc == 0
+
+
 def test_statefulset_pods_have_stable_names_and_their_own_claims(fast: Hpk) -> None:
     name = unique("db")
     sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},

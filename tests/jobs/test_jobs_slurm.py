@@ -250,6 +250,21 @@ def test_final_from_scontrol_first(fp, section, fixture_text) -> None:
     assert fp.call_count([fp.program("sacct"), fp.any()]) == 0
 
 
+def test_final_of_an_array_element_that_never_ran_is_unknown_not_an_error(fp, section, tmp_path) -> None:
+    # an element cancelled while pending never gets a record: scontrol says so on stdout, exit 1
+    fp.register(cmd(fp, "scontrol"), stdout=(FIXTURES / "scontrol_array_element_never_ran.txt").read_text(),
+                returncode=1)
+    fp.register(cmd(fp, "sacct"), stderr=errtext("sacct_disabled.txt"), returncode=1)
+    (tmp_path / "jobcomp.log").write_text("")
+    assert Slurm(section(jobcomp_file=str(tmp_path / "jobcomp.log"))).final("20_3") is None
+
+
+def test_final_of_another_job_not_found_is_still_an_error(fp, section) -> None:
+    fp.register(cmd(fp, "scontrol"), stdout="Job 20_3 not found\n", returncode=1)
+    with pytest.raises(SlurmError):
+        Slurm(section()).final("20_4")
+
+
 def test_final_falls_back_to_jobcomp_and_remembers_no_accounting(fp, section) -> None:
     fp.register(cmd(fp, "scontrol"), stderr=errtext("scontrol_invalid_job_id.txt"), returncode=1, occurrences=2)
     sacct = fp.register(cmd(fp, "sacct"), stderr=errtext("sacct_disabled.txt"), returncode=1)

@@ -1,0 +1,58 @@
+"""``hpkctl status`` of many runs: one odd record shows its own problem, the others their status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hpkctl.jobs import JobInfo, SlurmError
+from hpkctl.local.overview import STATUS_UNREADABLE, run_statuses
+from hpkctl.local.records import RunRecord
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+       "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}}
+
+
+class OddSlurm:
+    """squeue fails whenever job ``odd`` is among the ids asked about (as a real Slurm error would)."""
+
+    def __init__(self, odd: str) -> None:
+        self.odd = odd
+        self.calls: list[list[str]] = []
+
+    def query(self, ids: list[str]) -> dict[str, JobInfo]:
+        self.calls.append(list(ids))
+        if self.odd in ids:
+            raise SlurmError("squeue failed: exit status 1", hint="run it by hand to see more")
+        return {j: JobInfo(job_id=j, state="RUNNING") for j in ids}
+
+    def finals(self, ids: list[str]) -> dict[str, JobInfo | None]:
+        return {}
+
+
+def _record(tmp_path: Path, name: str, job_id: str) -> RunRecord:
+    pod_dir = tmp_path / name
+    for sub in ("job", "status", "logs"):
+        (pod_dir / sub).mkdir(parents=True)
+    (pod_dir / "job" / "pod.json").write_text(json.dumps(POD))
+    (pod_dir / "status" / "job.started").write_text("2026-01-01T00:00:00Z\n")
+    return RunRecord(name=name, namespace="default", uid=f"uid-{name}", job_id=job_id, pod_dir=str(pod_dir),
+                     site="t", submitted=0, state="submitted")
+
+
+def test_one_odd_record_shows_its_problem_and_the_others_their_status(tmp_path: Path) -> None:
+    records = [_record(tmp_path, "a", "11"), _record(tmp_path, "b", "12"), _record(tmp_path, "c", "13")]
+    slurm: Any = OddSlurm("12")
+    got = run_statuses(slurm, records, {})
+    assert [s.phase for s in got] == ["Running", "Unknown", "Running"]
+    assert got[1].reason == STATUS_UNREADABLE
+    assert "squeue failed" in got[1].message and "hpkctl delete b -n default" in got[1].message
+    assert slurm.calls[0] == ["11", "12", "13"]  # one squeue for all first
+
+
+def test_one_squeue_for_all_when_nothing_is_odd(tmp_path: Path) -> None:
+    records = [_record(tmp_path, "a", "11"), _record(tmp_path, "b", "12")]
+    slurm: Any = OddSlurm("99")
+    assert [s.phase for s in run_statuses(slurm, records, {})] == ["Running", "Running"]
+    assert slurm.calls == [["11", "12"]]
