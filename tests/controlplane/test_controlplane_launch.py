@@ -253,7 +253,7 @@ def test_cli_dry_run_prints_both_scripts_and_submits_nothing(tmp_path: Path, cap
 def test_cli_start_refuses_a_missing_image_before_submitting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str], fp: Any) -> None:
     site = tmp_path / "site.toml"
-    site.write_text(f'extends = "ci"\n[controlplane]\nstate_dir = "{tmp_path / "cp"}"\n'
+    site.write_text(f'extends = "ci"\n[controlplane]\nstate_dir = "{tmp_path / "cp"}"\nbin_dir = ""\n'
                     f'[apptainer]\nimage_cache = "{tmp_path / "images"}"\n')
     assert main(["start", "--site", str(site)]) == 125
     err = capsys.readouterr().err
