@@ -89,7 +89,19 @@ def status_patch(uid: str, new: Mapping[str, Any], old: Mapping[str, Any] | None
     for key in (*_TOP, "initContainerStatuses"):
         if key not in new and (old or {}).get(key) is not None:
             body[key] = None  # SMP: null deletes the field
+    if "conditions" in new:
+        body["conditions"] = _condition_deletes(new["conditions"], (old or {}).get("conditions") or [])
     return {"metadata": {"uid": uid}, "status": body}
+
+
+def _condition_deletes(new: list[dict[str, Any]], old: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``new``'s conditions, each with a null for every field its previous version had and it lacks.
+
+    Conditions merge by ``type``, so a field left out would stay: a ``Ready`` turning True would keep
+    ``ContainersNotReady`` and "containers with unready status". The real kubelet's two-way merge
+    patch sends those fields as null, which deletes them."""
+    before = {c.get("type"): c for c in old}
+    return [{**{k: None for k in before.get(c.get("type"), {}) if k not in c}, **c} for c in new]
 
 
 def never_regresses(new: Mapping[str, Any], old: Mapping[str, Any] | None, *, restart_policy: str) -> bool:

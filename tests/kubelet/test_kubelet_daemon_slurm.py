@@ -279,3 +279,28 @@ def test_pods_get_the_cluster_dns_when_coredns_answers_on_port_53(cluster: Clust
         cluster.api.delete(f"{path}/kube-dns")
         cluster.stop_process(cluster.kubelet)
         cluster.start_kubelet()
+
+
+def test_conditions_that_turn_true_lose_their_old_reason_and_message(cluster: Cluster) -> None:
+    """Issue 22.5: Ready and ContainersReady, False (ContainersNotReady, "containers with unready
+    status") while the readiness probe fails, are True without a reason or message once it passes:
+    the kubelet's patch deletes them (null), and the API stand-in merges that as the real one does."""
+    cluster.create(bpod("readies", [], containers=[{
+        "name": "c", "image": "busybox", "command": ["sh", "-c", "while [ ! -e /data/stop ]; do sleep 0.2; done"],
+        "readinessProbe": {"exec": {"command": ["test", "-e", "/data/ready"]}, "periodSeconds": 1},
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}], volumes=[{"name": "data", "emptyDir": {}}]))
+
+    def ready(want: str) -> dict[str, Any] | None:
+        p = cluster.pod("readies") or {}
+        conds = {c["type"]: c for c in p.get("status", {}).get("conditions") or []}
+        return conds if (conds.get("Ready") or {}).get("status") == want else None
+
+    before = wait_for("Ready False while the probe fails", lambda: ready("False") if cluster.phase("readies") == "Running"
+                      else None, timeout=90)
+    assert before["Ready"]["reason"] == "ContainersNotReady" and "unready" in before["Ready"]["message"]
+    cluster.kubectl("exec", "readies", "--", "touch", "/data/ready")
+    after = wait_for("Ready True", lambda: ready("True"), timeout=60)
+    for kind in ("Ready", "ContainersReady"):
+        assert after[kind]["status"] == "True" and "reason" not in after[kind] and "message" not in after[kind], after
+    cluster.kubectl("exec", "readies", "--", "touch", "/data/stop")
+    cluster.wait_phase("readies", "Succeeded")

@@ -115,6 +115,21 @@ def test_patch_carries_uid_skips_no_change_and_deletes_vanished_fields() -> None
     assert status_patch("u1", running, old)["status"]["reason"] is None  # type: ignore[index]
 
 
+def test_a_condition_turning_true_has_its_old_reason_and_message_deleted() -> None:
+    pod = {"spec": {"containers": [{"name": "c", "image": "x"}]}}
+    unready = api_status(pod, PodStatus("Pending", "", "", None, None, "n", "2026-01-01T00:00:00Z",
+                                        [ContainerStatus(name="c", init=False, state="waiting")]), job_id="1", host_ip="")
+    st = _status("Running", "running")
+    st.containers[0].ready = True
+    ready = api_status(pod, st, job_id="1", host_ip="", previous=unready)
+    was = {c["type"]: c for c in unready["conditions"]}
+    assert was["Ready"]["reason"] == "ContainersNotReady" and was["Ready"]["message"]
+    sent = {c["type"]: c for c in status_patch("u1", ready, unready)["status"]["conditions"]}  # type: ignore[index]
+    assert sent["Ready"]["status"] == "True"
+    assert (sent["Ready"]["reason"], sent["Ready"]["message"]) == (None, None)  # SMP: null deletes
+    assert all(v is not None for c in ready["conditions"] for k, v in c.items() if k != "lastProbeTime")
+
+
 def test_condition_transition_time_kept_while_status_holds() -> None:
     first = api_status(POD, _status("Running", "running"), job_id="42", host_ip="")
     first["conditions"][0]["lastTransitionTime"] = "2020-01-01T00:00:00Z"
