@@ -21,9 +21,9 @@ from collections.abc import Iterable, Sequence
 
 from hpkctl.jobs.command import Commands, failure, slurm_text
 from hpkctl.jobs.errors import SlurmTimeout, SlurmUnavailable
-from hpkctl.jobs.info import JobInfo
+from hpkctl.jobs.info import JobInfo, UserJob
 from hpkctl.jobs.jobcomp import find_many_in_jobcomp
-from hpkctl.jobs.parse import SACCT_FORMAT, parse_sacct, parse_scontrol
+from hpkctl.jobs.parse import SACCT_COMMENT_FORMAT, SACCT_FORMAT, parse_sacct, parse_sacct_comments, parse_scontrol
 from hpkctl.jobs.query import check_id, chunks, unique_ids
 from hpkctl.jobs.states import TERMINAL_STATES
 
@@ -96,6 +96,31 @@ class FinalStates:
             if j not in out:
                 out[j] = self._from_scontrol(j)
         return out
+
+    def accounted_jobs(self, *, since: str) -> list[UserJob]:
+        """The calling user's jobs that slurmdbd recorded since ``since`` (``YYYY-MM-DDTHH:MM:SS``),
+        with their comments: one ``sacct`` call; ``[]`` where accounting is off. Finds a job
+        slurmctld has forgotten (``MinJobAge``), for the caller that must never submit twice.
+        Comments reach slurmdbd only with ``AccountingStoreFlags=job_comment``; without it they
+        are empty and nothing matches."""
+        if self.config.use_sacct == "no" or self._accounting is False:
+            return []
+        args = ["--noheader", "--parsable2", "--allocations", f"--starttime={since}",
+                f"--format={SACCT_COMMENT_FORMAT}"]
+        try:
+            done = self._commands.run("sacct", args)
+        except SlurmUnavailable as e:
+            if self.config.use_sacct == "yes" or isinstance(e, SlurmTimeout):
+                raise
+            self._accounting = False
+            return []
+        if done.returncode != 0:
+            if "accounting storage is disabled" in done.stderr.lower() and self.config.use_sacct != "yes":
+                self._accounting = False
+                return []
+            raise failure(done)
+        self._accounting = True
+        return parse_sacct_comments(done.stdout)
 
     def _from_scontrol(self, job_id: str) -> JobInfo | None:
         done = self._commands.run("scontrol", ["--oneliner", "show", "job", job_id])

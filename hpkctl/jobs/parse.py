@@ -35,6 +35,8 @@ USER_JOBS_FORMAT = "%i|%T|%k"
 # sacct --parsable2: '|' separated, no trailing separator; NodeList last for the same reason.
 SACCT_FORMAT = "JobID,State,ExitCode,Start,End,NodeList"
 _SACCT_FIELDS = SACCT_FORMAT.count(",") + 1
+# sacct of the user's jobs with their comments (free text: last, and split at most twice)
+SACCT_COMMENT_FORMAT = "JobID,State,Comment"
 
 # jobcomp/filetxt (src/plugins/jobcomp/filetxt/jobcomp_filetxt.c), one line per finished job:
 #   JobId=12 UserId=hpk(1001) GroupId=... Name=<job name> JobState=COMPLETED Partition=debug
@@ -115,6 +117,12 @@ def parse_scontrol(text: str, job_id: str) -> JobInfo | None:
             source="scontrol",
         )
     return None
+
+
+def parse_sacct_comments(text: str) -> list[UserJob]:
+    """Parse ``sacct --noheader --parsable2 --format=SACCT_COMMENT_FORMAT``: the same lines as
+    squeue's ``USER_JOBS_FORMAT`` (id, state, comment), so the same parser reads them."""
+    return parse_user_jobs(text)
 
 
 def parse_sacct(text: str, job_id: str) -> JobInfo | None:

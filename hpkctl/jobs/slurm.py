@@ -100,6 +100,11 @@ class Slurm:
         """
         return user_jobs(self._commands)
 
+    def accounted_jobs(self, *, since: str) -> list[UserJob]:
+        """This user's jobs slurmdbd recorded since ``since``, with their comments (``[]`` where
+        accounting is off): the jobs ``user_jobs`` no longer lists (see ``FinalStates.accounted_jobs``)."""
+        return self._finals.accounted_jobs(since=since)
+
     def final(self, job_id: str) -> JobInfo | None:
         """State and exit code of a job that finished (or left squeue); ``None`` if nobody knows it.
 

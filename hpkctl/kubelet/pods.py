@@ -31,6 +31,7 @@ from hpkctl.errors import PodError
 from hpkctl.jobs import JobInfo, Slurm, SlurmError, SlurmTimeout, SubmitError
 from hpkctl.kube import Kube, KubeError, KubeUnavailable, pod_path
 from hpkctl.kube.events import EventRecorder
+from hpkctl.kubelet.adopt import JobFinder, ran_before, terminal_phase
 from hpkctl.kubelet.objects import ApiObjects, ServiceCache
 from hpkctl.kubelet.podstatus import api_status, never_regresses, status_patch
 from hpkctl.kubelet.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records
@@ -38,9 +39,10 @@ from hpkctl.kubelet.table import PodTable, Tracked
 from hpkctl.kubelet.tokens import refresh, refresh_after
 from hpkctl.kubelet.workqueue import WorkQueue
 from hpkctl.local.runs import (LOWERED_GRACE, deadline_limit, ended, job_states, lower_to_partition, lowered_note,
-                               mark_deleting, never_starts, pod_jobs)
+                               mark_deleting, never_starts)
 from hpkctl.local.submit import images_to_pull, job_partition_option, submit_job
 from hpkctl.pod import render_pod, write_pod_dir
+from hpkctl.pod.translate import pod_dir_for
 from hpkctl.pod.lifecycle import grace_period, stop_wait
 from hpkctl.pod.paths import LAST_PROBE_KILL, POD_DONE, PROBE_KILL, PodDir
 from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
@@ -127,6 +129,7 @@ class PodManager:
         self.queue = WorkQueue(self.sync, workers=profile.kubelet.workers)
         self.puller = ImagePuller(profile)
         self.services = ServiceCache(kube)
+        self.finder = JobFinder(slurm)
         self._recs: dict[str, PodRecord] = {}
         self._recs_lock = threading.Lock()
         self._gone: set[str] = set()  # uids whose API object no longer exists
@@ -268,13 +271,8 @@ class PodManager:
     # ------------------------------------------------------------------ create
     def _create(self, t: Tracked, rec: PodRecord | None) -> None:
         pod = t.pod
-        if rec is not None and rec.state == SUBMITTING:
-            # the kubelet stopped during an earlier submission: a job may exist, named by the uid
-            found = [job for juid, job in pod_jobs(self.slurm) if juid == t.uid]
-            if found:
-                log.info("pod %s: adopting job %s found by its uid after a restart", t.key, found[0].job_id)
-                self._submitted(t, rec, found[0].job_id)
-                return
+        if self._ran_already(t, rec):
+            return
         objects = ApiObjects(self.kube, pod=pod)
         try:
             rendered = render_pod(pod, self.profile, objects=objects, services=self.services.for_pod(pod))
@@ -347,12 +345,42 @@ class PodManager:
         if (due := refresh_after(pod)) is not None:
             t.extra["token_due"] = time.time() + due
 
-    def _submitted(self, t: Tracked, rec: PodRecord, job_id: str) -> None:
+    def _ran_already(self, t: Tracked, rec: PodRecord | None) -> bool:
+        """Before any submission: a pod whose API phase is terminal is never run again, and a job
+        found by the pod's uid (``JobFinder.find``) is adopted, not duplicated; a pod the API says
+        has run but whose job left no trace fails instead of running twice. True if handled."""
+        pod_dir = Path(rec.pod_dir) if rec is not None and rec.pod_dir else Path(pod_dir_for(self.profile, t.uid))
+        found = self.finder.find(uid=t.uid, pod=t.pod, pod_dir=pod_dir, fresh=rec is not None)
+        phase = terminal_phase(t.pod)
+        if found is None and not phase and not ran_before(t.pod):
+            return False
+        if rec is None:
+            rec = PodRecord(uid=t.uid, namespace=t.namespace, name=t.name, pod_dir=str(pod_dir), state=SUBMITTING,
+                            submitted=time.time())
+        if found is not None:
+            log.info("pod %s: adopting job %s, found by the pod's uid in %s", t.key, found.job_id, found.where)
+            if phase:  # the API's final word stands; the job is only remembered (a delete cancels nothing new)
+                t.extra["final"] = True
+            self._submitted(t, rec, found.job_id, event=not phase)
+            return True
+        rec.state = FAILED
+        self._save(rec)
+        if phase:
+            log.info("pod %s: %s in the API and no record of it here: not run again", t.key, phase)
+            t.extra["final"] = True
+            return True
+        self._fail(t, "JobLost", "the pod's containers ran, but its Slurm job is in no record of this kubelet, "
+                   "no pod directory and no Slurm query any more (the kubelet's state directory was lost or "
+                   "changed); it is not run a second time: delete the pod and create it again to rerun it")
+        return True
+
+    def _submitted(self, t: Tracked, rec: PodRecord, job_id: str, *, event: bool = True) -> None:
         rec.job_id, rec.state = job_id, SUBMITTED
         self._save(rec)
         t.job_id, t.pod_dir = job_id, Path(rec.pod_dir)
         t.extra.pop("backoff", None)
-        self._event(t, "Scheduled", f"Submitted to Slurm as job {job_id}")
+        if event:
+            self._event(t, "Scheduled", f"Submitted to Slurm as job {job_id}")
         self._annotate(t, job_id)
         t.extra["key"] = None  # read its status at the next poll
 

@@ -4,12 +4,13 @@ adoption by record; deletion of pods that vanished while nobody watched."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hpkctl.jobs import JobInfo
+from hpkctl.jobs import JobInfo, UserJob
 from hpkctl.kube.events import EventRecorder
 from hpkctl.kubelet import pods as pods_mod
 from hpkctl.kubelet.pods import PodManager
@@ -54,6 +55,9 @@ class FakeSlurm:
         self.queries: list[list[str]] = []
         self.shortened: list[tuple[str, int]] = []
         self.max_time: dict[str, int] = {"short": 180}
+        self.listed: list[UserJob] = []  # squeue --me
+        self.accounted: list[UserJob] = []  # sacct
+        self.listings = 0
 
     def query(self, ids: Any) -> dict[str, JobInfo]:
         self.queries.append(list(ids))
@@ -71,8 +75,12 @@ class FakeSlurm:
     def partition_limit(self, partition: str) -> int | None:
         return self.max_time.get(partition)
 
-    def user_jobs(self) -> list[Any]:
-        return []
+    def user_jobs(self) -> list[UserJob]:
+        self.listings += 1
+        return list(self.listed)
+
+    def accounted_jobs(self, *, since: str) -> list[UserJob]:
+        return list(self.accounted)
 
     def submit(self, *a: Any, **kw: Any) -> str:
         self.submitted += 1
@@ -159,17 +167,14 @@ def test_records_without_api_pods_are_stopped_after_the_first_full_list(mgr: Any
     assert m.table.get("gone") is None
 
 
-def test_submitting_record_with_a_job_found_by_uid_is_adopted(mgr: Any, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_submitting_record_with_a_job_found_by_uid_is_adopted(mgr: Any, tmp_path: Path) -> None:
     m, kube, slurm = mgr
     m.records.save(PodRecord(uid="u-1", namespace="default", name="p", pod_dir=str(tmp_path / "d"),
                              state=SUBMITTING))
     m.load_records()
 
-    class Job:
-        job_id = "55"
-
-    monkeypatch.setattr(pods_mod, "pod_jobs", lambda s: [("other", Job()), ("u-1", Job())])
+    slurm.listed = [UserJob("54", "RUNNING", "hpk-uid=other hpk-pod=default/o"),
+                    UserJob("55", "PENDING", "hpk-uid=u-1 hpk-pod=default/p")]
     m.on_sync([_pod()])
     m.sync("u-1")
     assert slurm.submitted == 0
@@ -274,3 +279,77 @@ def test_a_partition_time_limit_without_room_is_never_starts(mgr: Any, deadline:
     t.job_id = "71"
     m._never_starts(t, JobInfo(job_id="71", state="PENDING", reason="PartitionTimeLimit"))
     assert slurm.shortened == [] and slurm.cancelled == [("71", None)]
+
+
+# ---------------------------------------------------------------- lost records (issue 20.5, 22.15)
+
+
+def _job_trace(tmp_path: Path, where: str, slurm: FakeSlurm, uid: str = "u-1") -> None:
+    """A job of pod ``uid`` that only ``where`` still knows."""
+    comment = f"hpk-uid={uid} hpk-pod=default/p"
+    if where == "pod directory":
+        status = tmp_path / "pods" / uid / "status"
+        status.mkdir(parents=True)
+        (status / "job.id").write_text("77\n")
+    elif where == "squeue":
+        slurm.listed = [UserJob("77", "RUNNING", comment)]
+    else:
+        slurm.accounted = [UserJob("76", "COMPLETED", "hpk-uid=u-0 hpk-pod=default/q"),
+                           UserJob("77", "COMPLETED", comment)]
+
+
+@pytest.mark.parametrize("where", ["pod directory", "squeue", "sacct"])
+@pytest.mark.parametrize("phase", ["Pending", "Running", "Succeeded"])
+def test_a_pod_without_record_whose_job_left_a_trace_is_adopted_never_resubmitted(
+        mgr: Any, tmp_path: Path, where: str, phase: str) -> None:
+    """The kubelet's records are gone (a purged scratch, a crash between sbatch and the record's update
+    that outlived MinJobAge): the job is found by the pod's uid and adopted; nothing is submitted."""
+    m, kube, slurm = mgr
+    _job_trace(tmp_path, where, slurm)
+    pod = _pod()
+    pod["metadata"]["creationTimestamp"] = "2020-01-01T00:00:00Z"  # older than this kubelet: sacct is asked
+    pod["status"]["phase"] = phase
+    m.on_sync([pod])
+    m.sync("u-1")
+    assert slurm.submitted == 0
+    assert m.records.load_all()["u-1"].job_id == "77"
+    assert any(p["metadata"].get("annotations") == {"hpk.io/slurm-job-id": "77"} for p in kube.status_patches())
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_a_terminal_pod_is_never_submitted_again(mgr: Any, phase: str) -> None:
+    m, kube, slurm = mgr
+    pod = _pod()
+    pod["status"] = {"phase": phase}
+    m.on_sync([pod])
+    m.sync("u-1")
+    m.sync("u-1")
+    assert slurm.submitted == 0
+    assert not kube.status_patches(), "the API's final phase stands"
+    assert m.records.load_all()["u-1"].state == "failed"
+
+
+def test_a_pod_that_ran_but_whose_job_left_no_trace_fails_instead_of_running_twice(mgr: Any) -> None:
+    m, kube, slurm = mgr
+    pod = _pod()
+    pod["status"] = {"phase": "Running", "containerStatuses": [
+        {"name": "c", "state": {"running": {"startedAt": "2020-01-01T00:00:00Z"}}}]}
+    m.on_sync([pod])
+    m.sync("u-1")
+    assert slurm.submitted == 0
+    (patch,) = kube.status_patches()
+    assert (patch["status"]["phase"], patch["status"]["reason"]) == ("Failed", "JobLost")
+
+
+def test_new_pods_share_one_squeue_listing(mgr: Any) -> None:
+    """A burst of new pods: one squeue listing answers for all of them (only an earlier kubelet's job
+    can belong to a pod without a record), and sacct is not asked about pods created after the start."""
+    m, kube, slurm = mgr
+    slurm.accounted = [UserJob("9", "COMPLETED", "hpk-uid=u-2 hpk-pod=default/p2")]  # would be adopted if asked
+    pods = [_pod(f"p{i}", f"u-{i}") for i in range(5)]
+    for p in pods:
+        p["metadata"]["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+    m.on_sync(pods)
+    for i in range(5):
+        m.sync(f"u-{i}")
+    assert (slurm.submitted, slurm.listings) == (5, 1)

@@ -1,0 +1,121 @@
+"""Whether a pod already has (or had) a Slurm job, before the kubelet submits one.
+
+Why: the kubelet's records can be lost (a purged scratch, a changed ``state_dir``, a node-local disk,
+a disk full between ``sbatch`` and the record's update, or a crash there that outlives Slurm's
+``MinJobAge``). Submitting on a missing record would run a finished pod again, or give a running pod
+a second, concurrent job and orphan the first. So before *any* submission the pod's uid is looked up
+where a job leaves traces, cheapest first:
+
+1. the pod directory's ``status/job.id``, which the job writes when it starts (no Slurm call);
+2. ``squeue --me`` by the ``hpk-uid=`` job comment (jobs slurmctld still holds);
+3. ``sacct`` by comment where accounting runs (jobs slurmctld has forgotten).
+
+Only this user's own jobs count (``--me``; sacct lists a user's own jobs), so another user cannot
+make the kubelet adopt her job by writing the uid into its comment.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpkctl.jobs import Slurm
+from hpkctl.jobs.info import is_job_id
+from hpkctl.pod.flags import uid_from_comment
+from hpkctl.pod.paths import JOB_ID, PodDir
+
+log = logging.getLogger("hpkctl.kubelet.adopt")
+
+#: phases after which a pod never runs again (Kubernetes: a terminal phase is final)
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class FoundJob:
+    job_id: str
+    where: str  # for the log and the event: "the pod directory", "squeue", "sacct"
+
+
+def terminal_phase(pod: Mapping[str, Any]) -> str:
+    """The pod's phase in the API when it is terminal (``Succeeded``/``Failed``), else ``""``."""
+    phase = str((pod.get("status") or {}).get("phase") or "")
+    return phase if phase in TERMINAL_PHASES else ""
+
+
+def ran_before(pod: Mapping[str, Any]) -> bool:
+    """Whether the API's status says a container of the pod has started (a kubelet reported it): the
+    pod had a job even when no trace of it is left."""
+    status = pod.get("status") or {}
+    for c in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
+        state = c.get("state") or {}
+        if "running" in state or "terminated" in state or c.get("lastState", {}).get("terminated"):
+            return True
+    return False
+
+
+#: how far the API server's clock may be ahead of this host's
+CLOCK_SKEW = 300.0
+
+
+def _created(pod: Mapping[str, Any]) -> float:
+    """The pod's ``creationTimestamp`` as a time; 0 when it has none (then it may be old)."""
+    created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+    try:
+        return datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _since(pod: Mapping[str, Any]) -> str:
+    """sacct's ``--starttime`` in local time (Slurm's): the pod's creation less the clock skew (no
+    job of it is older), else a week back."""
+    when = _created(pod) - CLOCK_SKEW
+    if when <= 0:
+        when = time.time() - 7 * 86400
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
+
+
+class JobFinder:
+    """``find`` for one kubelet process. A pod with no record at all can only have a job that an
+    earlier kubelet submitted, so one ``squeue`` listing taken at the first need answers for all of
+    them (a burst of new pods costs no Slurm call each), and ``sacct`` is asked only about pods
+    created before this process started; a record left in ``submitting`` is looked up afresh."""
+
+    def __init__(self, slurm: Slurm, *, started: float | None = None) -> None:
+        self.slurm = slurm
+        self.started = time.time() if started is None else started
+        self._lock = threading.Lock()
+        self._listing: dict[str, str] | None = None  # uid -> job id, from squeue at the first need
+
+    def _listed(self, *, fresh: bool) -> dict[str, str]:
+        with self._lock:
+            if self._listing is None or fresh:
+                listing: dict[str, str] = {}
+                for job in self.slurm.user_jobs():
+                    uid = uid_from_comment(job.comment)
+                    if uid:
+                        listing.setdefault(uid, job.job_id)
+                self._listing = listing
+            return self._listing
+
+    def find(self, *, uid: str, pod: Mapping[str, Any], pod_dir: Path, fresh: bool) -> FoundJob | None:
+        """The job of pod ``uid`` if one was ever submitted (see the module docstring), else ``None``;
+        ``fresh``: ask squeue now (a submission of this process may have been cut short). Raises
+        ``SlurmError`` when Slurm cannot be asked: the caller retries rather than guessing."""
+        job_id = (PodDir(pod_dir).read(JOB_ID) or "").strip()
+        if is_job_id(job_id):
+            return FoundJob(job_id, f"the pod directory ({pod_dir}/status/{JOB_ID})")
+        job_id = self._listed(fresh=fresh).get(uid, "")
+        if job_id:
+            return FoundJob(job_id, "squeue (its job comment)")
+        if fresh or _created(pod) < self.started + CLOCK_SKEW:
+            for job in self.slurm.accounted_jobs(since=_since(pod)):
+                if uid_from_comment(job.comment) == uid:
+                    return FoundJob(job.job_id, "sacct (its job comment)")
+        return None
