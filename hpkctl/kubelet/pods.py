@@ -522,8 +522,7 @@ class PodManager:
     # ------------------------------------------------------------------ status
     def _report(self, t: Tracked, st: PodStatus) -> None:
         new = api_status(t.pod, st, job_id=t.job_id, host_ip=self.host_ip, previous=t.sent)
-        policy = (t.pod.get("spec") or {}).get("restartPolicy") or "Always"
-        if not never_regresses(new, t.sent, restart_policy=policy):
+        if not never_regresses(new, t.sent, spec=t.pod.get("spec") or {}):
             log.warning("pod %s: not reporting a terminated container as running again", t.key)
             return
         before = t.status

@@ -104,19 +104,35 @@ def _condition_deletes(new: list[dict[str, Any]], old: list[dict[str, Any]]) -> 
     return [{**{k: None for k in before.get(c.get("type"), {}) if k not in c}, **c} for c in new]
 
 
-def never_regresses(new: Mapping[str, Any], old: Mapping[str, Any] | None, *, restart_policy: str) -> bool:
-    """Whether ``new`` keeps every container that ``old`` reported terminated for good, terminated
-    (the API server refuses a terminated container going back to running under Never, and under
-    OnFailure after exit 0; a re-adopting kubelet must never try)."""
-    if restart_policy == "Always" or not old:
-        return True
-    for key in ("initContainerStatuses", "containerStatuses"):
-        before = {c.get("name"): c for c in old.get(key) or []}
-        for c in new.get(key) or []:
-            prev = before.get(c.get("name"))
-            term = ((prev or {}).get("state") or {}).get("terminated")
-            if term is None or "terminated" in (c.get("state") or {}):
+def forbidden_transitions(new: Mapping[str, Any], old: Mapping[str, Any] | None,
+                          spec: Mapping[str, Any]) -> list[str]:
+    """The container states in ``new`` the API server would refuse after ``old``, as field paths.
+
+    kube-apiserver's ValidateContainerStateTransition and ValidateInitContainerStateTransition
+    (pkg/apis/core/validation): unless the pod's restartPolicy is Always, a container ``old``
+    reported terminated may not become non-terminated, except after a failure under OnFailure,
+    and except an init container with its own restartPolicy Always (a native sidecar, which
+    restarts under any pod policy). The path names the index in ``old``, as the server's does."""
+    policy = spec.get("restartPolicy") or "Always"
+    if policy == "Always" or not old:
+        return []
+    sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
+    out = []
+    for key, restartable in (("containerStatuses", set()), ("initContainerStatuses", sidecars)):
+        now = {c.get("name"): c for c in new.get(key) or []}
+        for i, prev in enumerate(old.get(key) or []):
+            term = (prev.get("state") or {}).get("terminated")
+            if term is None or (term.get("exitCode", 0) != 0 and policy == "OnFailure"):
                 continue
-            if restart_policy == "Never" or (restart_policy == "OnFailure" and term.get("exitCode") == 0):
-                return False
-    return True
+            if prev.get("name") in restartable:
+                continue
+            c = now.get(prev.get("name"))
+            if c is not None and "terminated" not in (c.get("state") or {}):
+                out.append(f"status.{key}[{i}].state")
+    return out
+
+
+def never_regresses(new: Mapping[str, Any], old: Mapping[str, Any] | None, *, spec: Mapping[str, Any]) -> bool:
+    """Whether ``new`` may follow ``old``: no container the API server counts as terminated for good
+    goes back to running (:func:`forbidden_transitions`; a re-adopting kubelet must never try)."""
+    return not forbidden_transitions(new, old, spec)

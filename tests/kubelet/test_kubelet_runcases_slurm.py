@@ -828,6 +828,29 @@ def test_job_pod_with_a_native_sidecar_completes(launched: Launched) -> None:
     assert _lines(outdir(c, "rc-sidecar")) == ["side-up", "main", "side-prestop", "side-term"]
 
 
+def _crashing_sidecar(env: Env) -> list[dict[str, Any]]:
+    d = outdir(env.cluster, "rc-side-crash")
+    side = c_("side", "echo up >> /out/side; sleep 1; exit 1", volumeMounts=OUT, restartPolicy="Always")
+    main = c_("main", "i=0; while [ \"$(wc -l < /out/side)\" -lt 2 ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i+1)); done; "
+                      "wc -l < /out/side", volumeMounts=OUT)
+    return [pod("rc-side-crash", [main], initContainers=[side], volumes=[host_volume(d)],
+                terminationGracePeriodSeconds=2)]
+
+
+@launch(_crashing_sidecar)
+def test_a_crashing_native_sidecar_never_freezes_the_pods_status(launched: Launched) -> None:
+    """Issue 22.9: in a Never pod, a sidecar that exits 1 is restarted (restartPolicy Always), which
+    the API server allows for a restartable init container: the status goes on being reported, the
+    sidecar's restarts show, and the pod ends Succeeded once its main container did (it waits for the
+    sidecar's second start)."""
+    c = launched.cluster
+    st = finished(c, "rc-side-crash", timeout=120)["status"]
+    assert st["phase"] == "Succeeded", st
+    assert container(st, "side", init=True)["restartCount"] >= 1, st
+    assert terminated(st, "main")["exitCode"] == 0, st
+    assert "not reporting a terminated container as running again" not in c.log("kubelet")
+
+
 @launch(lambda env: [pod("rc-msg", [
     c_("file", "printf 'bye from the file\\n' > /tmp/term; echo not this", terminationMessagePath="/tmp/term"),
     c_("log", "i=0; while [ $i -lt 100 ]; do echo line $i; i=$((i+1)); done; exit 2",

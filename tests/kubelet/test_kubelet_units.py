@@ -9,6 +9,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from hpkctl.jobs import NodeInfo
 from hpkctl.kubelet.node import NodeState, capacity, micro_time
-from hpkctl.kubelet.podstatus import api_status, never_regresses, status_patch
+from hpkctl.kubelet.podstatus import api_status, forbidden_transitions, never_regresses, status_patch
 from hpkctl.kubelet.records import SUBMITTED, SUBMITTING, PodRecord, Records
 from hpkctl.kubelet.workqueue import WorkQueue
 from hpkctl.pod.status import ContainerStatus, PodStatus
@@ -143,8 +144,32 @@ def test_a_terminated_container_never_goes_back_to_running(policy: str, code: in
     pod = {"spec": {"restartPolicy": policy, "containers": [{"name": "c", "image": "x"}]}}
     done = api_status(pod, _status("Failed" if code else "Succeeded", "terminated", code), job_id="1", host_ip="")
     again = api_status(pod, _status("Running", "running"), job_id="1", host_ip="")
-    assert never_regresses(again, done, restart_policy=policy) is ok
-    assert never_regresses(done, done, restart_policy=policy)
+    assert never_regresses(again, done, spec=pod["spec"]) is ok
+    assert never_regresses(done, done, spec=pod["spec"])
+
+
+def _init(name: str, state: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "state": state}
+
+
+@pytest.mark.parametrize("policy", ["Never", "OnFailure"])
+def test_a_native_sidecar_may_restart_under_any_pod_policy_a_plain_init_container_may_not(policy: str) -> None:
+    """kube-apiserver's ValidateInitContainerStateTransition: a restarting sidecar is no regression,
+    so its crash must not freeze the pod's status; a plain init container that succeeded may not run
+    again. The path names the index in the old status, as the server's error does."""
+    spec = {"restartPolicy": policy, "initContainers": [{"name": "setup"}, {"name": "side", "restartPolicy": "Always"}],
+            "containers": [{"name": "c"}]}
+    ended = {"terminated": {"exitCode": 1}}
+    old = {"initContainerStatuses": [_init("setup", {"terminated": {"exitCode": 0}}), _init("side", ended)]}
+    side_again = {"initContainerStatuses": [_init("setup", {"terminated": {"exitCode": 0}}),
+                                            _init("side", {"running": {}})]}
+    assert forbidden_transitions(side_again, old, spec) == []
+    setup_again = {"initContainerStatuses": [_init("setup", {"running": {}}), _init("side", {"running": {}})]}
+    assert forbidden_transitions(setup_again, old, spec) == ["status.initContainerStatuses[0].state"]
+    failed_setup = {"initContainerStatuses": [_init("setup", ended)]}
+    retried = forbidden_transitions({"initContainerStatuses": [_init("setup", {"waiting": {}})]}, failed_setup, spec)
+    assert retried == ([] if policy == "OnFailure" else ["status.initContainerStatuses[0].state"])
+    assert forbidden_transitions(setup_again, old, dict(spec, restartPolicy="Always")) == []
 
 
 # ---------------------------------------------------------------------------- records

@@ -94,6 +94,31 @@ def test_status_patch_merges_conditions_by_type(v1: client.CoreV1Api) -> None:
     assert info.value.status == 422
 
 
+@pytest.mark.parametrize("policy", ["Never", "OnFailure"])
+def test_init_container_state_transitions_as_the_real_server(v1: client.CoreV1Api, policy: str) -> None:
+    """ValidateInitContainerStateTransition: a plain init container that terminated (exit 0) may not
+    run again (422, the old status's index in the path); a native sidecar (restartPolicy Always) may."""
+    name = f"initx-{policy.lower()}"
+    v1.create_namespaced_pod("default", pod(name, node="hpk", restartPolicy=policy, initContainers=[
+        {"name": "setup", "image": "busybox:1.36"},
+        {"name": "side", "image": "busybox:1.36", "restartPolicy": "Always"}]))
+
+    def statuses(setup: dict[str, Any], side: dict[str, Any]) -> dict[str, Any]:
+        return {"status": {"initContainerStatuses": [
+            {"name": n, "state": st, "ready": False, "restartCount": 0, "image": "busybox:1.36", "imageID": ""}
+            for n, st in (("setup", setup), ("side", side))]}}
+
+    done, crashed, running = {"terminated": {"exitCode": 0}}, {"terminated": {"exitCode": 1}}, {"running": {}}
+    v1.patch_namespaced_pod_status(name, "default", statuses(done, crashed))
+    out = v1.patch_namespaced_pod_status(name, "default", statuses(done, running))  # the sidecar restarted
+    assert out.status.init_container_statuses[1].state.running is not None
+    with pytest.raises(ApiException) as info:
+        v1.patch_namespaced_pod_status(name, "default", statuses(running, running))
+    assert info.value.status == 422
+    assert "status.initContainerStatuses[0].state: Forbidden: may not be transitioned to non-terminated state" \
+        in info.value.body
+
+
 def test_kubelet_final_delete_with_uid_precondition(v1: client.CoreV1Api) -> None:
     p = v1.create_namespaced_pod("default", pod("gone", node="hpk"))
     v1.delete_namespaced_pod("gone", "default")

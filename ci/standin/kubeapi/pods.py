@@ -226,19 +226,20 @@ class PodStrategy(Strategy):
 
     @staticmethod
     def _validate_status(new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+        """ValidatePodStatusUpdate's container state transitions (pkg/apis/core/validation), checked
+        against the old pod's spec: ValidateContainerStateTransition for containerStatuses (and
+        ephemeralContainerStatuses, always as Never), ValidateInitContainerStateTransition for
+        initContainerStatuses, which exempts restartable init containers (native sidecars)."""
+        spec = old.get("spec") or {}
+        policy = spec.get("restartPolicy", "Always")
+        sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
         errs: list[FieldError] = []
-        policy = (old.get("spec") or {}).get("restartPolicy", "Always")
-        olds = {s.get("name"): s for s in (old.get("status") or {}).get("containerStatuses") or []}
-        for i, s in enumerate((new.get("status") or {}).get("containerStatuses") or []):
-            prev = olds.get(s.get("name"))
-            if not prev or "terminated" not in (prev.get("state") or {}):
-                continue
-            if "terminated" in (s.get("state") or {}):
-                continue
-            code = prev["state"]["terminated"].get("exitCode", 0)
-            if policy == "Never" or (policy == "OnFailure" and code == 0):
-                errs.append(FieldError("FieldValueForbidden", f"status.containerStatuses[{i}].state",
-                                       "may not be transitioned to non-terminated state"))
+        for key, key_policy, restartable in (("containerStatuses", policy, set()),
+                                             ("initContainerStatuses", policy, sidecars),
+                                             ("ephemeralContainerStatuses", "Never", set())):
+            errs += _state_transitions((new.get("status") or {}).get(key) or [],
+                                       (old.get("status") or {}).get(key) or [], f"status.{key}", key_policy,
+                                       restartable)
         old_phase = (old.get("status") or {}).get("phase")
         new_phase = (new.get("status") or {}).get("phase")
         if old_phase in ("Succeeded", "Failed") and new_phase != old_phase:
@@ -255,3 +256,18 @@ class PodStrategy(Strategy):
         if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             period = 0
         return 1 if period < 0 else period
+
+
+def _state_transitions(news: list[Any], olds: list[Any], path: str, policy: str,
+                       restartable: set[Any]) -> list[FieldError]:
+    """A terminated container may not become non-terminated unless the policy restarts it."""
+    if policy == "Always":
+        return []
+    errs = []
+    for i, prev in enumerate(olds):
+        term = (prev.get("state") or {}).get("terminated")
+        if term is None or (term.get("exitCode", 0) != 0 and policy == "OnFailure") or prev.get("name") in restartable:
+            continue
+        errs += [FieldError("FieldValueForbidden", f"{path}[{i}].state", "may not be transitioned to non-terminated state")
+                 for s in news if s.get("name") == prev.get("name") and (s.get("state") or {}).get("terminated") is None]
+    return errs
