@@ -12,12 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hpkctl.errors import PodError
 from hpkctl.pod.shell import Shell, quote
 
 DEFAULT_GRACE = 30  # spec.terminationGracePeriodSeconds
 #: Seconds before the time limit at which Slurm sends the batch shell SIGTERM (--signal=B:TERM@N),
 #: beyond the grace period: the kubelet's 2 s preStop extension plus recording the exit codes.
 SIGNAL_MARGIN = 10
+#: The largest sig_time sbatch's --signal accepts (Slurm: "an integer between 0 and 65535").
+MAX_SIGNAL_TIME = 65535
+#: The least time before the time limit's stop sequence begins (Slurm may signal up to 60 s early).
+MIN_RUN = 120
 DEFAULT_MESSAGE_PATH = "/dev/termination-log"
 HOOKS = (("post_start", "postStart"), ("pre_stop", "preStop"))
 
@@ -43,6 +48,24 @@ def stop_wait(spec: Mapping[str, Any], *, grace: float | None = None, margin: fl
     base = max(grace_period(spec) if grace is None else grace, 2)
     sidecars = sum(1 for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always")
     return base * (1 + sidecars) + margin
+
+
+def checked_grace(spec: Mapping[str, Any]) -> int:
+    """The pod's grace period, refused (``PodError``) when Slurm cannot signal the job that early:
+    sbatch refuses a ``--signal`` time over 65535 s, so a grace period over 65525 s cannot be kept."""
+    grace = grace_period(spec)
+    if grace + SIGNAL_MARGIN > MAX_SIGNAL_TIME:
+        raise PodError("GracePeriodTooLong",
+                       f"spec.terminationGracePeriodSeconds: {grace}s is longer than Slurm can give a job to stop "
+                       f"(its --signal time is at most {MAX_SIGNAL_TIME}s, and hpkctl adds {SIGNAL_MARGIN}s)",
+                       hint=f"lower spec.terminationGracePeriodSeconds to at most {MAX_SIGNAL_TIME - SIGNAL_MARGIN}")
+    return grace
+
+
+def time_limit_floor(spec: Mapping[str, Any]) -> int:
+    """The shortest time limit that leaves the pod ``MIN_RUN`` seconds of running before the time
+    limit's SIGTERM (``--signal=B:TERM@grace+margin``): a shorter one would stop the pod as it starts."""
+    return grace_period(spec) + SIGNAL_MARGIN + MIN_RUN
 
 
 def signal_option(grace: int) -> str:

@@ -30,12 +30,14 @@ from hpkctl.pod.flags import (
 from hpkctl.pod.images import ImageRef, parse_image
 from hpkctl.pod.lifecycle import (
     HookPlan,
+    checked_grace,
     grace_period,
     log_fallback,
     message_path,
     plan_hooks,
     signal_option,
     stop_wait,
+    time_limit_floor,
 )
 from hpkctl.pod.model import Pod
 from hpkctl.pod.objects import ObjectSource, StaticObjects
@@ -336,7 +338,7 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
                                              user=comments[-1] if comments else None)),
         SlurmOption("--cpus-per-task", str(res.cpus)),
         # the time limit: only the batch shell gets SIGTERM, early enough for the stop sequence
-        SlurmOption("--signal", signal_option(grace_period(ctx.spec))),
+        SlurmOption("--signal", signal_option(checked_grace(ctx.spec))),
     ]
     if res.mem_mib:
         gen.append(SlurmOption("--mem", f"{res.mem_mib}M"))
@@ -357,9 +359,11 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
         limit = deadline + int(stop_wait(ctx.spec)) + 60
         if s.max_time:
             limit = min(limit, slurm_time_to_seconds(s.max_time))
-        gen.append(SlurmOption("--time", seconds_to_slurm_time(limit)))
+        gen.append(SlurmOption("--time", seconds_to_slurm_time(_room_for_grace(ctx, limit))))
     elif s.default_time:
-        gen.append(SlurmOption("--time", s.default_time))
+        limit = slurm_time_to_seconds(s.default_time)
+        room = _room_for_grace(ctx, limit)
+        gen.append(SlurmOption("--time", s.default_time if room == limit else seconds_to_slurm_time(room)))
     for key, val in (("--partition", s.partition), ("--account", s.account), ("--qos", s.qos)):
         if val:
             gen.append(SlurmOption(key, val))
@@ -388,6 +392,26 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
     multi = any(o.name in ("--nodes", "--ntasks", "--ntasks-per-node") and o.value not in (None, "1")
                 for o in options)
     return options, mpi_flags, bool(mpi_found) or multi
+
+
+def _room_for_grace(ctx: Ctx, limit: int) -> int:
+    """The time limit, raised so that the time limit's SIGTERM (``--signal``, the grace period plus a
+    margin before it) does not come as the pod starts; refused when the site's max_time is too short."""
+    floor = time_limit_floor(ctx.spec)
+    if limit >= floor:
+        return limit
+    max_time = ctx.profile.slurm.max_time
+    if max_time and slurm_time_to_seconds(max_time) < floor:
+        raise PodError("GracePeriodTooLong",
+                       f"spec.terminationGracePeriodSeconds: {grace_period(ctx.spec)}s leaves no time to run within "
+                       f"this site's maximum time limit {max_time}: the job is told to stop "
+                       f"{floor - 60}s before its limit",
+                       hint="lower spec.terminationGracePeriodSeconds to at most "
+                       f"{slurm_time_to_seconds(max_time) - (floor - grace_period(ctx.spec))}")
+    ctx.warn(f"spec.terminationGracePeriodSeconds: {grace_period(ctx.spec)}s does not fit in the time limit "
+             f"{seconds_to_slurm_time(limit)}; the job gets {seconds_to_slurm_time(floor)} so that it runs before "
+             "its stop sequence begins")
+    return floor
 
 
 def _dns(ctx: Ctx) -> tuple[str, str]:
