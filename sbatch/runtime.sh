@@ -49,18 +49,50 @@ hpk_mkdir() {
   mkdir -p -- "$1" || hpk_fail CreateContainerError "cannot create the directory of volume $2 at $1"
 }
 
-# hpk_subpath ROOT PATH CREATE WHAT: a volumeMount's subPath or subPathExpr, expanded and with
-# symlinks resolved, must stay inside its volume (Kubernetes' rule); CREATE=1 makes the directory.
+# hpk_subpath MODE PIN ROOT PATH CREATE WHAT: a volumeMount's subPath or subPathExpr, checked as
+# the container (MODE start) or an exec, probe or hook in it (MODE exec) starts: expanded and with
+# symlinks resolved it must stay inside its volume (Kubernetes' rule); CREATE=1 makes the directory.
+# An earlier container may have swapped the path for a symlink, so the check runs on the open
+# directory and what is bound is that directory, never the path again (PIN fd: /proc/self/fd/N;
+# Apptainer inherits the descriptor, and mount(2) binds what it refers to; /proc/PID of another
+# process is out of reach from Apptainer's user namespace); PIN path: its checked real path (MPI
+# tasks on other nodes have no such descriptor). Adds the source to HPK_SUBPATHS. A refusal fails
+# the pod (start) or the exec (exec, status 125).
 hpk_subpath() {
-  local root path
-  root=$(realpath -m -- "$1") && path=$(realpath -m -- "$2") \
-    || hpk_fail CreateContainerConfigError "$4: cannot resolve the path $2"
+  local mode=$1 pin=$2 root path fd real
+  root=$(realpath -m -- "$3") && path=$(realpath -m -- "$4") \
+    || hpk_subpath_refused "$mode" "$6: cannot resolve the path $4" || return
   case $path/ in
     "$root"/*) ;;
-    *) hpk_fail CreateContainerConfigError "$4: the subPath resolves to $path, outside its volume $root" ;;
+    *) hpk_subpath_refused "$mode" "$6: the subPath resolves to $path, outside its volume $root" || return ;;
   esac
-  [ "$3" = 1 ] || return 0
-  mkdir -p -- "$2" || hpk_fail CreateContainerError "$4: cannot create the directory $2"
+  if [ "$5" = 1 ] && [ ! -e "$path" ]; then
+    mkdir -p -- "$path" || hpk_subpath_refused "$mode" "$6: cannot create the directory $4" || return
+  fi
+  exec {fd}<"$path" || hpk_subpath_refused "$mode" "$6: cannot open $4" || return
+  real=$(readlink -- "/proc/$BASHPID/fd/$fd")
+  case $real/ in
+    "$root"/*) ;;
+    *)
+      exec {fd}<&-
+      hpk_subpath_refused "$mode" "$6: the subPath resolves to $real, outside its volume $root" || return ;;
+  esac
+  if [ "$pin" = fd ]; then
+    HPK_SUBPATHS+=("/proc/self/fd/$fd")
+  else
+    exec {fd}<&-
+    HPK_SUBPATHS+=("$real")
+  fi
+}
+
+# hpk_subpath_refused MODE MESSAGE: a subPath that must not be bound. As a container starts, the pod
+# fails (CreateContainerConfigError) and is stopped; an exec only says why (returns 1).
+hpk_subpath_refused() {
+  printf 'hpkctl: %s\n' "$2" >&2
+  [ "$1" = start ] || return 1
+  [ -e "$HPK_STATUS/pod.failed" ] || hpk_put pod.failed "CreateContainerConfigError"$'\n'"$2"
+  kill -TERM "$$"
+  exit 1
 }
 
 # hpk_fresh SIF: the cached image is younger than HPK_ALWAYS_PULL_WINDOW seconds.

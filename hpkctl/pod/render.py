@@ -26,6 +26,7 @@ from hpkctl.pod.paths import SECRETS_FILE, inside
 from hpkctl.pod.probes import ProbePlan
 from hpkctl.pod.shell import RuntimeRef, SecretText, Shell, Value, concat, env_file_line, literal, quote, shell_word
 from hpkctl.pod.translate import ContainerPlan, PodPlan
+from hpkctl.pod.volumes import Bind
 from hpkctl.resources import data_dir
 
 NO_MOUNT = "home,cwd,tmp"
@@ -157,7 +158,7 @@ def container_command(words: ScriptWords, c: ContainerPlan) -> Shell:
         lines[0][:0] = ["exec", "setsid"]
     if c.argv:
         lines.append([words.word(a) for a in c.argv])
-    return Shell(CONTINUE.join(" ".join(line) for line in lines))
+    return Shell("\n  ".join([*subpath_checks(words, c, "start"), CONTINUE.join(" ".join(line) for line in lines)]))
 
 
 def container_exec_command(words: ScriptWords, c: ContainerPlan) -> Shell:
@@ -170,7 +171,7 @@ def container_exec_command(words: ScriptWords, c: ContainerPlan) -> Shell:
     """
     lines = _apptainer_lines(words, c, "exec")
     lines.append(['"$@"'])
-    return Shell(CONTINUE.join(" ".join(line) for line in lines))
+    return Shell("\n  ".join([*subpath_checks(words, c, "exec"), CONTINUE.join(" ".join(line) for line in lines)]))
 
 
 def probe_words(words: ScriptWords, p: ProbePlan) -> Shell:
@@ -195,12 +196,39 @@ def _apptainer_lines(words: ScriptWords, c: ContainerPlan, verb: str) -> list[li
         literal(f"{plan.pod_dir}/etc/resolv.conf:/etc/resolv.conf"),
         *(literal(b) for b in plan.profile.apptainer.binds),
         *([literal(f"{plan.pod_dir}/{message_file(c.name)}:{c.message_path}")] if message_bound(c.message_path) else []),
-        *(concat(b.source, literal(f":{b.dest}" + (":ro" if b.read_only else ""))) for b in c.binds),
+        *(concat(_bind_source(c, b), literal(f":{b.dest}" + (":ro" if b.read_only else ""))) for b in c.binds),
     ]
     lines += [["--bind", words.path(bind)] for bind in binds]
     if c.workdir:
         lines.append(["--pwd", words.word(c.workdir)])
     lines.append([quote(c.sif)])
+    return lines
+
+
+def _bind_source(c: ContainerPlan, b: Bind) -> Value:
+    """A subPath bind's source is what ``hpk_subpath`` checked as the container started (its k-th
+    entry of HPK_SUBPATHS); any other bind's is its path."""
+    if not b.root:
+        return b.source
+    return (RuntimeRef(f"HPK_SUBPATHS[{[x for x in c.binds if x.root].index(b)}]"),)
+
+
+def subpath_checks(words: ScriptWords, c: ContainerPlan, mode: str) -> list[str]:
+    """The lines that check the container's subPaths right before Apptainer binds them (issue 20:
+    an earlier container may have replaced a checked directory with a symlink). ``hpk_subpath``
+    opens each one and binds the open directory (``/proc/self/fd/N``, inherited by Apptainer), so
+    what was checked is what is bound; an MPI container's tasks may run on other nodes, so it gets
+    the checked real path."""
+    subs = [b for b in c.binds if b.root]
+    if not subs:
+        return []
+    pin = "path" if c.mpi and mode == "start" else "fd"
+    fail = "exit" if mode == "start" else "return 125"
+    lines = ["local -a HPK_SUBPATHS=()"]
+    for b in subs:
+        lines.append(" ".join(["hpk_subpath", mode, pin, words.path(b.root), words.path(b.source),
+                               str(int(b.source in c.subdirs)), quote(f"container {c.name}: volumeMount {b.dest}"),
+                               "||", fail]))
     return lines
 
 
@@ -289,9 +317,6 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "host_aliases": [quote(f"{ip}\t{' '.join(hosts)}") for ip, hosts in plan.host_aliases],
         "dns_mode": plan.dns_mode,
         "resolv_conf": quote(plan.resolv_conf),
-        "subpaths": [{"root": words.path(b.root), "path": words.path(b.source), "create": int(b.source in c.subdirs),
-                      "what": quote(f"container {c.name}: volumeMount {b.dest}")}
-                     for c in plan.containers for b in c.binds if b.root],
         "images": [_image_args(words, img, sif, pol) for img, sif, pol in plan.images],
         "hostpath_checks": [{"path": quote(h.path), "type": quote(h.type), "volume": quote(h.volume)}
                             for h in plan.volumes.hostpath_checks],

@@ -356,10 +356,10 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
                            hint=f"lower it to at most {slurm_time_to_seconds(s.max_time)}")
         # The runtime stops the pod at the deadline itself, to the second (hpk_deadline); Slurm's limit,
         # whole minutes whose --signal may come a minute early, is the backstop after the stop sequence.
-        limit = deadline + int(stop_wait(ctx.spec)) + 60
-        if s.max_time:
-            limit = min(limit, slurm_time_to_seconds(s.max_time))
-        gen.append(SlurmOption("--time", seconds_to_slurm_time(_room_for_grace(ctx, limit))))
+        limit = deadline + int(stop_wait(ctx.spec)) + 60  # the stop sequence's room is in it
+        if s.max_time and limit > slurm_time_to_seconds(s.max_time):
+            limit = _room_for_grace(ctx, slurm_time_to_seconds(s.max_time))
+        gen.append(SlurmOption("--time", seconds_to_slurm_time(limit)))
     elif s.default_time:
         limit = slurm_time_to_seconds(s.default_time)
         room = _room_for_grace(ctx, limit)

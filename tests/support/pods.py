@@ -70,7 +70,9 @@ STUB = textwrap.dedent('''\
                     files[p] = open(p, "rb").read().decode("utf-8", "surrogateescape")
     with open(rec, "a") as fh:
         fh.write(json.dumps({"verb": verb, "flags": flags, "image": image, "args": args, "env": env,
-                             "files": files, "srun": os.environ.get("HPK_STUB_SRUN_ARGS")},
+                             "files": files, "srun": os.environ.get("HPK_STUB_SRUN_ARGS"),
+                             # what each bind's source is as Apptainer would mount it (subPaths: /proc/PID/fd/N)
+                             "resolved": [os.path.realpath(b.split(":")[0]) for b in binds]},
                             ensure_ascii=False) + "\\n")
     import time
     time.sleep(float(os.environ.get("HPK_STUB_SLEEP", "0")))

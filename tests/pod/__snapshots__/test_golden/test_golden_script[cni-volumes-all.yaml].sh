@@ -47,6 +47,9 @@ HPK_MAIN=(app Never hpk_main_0)
 
 # main container app, image docker.io/library/debian:bookworm
 hpk_main_0() {
+  local -a HPK_SUBPATHS=()
+  hpk_subpath start fd /srv/data /srv/data/sub/dir 1 'container app: volumeMount /data-sub' || exit
+  hpk_subpath start fd "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr' || exit
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname volumes \
@@ -57,8 +60,8 @@ hpk_main_0() {
     --bind "$HPK_POD_DIR"/volumes/scratch:/scratch \
     --bind "$HPK_MEMORY_DIR"/shm:/dev/shm \
     --bind /srv/data:/data:ro \
-    --bind /srv/data/sub/dir:/data-sub \
-    --bind "$HPK_POD_DIR"/volumes/scratch/nested/x:/expr \
+    --bind "${HPK_SUBPATHS[0]}":/data-sub \
+    --bind "${HPK_SUBPATHS[1]}":/expr \
     --bind "$HPK_POD_DIR"/volumes/config:/etc/app:ro \
     --bind "$HPK_POD_DIR"/volumes/secret:/etc/secret:ro \
     --bind "$HPK_POD_DIR"/volumes/info:/etc/podinfo:ro \
@@ -71,6 +74,9 @@ hpk_main_0() {
 
 # run "$@" in app's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_0_exec() {
+  local -a HPK_SUBPATHS=()
+  hpk_subpath exec fd /srv/data /srv/data/sub/dir 1 'container app: volumeMount /data-sub' || return 125
+  hpk_subpath exec fd "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr' || return 125
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname volumes \
@@ -81,8 +87,8 @@ hpk_main_0_exec() {
     --bind "$HPK_POD_DIR"/volumes/scratch:/scratch \
     --bind "$HPK_MEMORY_DIR"/shm:/dev/shm \
     --bind /srv/data:/data:ro \
-    --bind /srv/data/sub/dir:/data-sub \
-    --bind "$HPK_POD_DIR"/volumes/scratch/nested/x:/expr \
+    --bind "${HPK_SUBPATHS[0]}":/data-sub \
+    --bind "${HPK_SUBPATHS[1]}":/expr \
     --bind "$HPK_POD_DIR"/volumes/config:/etc/app:ro \
     --bind "$HPK_POD_DIR"/volumes/secret:/etc/secret:ro \
     --bind "$HPK_POD_DIR"/volumes/info:/etc/podinfo:ro \
@@ -127,8 +133,6 @@ hpk_pod_setup() {
 search default.svc.cluster.local svc.cluster.local cluster.local
 options ndots:5
 ' >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
-  hpk_subpath /srv/data /srv/data/sub/dir 1 'container app: volumeMount /data-sub'
-  hpk_subpath "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr'
   hpk_image /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif docker://docker.io/library/debian:bookworm IfNotPresent
   hpk_watch_sizes "$$" &
 }
