@@ -10,7 +10,9 @@ Sources, in order:
    errors; ``no`` never runs it). slurmdbd lags: right after the job ends it may still say
    RUNNING, so a non-final sacct answer falls through to 3.
 3. The jobcomp/filetxt file ``slurm.jobcomp_file``, newest line for the id, read from the end.
-   Its times are in slurmctld's timezone.
+   Its times are in slurmctld's timezone. Any user can forge lines in it (a job name with a line
+   break), so only this user's field-exact records count (``jobcomp.find_many_in_jobcomp``), and
+   ``hpkctl.pod.status`` never lets one override the pod's own status files.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from hpkctl.jobs.command import Commands, failure, slurm_text
 from hpkctl.jobs.errors import SlurmTimeout, SlurmUnavailable
 from hpkctl.jobs.info import JobInfo, UserJob
-from hpkctl.jobs.jobcomp import find_many_in_jobcomp
+from hpkctl.jobs.jobcomp import current_user, find_many_in_jobcomp
 from hpkctl.jobs.parse import SACCT_COMMENT_FORMAT, SACCT_FORMAT, parse_sacct, parse_sacct_comments, parse_scontrol
 from hpkctl.jobs.query import check_id, chunks, unique_ids
 from hpkctl.jobs.states import TERMINAL_STATES
@@ -80,19 +82,20 @@ class FinalStates:
     def finals(self, job_ids: Iterable[str]) -> dict[str, JobInfo | None]:
         """``final`` for many jobs with as few Slurm calls as possible (a burst of jobs ending).
 
-        One backward scan of the jobcomp file (no Slurm call; slurmctld writes it when a job
-        ends), then one ``sacct --jobs=a,b,...`` per ``QUERY_CHUNK`` for the rest when accounting
-        works, then ``scontrol show job`` per job only for what neither knew (typically none).
+        One ``sacct --jobs=a,b,...`` per ``QUERY_CHUNK`` where accounting works (slurmdbd's record
+        cannot be forged by other users; where accounting is off this costs no call once learned),
+        then one backward scan of the jobcomp file for the rest (no Slurm call; slurmctld writes it
+        when a job ends), then ``scontrol show job`` per job only for what neither knew.
         """
         ids = unique_ids(job_ids)
         if len(ids) <= 2:
             return {j: self.final(j) for j in ids}
-        out: dict[str, JobInfo | None] = dict(self._from_jobcomp(ids))
-        rest = [j for j in ids if j not in out]
-        for chunk in chunks(rest):
+        out: dict[str, JobInfo | None] = {}
+        for chunk in chunks(ids):
             found = self._sacct(chunk)
             out.update({j: i for j, i in found.items() if i.state in TERMINAL_STATES})
-        for j in ids:  # neither the file nor sacct knew it: slurmctld may still hold it (MinJobAge)
+        out.update(self._from_jobcomp([j for j in ids if j not in out]))
+        for j in ids:  # neither sacct nor the file knew it: slurmctld may still hold it (MinJobAge)
             if j not in out:
                 out[j] = self._from_scontrol(j)
         return out
@@ -133,7 +136,7 @@ class FinalStates:
     def _from_jobcomp(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         if not self.config.jobcomp_file:
             return {}
-        return find_many_in_jobcomp(os.path.expanduser(self.config.jobcomp_file), job_ids)
+        return find_many_in_jobcomp(os.path.expanduser(self.config.jobcomp_file), job_ids, user=current_user())
 
     def _sacct(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         """One ``sacct`` call for ``job_ids``; ``{}`` when accounting is off (learned once, remembered)."""

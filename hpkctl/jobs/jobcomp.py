@@ -10,11 +10,12 @@ rebuilt; the newest line is the one that belongs to our job).
 from __future__ import annotations
 
 import os
+import pwd
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from hpkctl.jobs.info import JobInfo
-from hpkctl.jobs.parse import jobcomp_array_id, parse_jobcomp_line
+from hpkctl.jobs.parse import jobcomp_user, parse_jobcomp_line
 
 BLOCK = 64 * 1024
 MAX_SCAN = 64 * 1024 * 1024  # ~130,000 jobs of ~500 bytes each: far older than any job we watch
@@ -46,25 +47,57 @@ def _lines_backwards(path: Path | str, *, max_bytes: int, block: int) -> Iterato
             yield from reversed(lines)
 
 
-def find_many_in_jobcomp(path: Path | str, job_ids: Collection[str], *, max_bytes: int = MAX_SCAN,
+def _whole(raw: bytes) -> bool:
+    return parse_jobcomp_line(raw.decode("utf-8", "replace")) is not None
+
+
+def find_many_in_jobcomp(path: Path | str, job_ids: Collection[str], *, user: str, max_bytes: int = MAX_SCAN,
                          block: int = BLOCK) -> dict[str, JobInfo]:
     """The newest record of each of ``job_ids`` in one backward scan of the jobcomp file at ``path``.
 
     Reads at most ``max_bytes`` from the end; a half-written last line is skipped. Stops as soon as
     every id is found, so a burst of recent jobs costs one short read.
+
+    The file is world-readable and world-forgeable (issue 20.4: a job name or work dir with a line
+    break appends any text), so a record is taken only when it is ``user``'s (``name(uid)``, the
+    caller's), read field-exactly, and the line before it is itself a whole record (a forged line
+    follows the fragment of the forger's own record, cut at the line break), or it is the file's
+    first line. Callers still never let it override the pod's own status files.
     """
     wanted = {str(j) for j in job_ids}
     found: dict[str, JobInfo] = {}
+    pending: tuple[str, JobInfo] | None = None  # a candidate, until the line before it is seen
     for raw in _lines_backwards(path, max_bytes=max_bytes, block=block) if wanted else ():
+        if pending is not None:
+            if _whole(raw):
+                found.setdefault(*pending)
+                if len(found) == len(wanted):
+                    return found
+            pending = None
         if not raw.startswith(b"JobId=") or b" " not in raw:
             continue
-        job_id = raw[6 : raw.find(b" ")].decode("ascii", "replace")
-        if b" ArrayTaskId=" in raw:
-            job_id = jobcomp_array_id(raw.decode("utf-8", "replace")) or job_id
-        if job_id in wanted and job_id not in found:
-            info = parse_jobcomp_line(raw.decode("utf-8", "replace"))
-            if info is not None:
-                found[job_id] = info
-                if len(found) == len(wanted):
-                    break
+        line = raw.decode("utf-8", "replace")
+        info = parse_jobcomp_line(line)
+        if info is not None and info.job_id in wanted and info.job_id not in found and jobcomp_user(line) == user:
+            pending = (info.job_id, info)
+    if pending is not None and _at_start(path, max_bytes):
+        found.setdefault(*pending)
     return found
+
+
+def _at_start(path: Path | str, max_bytes: int) -> bool:
+    """Whether a backward scan of at most ``max_bytes`` reached the file's first line."""
+    try:
+        return os.path.getsize(path) <= max_bytes
+    except OSError:
+        return False
+
+
+def current_user() -> str:
+    """This process's user as jobcomp writes it: ``name(uid)``."""
+    uid = os.getuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return f"{name}({uid})"

@@ -42,14 +42,19 @@ SACCT_COMMENT_FORMAT = "JobID,State,Comment"
 #   JobId=12 UserId=hpk(1001) GroupId=... Name=<job name> JobState=COMPLETED Partition=debug
 #   TimeLimit=UNLIMITED StartTime=... EndTime=... NodeList=vm NodeCnt=1 ProcCnt=1 WorkDir=<dir> ...
 #   DerivedExitCode=0:0 ExitCode=0:0
-# Name and WorkDir are free text (may hold spaces), so the fixed run of fields between them is
-# matched as a whole, and ExitCode, always the last field, is anchored at the end of the line.
+# The file is world-readable and Name and WorkDir are free text, which another user may fill with a
+# line break and a forged record of our job (issue 20.4). So a line is read field-exactly: every
+# field Slurm writes, in Slurm's order, the user as ``name(uid)``, nothing before or after; only
+# Name and WorkDir may hold spaces; fields a newer Slurm adds (ArrayJobId/ArrayTaskId, HetJob...)
+# go between EligibleTime and DerivedExitCode, and ExitCode is last.
 _JOBCOMP = re.compile(
-    r"^JobId=(?P<id>\d+) UserId=.*? Name=.*? JobState=(?P<state>\S+) Partition=\S* TimeLimit=\S* "
-    r"StartTime=(?P<start>\S*) EndTime=(?P<end>\S*) NodeList=(?P<nodes>\S*) NodeCnt=\d+ "
+    r"^JobId=(?P<id>\d+) UserId=(?P<user>[^\s()]+\(\d+\)) GroupId=[^\s()]+\(\d+\) Name=.*? "
+    r"JobState=(?P<state>[A-Z_]+) Partition=\S* TimeLimit=\S* "
+    r"StartTime=(?P<start>\S*) EndTime=(?P<end>\S*) NodeList=(?P<nodes>\S*) NodeCnt=\d+ ProcCnt=\d+ WorkDir=.*? "
+    r"ReservationName=\S* Tres=\S* Account=\S* QOS=\S* WcKey=\S* Cluster=\S* SubmitTime=\S* EligibleTime=\S*"
+    r"(?P<extra>(?: [A-Za-z]+=\S*)*?) DerivedExitCode=\d+:\d+ ExitCode=(?P<exit>\d+:\d+) ?$"
 )
-_JOBCOMP_ARRAY = re.compile(r" ArrayJobId=(\d+) ArrayTaskId=(\d+) ")
-_JOBCOMP_EXIT = re.compile(r" ExitCode=(?P<exit>\d+:\d+)\s*$")
+_JOBCOMP_ARRAY = re.compile(r"(?:^| )ArrayJobId=(\d+) ArrayTaskId=(\d+)(?: |$)")
 
 
 def parse_squeue(text: str) -> dict[str, JobInfo]:
@@ -153,19 +158,26 @@ def jobcomp_array_id(line: str) -> str | None:
     """``A_T`` for the line of an array element (``... ArrayJobId=A ArrayTaskId=T ...``), else None.
 
     Slurm logs an element under its own numeric JobId (the last element even reuses the array's
-    id), so elements are found by these two fields; they follow the free-text WorkDir, so the last
-    occurrence is Slurm's own."""
-    found = _JOBCOMP_ARRAY.findall(line)
-    return f"{found[-1][0]}_{found[-1][1]}" if found else None
+    id), so elements are found by these two fields, read where Slurm writes them (after the
+    free-text fields, see ``_JOBCOMP``)."""
+    m = _JOBCOMP.match(line)
+    found = _JOBCOMP_ARRAY.search(m.group("extra")) if m else None
+    return f"{found.group(1)}_{found.group(2)}" if found else None
+
+
+def jobcomp_user(line: str) -> str | None:
+    """The ``UserId`` field (``name(uid)``) of a well-formed jobcomp line, else ``None``."""
+    m = _JOBCOMP.match(line)
+    return m.group("user") if m else None
 
 
 def parse_jobcomp_line(line: str) -> JobInfo | None:
-    """Parse one jobcomp/filetxt line; ``None`` for a line that is not one (or is cut short)."""
+    """Parse one jobcomp/filetxt line field-exactly; ``None`` for a line that is not one whole
+    record (cut short, or a fragment of a record whose free text held a line break)."""
     m = _JOBCOMP.match(line)
-    e = _JOBCOMP_EXIT.search(line)
-    if not m or not e:
+    if not m:
         return None
-    rc, sig = parse_exit_code(e.group("exit"))
+    rc, sig = parse_exit_code(m.group("exit"))
     return JobInfo(
         job_id=jobcomp_array_id(line) or m.group("id"),
         state=base_state(m.group("state")),

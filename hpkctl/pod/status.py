@@ -235,7 +235,10 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
     done = read_int(pd.read(f.POD_DONE))
     failed = pd.read(f.POD_FAILED)
     started_at = pd.read(f.JOB_STARTED)
-    oom = outcome is not None and outcome.reason == "OOMKilled"
+    # Slurm's verdict wins over what the script wrote, except a jobcomp record's: any user can forge
+    # lines in that world-readable file (issue 20.4), so it never overrides the pod's own pod.done.
+    forgeable = getattr(job, "source", "") == "jobcomp" and done is not None
+    oom = outcome is not None and outcome.reason == "OOMKilled" and not forgeable
     finished = done is not None or (outcome is not None and outcome.phase in ("Succeeded", "Failed"))
     cs = container_statuses(pd, containers, oom=oom, pod_finished=finished)
     ip = pd.read(f.POD_IP)
@@ -244,7 +247,7 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
     def make(phase: str, reason: str, message: str, code: int | None) -> PodStatus:
         return PodStatus(phase, reason, message, code, ip, node, started_at, cs, job)
 
-    if outcome is not None and outcome.phase == "Failed" and outcome.reason in _SLURM_WINS:
+    if outcome is not None and outcome.phase == "Failed" and outcome.reason in _SLURM_WINS and not forgeable:
         return make("Failed", outcome.reason, outcome.message, outcome.exit_code)
     if done is not None:
         if failed:

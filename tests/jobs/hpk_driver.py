@@ -20,7 +20,7 @@ from typing import Any
 
 from hpkctl.jobs import JobInfo, Slurm
 from hpkctl.pod.outcome import pod_outcome
-from hpkctl.jobs.jobcomp import find_many_in_jobcomp
+from hpkctl.jobs.jobcomp import current_user, find_many_in_jobcomp
 from hpkctl.jobs.states import PENDING_STATES
 from hpkctl.sites.schema import SlurmSection
 
@@ -65,7 +65,7 @@ def main() -> None:
             elif method == "environ":
                 result = {k: v for k, v in os.environ.items() if k.startswith(("SLURM", "SBATCH", "SQUEUE"))}
             elif method == "jobcomp":
-                result = find_many_in_jobcomp(args[0], [args[1]]).get(args[1])
+                result = find_many_in_jobcomp(args[0], [args[1]], user=current_user()).get(args[1])
             elif method == "accounting":
                 result = slurm.accounting
             else:

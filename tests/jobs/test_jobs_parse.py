@@ -13,11 +13,12 @@ from hpkctl.jobs.jobcomp import find_many_in_jobcomp
 from hpkctl.jobs.parse import parse_jobcomp_line, parse_sacct, parse_scontrol, parse_squeue
 
 FIXTURES = Path(__file__).parent / "fixtures"
+USER = "hpk(1001)"  # the fixtures' user
 
 
 def find_in_jobcomp(path: Path, job_id: str, **kw: int) -> JobInfo | None:
     """One id looked up on its own (the single-job case of ``final``)."""
-    return find_many_in_jobcomp(path, [job_id], **kw).get(job_id)
+    return find_many_in_jobcomp(path, [job_id], user=USER, **kw).get(job_id)
 
 
 # ---------------------------------------------------------------------------- squeue
@@ -251,6 +252,51 @@ def test_small_value_helpers() -> None:
 def test_find_many_in_jobcomp_agrees_with_single_lookups(block: int) -> None:
     path = FIXTURES / "jobcomp.log"
     ids = [ln.split()[0][6:] for ln in path.read_text().splitlines() if ln.startswith("JobId=")]
-    many = find_many_in_jobcomp(path, ids + ["4242"], block=block)
+    many = find_many_in_jobcomp(path, ids + ["4242"], user=USER, block=block)
     assert "4242" not in many
     assert many == {j: find_in_jobcomp(path, j) for j in set(ids)}
+
+
+# ---------------------------------------------------------------------------- forged jobcomp lines (issue 20.4)
+
+
+def _record(job_id: str, *, user: str = USER, name: str = "pod", state: str = "COMPLETED", exit: str = "0:0",
+            workdir: str = "/tmp/w") -> str:
+    return (f"JobId={job_id} UserId={user} GroupId={user} Name={name} JobState={state} Partition=debug "
+            "TimeLimit=UNLIMITED StartTime=2026-01-01T00:00:00 EndTime=2026-01-01T00:01:00 NodeList=vm NodeCnt=1 "
+            f"ProcCnt=1 WorkDir={workdir} ReservationName= Tres=cpu=1 Account= QOS= WcKey= Cluster=c "
+            f"SubmitTime=2026-01-01T00:00:00 EligibleTime=2026-01-01T00:00:00 DerivedExitCode=0:0 ExitCode={exit} ")
+
+
+def test_a_record_forged_through_a_job_name_with_a_line_break_is_not_believed(tmp_path: Path) -> None:
+    """Another user's job name holds a line break and a record of our job 12 (OUT_OF_MEMORY): Slurm
+    writes it after our real record. The forged line follows the cut fragment of her own record,
+    so it is not taken; our own record is."""
+    forged_name = "x\n" + _record("12", state="OUT_OF_MEMORY", exit="0:125").rsplit(" JobState=", 1)[0]
+    f = tmp_path / "jobcomp.log"
+    f.write_text(_record("11") + "\n" + _record("12") + "\n"
+                 + _record("13", user="eve(1002)", name=forged_name) + "\n")
+    info = find_many_in_jobcomp(f, ["12"], user=USER).get("12")
+    assert info is not None and (info.state, info.exit_code) == ("COMPLETED", 0)
+
+
+def test_only_our_users_records_count(tmp_path: Path) -> None:
+    f = tmp_path / "jobcomp.log"
+    f.write_text(_record("11") + "\n" + _record("12", user="eve(1002)", state="FAILED", exit="1:0") + "\n")
+    assert find_many_in_jobcomp(f, ["12"], user=USER) == {}
+    assert find_many_in_jobcomp(f, ["12"], user="eve(1002)")["12"].state == "FAILED"
+
+
+@pytest.mark.parametrize("line", [
+    _record("12") + "JobState=OUT_OF_MEMORY ",  # a field after ExitCode
+    _record("12").replace(" Partition=debug", ""),  # a field missing
+    _record("12").replace("UserId=hpk(1001)", "UserId=hpk"),  # no uid
+    "garbage " + _record("12"),  # not at the start
+])
+def test_jobcomp_lines_are_read_field_exactly(line: str) -> None:
+    assert parse_jobcomp_line(line) is None
+
+
+def test_free_text_with_fields_of_its_own_still_parses() -> None:
+    info = parse_jobcomp_line(_record("12", name="a JobState=FAILED b", workdir="/x ReservationName=y z"))
+    assert info is not None and info.state == "COMPLETED"

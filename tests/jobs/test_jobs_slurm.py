@@ -25,6 +25,13 @@ from hpkctl.jobs import (
 from hpkctl.jobs import slurm as slurm_module
 from hpkctl.jobs.parse import SACCT_FORMAT, SQUEUE_FORMAT, USER_JOBS_FORMAT
 from hpkctl.jobs.submit import SUBMIT_ERRORS
+from hpkctl.jobs import final as final_module
+
+
+@pytest.fixture(autouse=True)
+def _fixture_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The jobcomp fixture's records are user hpk's; only the caller's own records count."""
+    monkeypatch.setattr(final_module, "current_user", lambda: "hpk(1001)")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -76,6 +76,18 @@ def test_slurm_wins_for_what_only_slurm_knows(tmp_path: Path, state: str, reason
         assert st.containers[0].reason == "OOMKilled"
 
 
+@pytest.mark.parametrize("state", ["OUT_OF_MEMORY", "CANCELLED", "TIMEOUT"])
+def test_a_jobcomp_record_never_overrides_the_pods_own_status_files(tmp_path: Path, state: str) -> None:
+    """Any user can forge lines in the world-readable jobcomp file (issue 20.4): a record from there
+    does not turn a pod whose script wrote pod.done 0 into a failure; the same fact from
+    scontrol/sacct still wins."""
+    files(tmp_path, job__started="t", main__started="t", main__exitcode="0", pod__done="0")
+    st = read_pod_status(tmp_path, [("main", False)], job(state, exit_code=0, signal=9, source="jobcomp"))
+    assert (st.phase, st.reason, st.containers[0].reason) == ("Succeeded", "Completed", "Completed")
+    st = read_pod_status(tmp_path, [("main", False)], job(state, exit_code=0, signal=9, source="scontrol"))
+    assert st.phase == "Failed"
+
+
 def test_job_died_before_its_script_could_write_anything(tmp_path: Path) -> None:
     st = read_pod_status(tmp_path, CONTAINERS, job("FAILED", exit_code=1))
     assert (st.phase, st.reason) == ("Failed", "Error")
