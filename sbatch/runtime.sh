@@ -293,21 +293,57 @@ hpk_stop_runner() {
   [ -z "$HPK_WAITING" ] || hpk_kill_tree "$HPK_WAITING"
 }
 
+# hpk_restarts POLICY RC: whether the runner starts its container again after this exit (not while
+# the container or the pod is being stopped).
+hpk_restarts() {
+  [ "$HPK_STOPPING" = 0 ] && [ ! -e "$HPK_STATUS/pod.terminating" ] || return 1
+  case $1 in
+    Never) return 1 ;;
+    OnFailure) [ "$2" -ne 0 ] ;;
+  esac
+}
+
+# hpk_oom_kills: how many processes the kernel's OOM killer has killed in the job's memory cgroup
+# (the job_N level Slurm limits, else this process's own): cgroup v2's memory.events counts the
+# whole subtree (an Apptainer cgroup below it too); v1's memory.oom_control counts a cgroup's own
+# tasks only, so the subtree's are added up. 0 where neither can be read.
+hpk_oom_kills() {
+  local ctrl path dir n=0 v
+  while IFS=: read -r _ ctrl path; do
+    case $ctrl in
+      memory) dir=/sys/fs/cgroup/memory ;;
+      "") dir=/sys/fs/cgroup; [ -e "$dir/cgroup.controllers" ] || dir=/sys/fs/cgroup/unified ;;
+      *) continue ;;
+    esac
+    [[ $path =~ ^(.*/job_[0-9]+)(/|$) ]] && path=${BASH_REMATCH[1]}
+    if [ "$ctrl" = memory ]; then
+      find "$dir$path" -name memory.oom_control -exec awk '$1 == "oom_kill" { n += $2 } END { print n + 0 }' {} + \
+        2>/dev/null || echo 0
+      return 0
+    fi
+    v=$(sed -n 's/^oom_kill //p' "$dir$path/memory.events" 2>/dev/null)
+    [ -z "$v" ] || n=$v
+  done </proc/self/cgroup
+  printf '%s\n' "$n"
+}
+
 # hpk_run NAME POLICY FUNCTION: run a container, restarting it as restartPolicy says, with the
 # kubelet's back-off (HPK_RESTART_BACKOFF doubling up to HPK_RESTART_BACKOFF_MAX seconds). Runs as
 # a background subshell (its variables are its own). Returns the last exit code.
 hpk_run() {
   HPK_NAME=$1 HPK_FN=$3 HPK_CPID='' HPK_STOPPING=0 HPK_WAITING=''
-  local name=$1 policy=$2 fn=$3 rc restarts=0 delay=$HPK_RESTART_BACKOFF probes_pid f
+  local name=$1 policy=$2 fn=$3 rc restarts=0 delay=$HPK_RESTART_BACKOFF probes_pid f oom
   trap hpk_stop_runner TERM
   while :; do
     : >"$HPK_POD_DIR/run/$name.termination-log" && chmod 0666 "$HPK_POD_DIR/run/$name.termination-log"
+    oom=$(hpk_oom_kills)
     "$fn" >>"$HPK_LOGS/$name.log" 2>&1 </dev/null &
     HPK_CPID=$!
+    # The container is not Running until postStart returns (poststart is written before started, so
+    # started without poststart means the hook returned); if it fails, the container is killed.
+    declare -F "${fn}_post_start" >/dev/null && hpk_put "$name.poststart" "$(hpk_now)"
     hpk_put "$name.started" "$(hpk_now)"
     if declare -F "${fn}_post_start" >/dev/null; then
-      # The container is not Running until postStart returns; if it fails, the container is killed.
-      hpk_put "$name.poststart" "$(hpk_now)"
       hpk_hook "$name" "$fn" post_start &
       HPK_WAITING=$!
       while kill -0 "$HPK_WAITING" 2>/dev/null; do wait "$HPK_WAITING"; done
@@ -340,24 +376,27 @@ hpk_run() {
     hpk_put "$name.ready" 0
     hpk_put "$name.finished" "$(hpk_now)"
     hpk_termination_message "$name" "$rc"
+    # SIGKILLed while the OOM killer killed in the job's memory cgroup: OOMKilled, as the kubelet says
+    if [ "$rc" -eq 137 ] && [ "$(hpk_oom_kills)" -gt "$oom" ]; then hpk_put "$name.reason" OOMKilled; fi
+    # a restart to come: the status is waiting (CrashLoopBackOff) for these seconds, not terminated
+    hpk_restarts "$policy" "$rc" && hpk_put "$name.backoff" "$delay"
     hpk_put "$name.exitcode" "$rc"
-    [ "$HPK_STOPPING" = 1 ] && return "$rc"
-    case $policy in
-      Never) return "$rc" ;;
-      OnFailure) [ "$rc" -eq 0 ] && return 0 ;;
-    esac
-    [ -e "$HPK_STATUS/pod.terminating" ] && return "$rc"
+    hpk_restarts "$policy" "$rc" || return "$rc"
     sleep "$delay" &
     HPK_WAITING=$!
     wait "$HPK_WAITING"
     HPK_WAITING=''
-    [ "$HPK_STOPPING" = 1 ] && return "$rc"
+    if [ "$HPK_STOPPING" = 1 ]; then
+      rm -f -- "$HPK_STATUS/$name.backoff"
+      return "$rc"
+    fi
     delay=$((delay * 2 > HPK_RESTART_BACKOFF_MAX ? HPK_RESTART_BACKOFF_MAX : delay * 2))
     restarts=$((restarts + 1))
     mv -f "$HPK_LOGS/$name.log" "$HPK_LOGS/$name.previous.log"
-    for f in exitcode finished message hook-failed probe-kill; do
+    for f in exitcode finished message hook-failed probe-kill reason; do
       [ ! -e "$HPK_STATUS/$name.$f" ] || mv -f "$HPK_STATUS/$name.$f" "$HPK_STATUS/$name.last-$f"
     done
+    rm -f -- "$HPK_STATUS/$name.backoff"
     hpk_put "$name.restarts" "$restarts"
   done
 }
@@ -445,9 +484,19 @@ hpk_wait_started() {
   done
 }
 
+# hpk_wait_launched NAME RUNNER: the container was started and its postStart hook returned (or the
+# runner ended): the kubelet's SyncPod starts the next container only then.
+hpk_wait_launched() {
+  while [ ! -e "$HPK_STATUS/$1.started" ] || [ -e "$HPK_STATUS/$1.poststart" ]; do
+    kill -0 "$2" 2>/dev/null || return 0
+    sleep 0.1
+  done
+}
+
 # hpk_start_containers: init containers one after another (a sidecar keeps running: the next one
-# starts once it has started), then the main containers together; when they have all ended, the
-# sidecars are stopped. The pod's exit code is the first main container's.
+# starts once it has started), then the main containers in order, each once the one before it
+# started and its postStart hook returned; when they have all ended, the sidecars are stopped.
+# The pod's exit code is the first main container's.
 hpk_start_containers() {
   local i rc=0 first=0 pid name
   for ((i = 0; i < ${#HPK_INIT[@]}; i += 3)); do
@@ -471,6 +520,7 @@ hpk_start_containers() {
   for ((i = 0; i < ${#HPK_MAIN[@]}; i += 3)); do
     hpk_run "${HPK_MAIN[i]}" "${HPK_MAIN[i + 1]}" "${HPK_MAIN[i + 2]}" &
     HPK_RUNNERS+=("$!")
+    hpk_wait_launched "${HPK_MAIN[i]}" "$!"
   done
   for pid in "${HPK_RUNNERS[@]}"; do
     wait "$pid"

@@ -69,6 +69,7 @@ ACTION_FLAGS = {
     "pwd": (None, "str"),
     "cwd": (None, "str"),
     "hostname": (None, "str"),
+    "uts": (None, "bool"),
     "nv": (None, "bool"),
     "fakeroot": ("f", "bool"),
     "security": (None, "slice"),
@@ -83,7 +84,7 @@ UNIMPLEMENTED_ACTION_FLAGS = {
     "app", "mount", "home", "overlay", "scratch", "workdir", "disable-cache", "shell",
     "network-args", "dns", "apply-cgroups", "containlibs", "fusemount", "tmpdir", "boot",
     "compat", "contain", "containall", "nvccli", "rocm", "writable", "no-home", "no-init",
-    "no-nv", "no-rocm", "pid", "no-pid", "ipc", "uts", "keep-privs", "no-privs", "add-caps",
+    "no-nv", "no-rocm", "pid", "no-pid", "ipc", "keep-privs", "no-privs", "add-caps",
     "drop-caps", "allow-setuid", "env", "no-umask", "dmtcp-launch", "dmtcp-restart",
     "blkio-weight", "blkio-weight-device", "cpu-shares", "cpus", "cpuset-cpus", "cpuset-mems",
     "memory", "memory-reservation", "memory-swap", "oom-kill-disable", "pids-limit", "unsquash",
@@ -1074,6 +1075,8 @@ def action(command, values, positional):
     argv, final_env = apply_evaluation(command, argv, env, injected, original,
                                        no_eval=opts.no_eval, view=view)
     files = {} if host_mode else passwd_files(image.rootfs, opts.uid, opts.gid, opts.home_dest)
+    if opts.hostname:   # addHostnameMount: a session file with the name, bound at /etc/hostname
+        files["/etc/hostname"] = opts.hostname + "\n"
     bw = bwrap_argv(opts, mounts, files, host_mode=host_mode, workdir=workdir, argv=argv)
     debug("bwrap command line: %r" % (bw,))
     return run_bwrap(bw, final_env, rootfs=None if host_mode else image.rootfs, files=files,
@@ -1082,6 +1085,14 @@ def action(command, values, positional):
 
 
 # ---------------------------------------------------------------- exec/run: options
+def valid_hostname(name):
+    """internal/pkg/util/fs/files/hostname.go's hostRegex: dot-separated labels of ASCII letters,
+    digits and inner hyphens."""
+    alnum = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+    return all(label and label[0] in alnum and label[-1] in alnum and set(label) <= alnum | {"-"}
+               for label in name.split("."))
+
+
 class Options:
     """exec/run's flags after validation (read_options fills in the rest in Apptainer's order)."""
 
@@ -1091,6 +1102,8 @@ class Options:
         self.fakeroot = values.get("fakeroot", False)
         self.no_eval = values.get("no-eval", False)
         self.hostname = values.get("hostname")
+        # launcher_linux.go: "If user wants to set a hostname, it requires the UTS namespace"
+        self.uts = values.get("uts", False) or bool(self.hostname)
         self.pwd = values.get("pwd") or values.get("cwd")
         self.real_ids = (os.getuid(), os.getgid())      # the caller
         self.uid, self.gid = (0, 0) if self.fakeroot else self.real_ids     # in the container
@@ -1124,6 +1137,9 @@ def read_options(image_arg, values):
     opts.file_vars = env_file_vars(values.get("env-file"), image_path=image.path)
     # container creation starts with the network
     check_network(opts.net, opts.network, real_uid=opts.real_ids[0])
+    if opts.hostname and not valid_hostname(opts.hostname):   # files.Hostname
+        raise Fatal("container creation failed: unable to add %s to hostname file: %s is not a valid hostname"
+                    % (opts.hostname, opts.hostname))
     return image, opts
 
 
@@ -1232,12 +1248,13 @@ def check_network(net, network, *, real_uid):
 
 
 def namespace_args(opts):
-    """bwrap's namespaces: user (ids, fakeroot's capabilities), uts (--hostname), network."""
+    """bwrap's namespaces: user (ids, fakeroot's capabilities), uts (--uts, or --hostname, which
+    implies it and needs no network namespace), network."""
     args = ["--unshare-user", "--uid", str(opts.uid), "--gid", str(opts.gid)]
     if opts.fakeroot:
         args += ["--cap-add", "ALL"]        # root-mapped namespace: root's capabilities in it
-    if opts.hostname:
-        args += ["--unshare-uts", "--hostname", opts.hostname]
+    if opts.uts:
+        args += ["--unshare-uts"] + (["--hostname", opts.hostname] if opts.hostname else [])
     if opts.net:
         args += ["--unshare-net"]           # --network none: a namespace with loopback only
     return args

@@ -538,8 +538,21 @@ class PodManager:
                 seen[c.name] = c.started_at
                 self._event(t, "Started", f"Started container {c.name}")
             self._probe_kill_events(t, c)
+            self._back_off_event(t, c)
         if st.phase == "Failed" and (before is None or before.phase != "Failed"):
             self._event(t, "Failed", f"{st.reason}: {st.message}", warning=True)
+
+    def _back_off_event(self, t: Tracked, c: Any) -> None:
+        """BackOff (Warning) once per back-off of a container, in the kubelet's words."""
+        if c.reason != "CrashLoopBackOff" or c.state != "waiting":
+            return
+        seen = t.extra.setdefault("backoffs", set())
+        if (c.name, c.last_finished_at) in seen:
+            return
+        seen.add((c.name, c.last_finished_at))
+        meta = t.pod.get("metadata") or {}
+        self._event(t, "BackOff", f"Back-off restarting failed container {c.name} in pod "
+                    f"{meta.get('name')}_{meta.get('namespace') or 'default'}({meta.get('uid')})", warning=True)
 
     def _probe_kill_events(self, t: Tracked, c: Any) -> None:
         """Unhealthy + Killing once per run a probe stopped: the current run's kill file, or after the

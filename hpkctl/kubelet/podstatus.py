@@ -50,11 +50,13 @@ def api_status(pod: Mapping[str, Any], st: PodStatus, *, job_id: str, host_ip: s
     if host_ip:
         out["hostIP"] = host_ip
         out["hostIPs"] = [{"ip": host_ip}]
-    if st.phase == "Pending" and job_id and st.job is not None:
+    if st.phase == "Pending" and job_id and st.job is not None and not st.started_at:
         reason = st.job.reason or st.job.state
         out["message"] = f"Slurm job {job_id} is {st.job.state.lower()}" + (f" ({reason})" if reason else "")
         out.pop("reason", None)
-    if st.phase in ("Running", "Succeeded"):  # as the real kubelet: the containers say how they ended
+    # as the real kubelet: the containers say how they run or ended (a pod Pending in its job is
+    # still initializing: kubectl shows Init:... from the container statuses)
+    if st.phase in ("Running", "Succeeded") or (st.phase == "Pending" and st.started_at):
         out.pop("reason", None)
         out.pop("message", None)
     for key in ("initContainerStatuses", "containerStatuses"):

@@ -40,6 +40,9 @@ MESSAGE = "message"  # the terminated state's message, bytes as written (no newl
 HOOK_FAILED = "hook-failed"  # FailedPostStartHook or FailedPreStopHook, then the message
 LAST_MESSAGE = "last-message"
 LAST_HOOK_FAILED = "last-hook-failed"
+REASON = "reason"  # the terminated state's reason when the job knows it (OOMKilled: the OOM killer struck)
+LAST_REASON = "last-reason"
+BACKOFF = "backoff"  # seconds of the restart back-off under way: the container is waiting (CrashLoopBackOff)
 
 STARTED_PROBE = "started-probe"  # time the startup probe passed (written at once without one; probes only)
 PROBE_KILL = "probe-kill"  # "Liveness probe failed: ..." when a probe stopped the container

@@ -18,6 +18,7 @@ from typing import Any
 from hpkctl.pod import paths as f
 from hpkctl.pod.outcome import PodOutcome, SlurmFacts, pod_outcome
 from hpkctl.pod.paths import PodDir, read_int
+from hpkctl.pod.phase import init_summary, live_phase
 
 # Slurm outcomes that explain the end of the pod better than the script could.
 _SLURM_WINS = {"DeadlineExceeded", "OOMKilled", "NodeLost", "Preempted", "BootFailure", "Cancelled", "Revoked"}
@@ -37,7 +38,7 @@ class ContainerStatus:
     last_finished_at: str | None = None
     message: str = ""  # the terminated state's message (terminationMessagePath, log fallback, hook failure)
     last_message: str = ""
-    last_reason: str = ""  # FailedPostStartHook when the previous run was killed for its hook
+    last_reason: str = ""  # the previous run's reason when not its exit code's (FailedPostStartHook, OOMKilled...)
     hook_failure: str = ""  # "FailedPreStopHook: message" of the current run, shown by hpkctl status
     ready: bool = False  # running and NAME.ready is 1 (readiness passed; no probe: once running)
     started: bool = False  # running and the startup probe passed (no startup probe: once running)
@@ -53,7 +54,7 @@ class ContainerStatus:
             if self.message:
                 state["terminated"]["message"] = self.message
         else:
-            state = {"waiting": {"reason": self.reason}}
+            state = {"waiting": {"reason": self.reason} | ({"message": self.message} if self.message else {})}
         out: dict[str, Any] = {"name": self.name, "state": state, "restartCount": self.restart_count,
                                "ready": self.ready, "started": self.started}
         if self.last_exit_code is not None:
@@ -128,12 +129,23 @@ class PodStatus:
         return f"{sum(c.ready for c in served)}/{len(served)}"
 
 
-def _probe_spec(pd: PodDir) -> tuple[set[str], set[str]]:
-    """(containers with a startup probe, sidecars) from the pod as submitted (job/pod.json)."""
+def _submitted(pd: PodDir) -> dict[str, Any]:
+    """The pod as submitted (job/pod.json); empty when it cannot be read."""
     try:
-        spec = json.loads(pd.pod_json.read_text()).get("spec") or {}
-    except (OSError, ValueError, AttributeError):
-        return set(), set()
+        pod = json.loads(pd.pod_json.read_text())
+    except (OSError, ValueError):
+        return {}
+    return pod if isinstance(pod, dict) else {}
+
+
+def _part(pod: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = pod.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _probe_spec(pod: Mapping[str, Any]) -> tuple[set[str], set[str]]:
+    """(containers with a startup probe, sidecars) from the pod as submitted."""
+    spec = _part(pod, "spec")
     every = list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
     return ({c.get("name", "") for c in every if isinstance(c, dict) and c.get("startupProbe")},
             {c.get("name", "") for c in spec.get("initContainers") or []
@@ -182,10 +194,30 @@ def apptainer_fatal(pd: PodDir, name: str) -> tuple[int, str] | None:
     return None
 
 
+def _go_duration(seconds: int) -> str:
+    """Go's time.Duration text of whole seconds (10s, 1m20s, 5m0s), as the kubelet's messages show it."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return (f"{hours}h{minutes}m{secs}s" if hours else f"{minutes}m{secs}s" if minutes else f"{secs}s")
+
+
+def _back_off(cs: ContainerStatus, seconds: int, pod: Mapping[str, Any]) -> None:
+    """The run that ended becomes ``lastState``; the container waits (CrashLoopBackOff) with the
+    kubelet's message, whose pod is format.Pod's ``name_namespace(uid)``."""
+    meta = _part(pod, "metadata")
+    who = f"{meta.get('name', '')}_{meta.get('namespace') or 'default'}({meta.get('uid', '')})"
+    cs.last_exit_code, cs.last_finished_at, cs.last_reason, cs.last_message = (
+        cs.exit_code, cs.finished_at, cs.reason, cs.message)
+    cs.state, cs.exit_code, cs.finished_at, cs.reason = "waiting", None, None, "CrashLoopBackOff"
+    cs.message = f"back-off {_go_duration(seconds)} restarting failed container={cs.name} pod={who}"
+
+
 def container_statuses(pd: PodDir, containers: Sequence[tuple[str, bool]], *, oom: bool,
-                       pod_finished: bool) -> list[ContainerStatus]:
+                       pod_finished: bool, pod: Mapping[str, Any] | None = None) -> list[ContainerStatus]:
     out = []
-    startup, sidecars = _probe_spec(pd)
+    pod = _submitted(pd) if pod is None else pod
+    startup, sidecars = _probe_spec(pod)
+    stopping = pod_finished or pd.exists(f.POD_TERMINATING)
     for name, init in containers:
         started = pd.read_container(name, f.STARTED)
         code = read_int(pd.read_container(name, f.EXITCODE))
@@ -196,13 +228,15 @@ def container_statuses(pd: PodDir, containers: Sequence[tuple[str, bool]], *, oo
         hook_reason, _, hook_message = (pd.read_container(name, f.HOOK_FAILED) or "").partition("\n")
         last_hook = (pd.read_container(name, f.LAST_HOOK_FAILED) or "").partition("\n")
         cs.last_message = pd.read_message(name, f.LAST_MESSAGE) or (last_hook[2] if last_hook[0] else "")
-        cs.last_reason = last_hook[0] if last_hook[0] == "FailedPostStartHook" else ""
+        cs.last_reason = pd.read_container(name, f.LAST_REASON) or (
+            last_hook[0] if last_hook[0] == "FailedPostStartHook" else "")
         if hook_reason:
             cs.hook_failure = f"{hook_reason}: {hook_message}"
         if code is not None:
             cs.state, cs.exit_code = "terminated", code
             cs.finished_at = pd.read_container(name, f.FINISHED)
             cs.reason = "Completed" if code == 0 else ("OOMKilled" if oom and code in (137, 9) else "Error")
+            cs.reason = pd.read_container(name, f.REASON) or cs.reason  # the job knew better (OOMKilled)
             cs.message = pd.read_message(name) or ""
             fatal = apptainer_fatal(pd, name) if code == 255 else None
             if fatal is not None:  # Apptainer could not start the command: say so as a shell would
@@ -210,6 +244,9 @@ def container_statuses(pd: PodDir, containers: Sequence[tuple[str, bool]], *, oo
                 cs.message = cs.message or _last_line(pd, name)
             if hook_reason == "FailedPostStartHook":  # killed because its postStart hook failed
                 cs.reason, cs.message = hook_reason, cs.message or hook_message
+            backoff = read_int(pd.read_container(name, f.BACKOFF))
+            if backoff is not None and not stopping:  # to be restarted after this back-off
+                _back_off(cs, backoff, pod)
         elif started is not None and pd.exists(f"{name}.{f.POST_START}"):
             cs.reason = "ContainerCreating"  # not Running until postStart returns
         elif started is not None:
@@ -240,14 +277,27 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
     forgeable = getattr(job, "source", "") == "jobcomp" and done is not None
     oom = outcome is not None and outcome.reason == "OOMKilled" and not forgeable
     finished = done is not None or (outcome is not None and outcome.phase in ("Succeeded", "Failed"))
-    cs = container_statuses(pd, containers, oom=oom, pod_finished=finished)
+    pod = _submitted(pd)
+    cs = container_statuses(pd, containers, oom=oom, pod_finished=finished, pod=pod)
     ip = pd.read(f.POD_IP)
     node = pd.read(f.JOB_NODE) or (job.nodes if job else None)
 
     def make(phase: str, reason: str, message: str, code: int | None) -> PodStatus:
         return PodStatus(phase, reason, message, code, ip, node, started_at, cs, job)
 
-    if outcome is not None and outcome.phase == "Failed" and outcome.reason in _SLURM_WINS and not forgeable:
+    def live(message: str) -> PodStatus:  # the job runs the pod: Pending until its containers have started
+        policy = str(_part(pod, "spec").get("restartPolicy") or "Always")
+        if live_phase(cs, restart_policy=policy) == "Pending":
+            return make("Pending", init_summary(cs), "", None)
+        return make("Running", "", message, None)
+
+    # Slurm's OUT_OF_MEMORY marks the whole job for any OOM kill in it; when the job finished the pod
+    # and knows which container's run the kernel killed (NAME.reason), its record is the better one
+    # (that container may have been restarted and succeeded since, as in Kubernetes).
+    contained = done is not None and any(
+        pd.read_container(c.name, f.REASON) == "OOMKilled" or c.last_reason == "OOMKilled" for c in cs)
+    if (outcome is not None and outcome.phase == "Failed" and outcome.reason in _SLURM_WINS and not forgeable
+            and not (outcome.reason == "OOMKilled" and contained)):
         return make("Failed", outcome.reason, outcome.message, outcome.exit_code)
     if done is not None:
         if failed:
@@ -257,10 +307,10 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
             return make("Succeeded", "Completed", "all containers exited with code 0", 0)
         bad = [c for c in cs if c.state == "terminated" and c.exit_code]
         msg = ", ".join(f"container {c.name} exited with code {c.exit_code}" for c in bad) or f"exit code {done}"
-        return make("Failed", "Error", msg, done)
+        return make("Failed", "OOMKilled" if any(c.reason == "OOMKilled" for c in bad) else "Error", msg, done)
     if outcome is None:
         if started_at:
-            return make("Running", "", "the job is running (Slurm not asked)", None)
+            return live("the job is running (Slurm not asked)")
         return make("Pending", "Submitted", "waiting for the job to start", None)
     if outcome.phase in ("Succeeded", "Failed"):
         # The job ended but its script never wrote pod.done: it died before or outside the script.
@@ -274,7 +324,7 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
     if outcome.phase == "Pending" and not started_at:
         return make("Pending", outcome.reason, outcome.message, None)
     if started_at:
-        return make("Running", "", f"running on {node}" if node else "running", None)
+        return live(f"running on {node}" if node else "running")
     return make(outcome.phase, outcome.reason, outcome.message, None)
 
 

@@ -218,6 +218,10 @@ def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSou
     if mpi:
         mains = [c for c in containers if not c.init]
         mains[0].mpi = True
+        # its ranks span nodes and MPI libraries tell nodes apart by their hostname: keep the nodes'
+        i = mains[0].flags.index("--hostname") if "--hostname" in mains[0].flags else -1
+        if i >= 0:
+            del mains[0].flags[i:i + 2]
         if len(mains) > 1:
             ctx.warn(f"MPI launch applies to the first container ({mains[0].name!r}) only")
 
@@ -288,7 +292,9 @@ def _plan_container(ctx: Ctx, c: Mapping[str, Any], *, index: int, init: bool, w
                  "to unprivileged Apptainer; ignored")
     if resources.per_container.get(name) and resources.per_container[name].gres:
         flags.append(profile.apptainer.gpu_flag)
-    if profile.apptainer.set_hostname and profile.apptainer.network == "cni":
+    if profile.apptainer.set_hostname:
+        # the pod's hostname in every network mode: Apptainer's --hostname brings its own UTS
+        # namespace (the launcher turns it on), it needs no network namespace
         flags += ["--hostname", ctx.hostname]
     flags += list(profile.apptainer.exec_flags)
 

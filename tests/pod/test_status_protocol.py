@@ -11,9 +11,9 @@ RUNTIME = (REPO / "sbatch" / "runtime.sh").read_text()
 POD_LEVEL = {paths.JOB_STARTED, paths.JOB_NODE, paths.JOB_ID, paths.POD_IP, paths.HOST_IP,
              paths.POD_TERMINATING, paths.POD_FAILED, paths.POD_DONE, paths.POD_COMPLETING}
 PER_CONTAINER = {paths.STARTED, paths.FINISHED, paths.EXITCODE, paths.RESTARTS, paths.READY, paths.POST_START,
-                 paths.HOOK_FAILED, paths.STARTED_PROBE, paths.PROBE_KILL}
+                 paths.HOOK_FAILED, paths.STARTED_PROBE, paths.PROBE_KILL, paths.REASON, paths.BACKOFF}
 WRITTEN_RAW = {paths.MESSAGE}  # bytes as written: tail into a temp file + mv
-MOVED = {paths.LAST_EXITCODE, paths.LAST_FINISHED, paths.LAST_MESSAGE, paths.LAST_HOOK_FAILED}
+MOVED = {paths.LAST_EXITCODE, paths.LAST_FINISHED, paths.LAST_MESSAGE, paths.LAST_HOOK_FAILED, paths.LAST_REASON}
 
 
 def test_the_job_writes_exactly_the_named_pod_level_files() -> None:

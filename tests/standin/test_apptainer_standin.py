@@ -367,6 +367,18 @@ def test_pwd_and_hostname(standin: Standin, busybox_sif: Path) -> None:
     r = standin.run("exec", "--pwd", "/etc", "--hostname", "pod-a", str(busybox_sif), "sh", "-c",
                     "pwd; hostname; echo $PWD")
     assert r.out == "/etc\npod-a\n/etc\n", r.both
+    # launcher_linux.go: a hostname turns the UTS namespace on (no network namespace needed);
+    # container_linux.go addHostnameMount binds a session /etc/hostname; files.Hostname refuses
+    # a name that is no hostname; --uts alone keeps the host's name in a namespace of its own
+    r = standin.run("exec", "--hostname", "web-0.nginx", str(busybox_sif), "sh", "-c",
+                    "hostname; cat /etc/hostname; ip -o link | wc -l")
+    assert r.out.splitlines()[:2] == ["web-0.nginx", "web-0.nginx"], r.both
+    assert int(r.out.splitlines()[2]) > 1, "--hostname must not take the host's network away"
+    r = standin.run("exec", "--hostname", "bad_name", str(busybox_sif), "true")
+    assert r.rc == 255 and "bad_name is not a valid hostname" in r.err, r.both
+    r = standin.run("exec", "--uts", str(busybox_sif), "sh", "-c", "hostname; readlink /proc/self/ns/uts")
+    assert r.out.splitlines()[0] == os.uname().nodename, r.both
+    assert r.out.splitlines()[1] != os.readlink("/proc/self/ns/uts"), r.both
     r = standin.run("exec", "--pwd", "/does/not/exist", str(busybox_sif), "true")
     assert r.rc == 255 and "failed to set working directory" in r.err
 

@@ -50,7 +50,6 @@ hpk_main_0() {
   exec setsid srun --mpi=pmix --label /bin/bash -c "$HPK_MPI_ENV" hpk-mpi \
     "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
-    --hostname mpi-hello \
     --env-file "$HPK_POD_DIR"/env/ranks.env \
     --bind "$HPK_POD_DIR"/tmp/ranks:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -63,7 +62,6 @@ hpk_main_0() {
 hpk_main_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
-    --hostname mpi-hello \
     --env-file "$HPK_POD_DIR"/env/ranks.env \
     --bind "$HPK_POD_DIR"/tmp/ranks:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \

@@ -48,6 +48,7 @@ HPK_MAIN=(app Never hpk_main_0)
 hpk_main_0() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname envs \
     --env-file "$HPK_POD_DIR"/run/app.env \
     --bind "$HPK_POD_DIR"/tmp/app:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -60,6 +61,7 @@ hpk_main_0() {
 hpk_main_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname envs \
     --env-file "$HPK_POD_DIR"/run/app.env \
     --bind "$HPK_POD_DIR"/tmp/app:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \

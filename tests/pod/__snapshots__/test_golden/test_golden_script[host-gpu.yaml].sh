@@ -50,6 +50,7 @@ hpk_main_0() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --nv \
+    --hostname train \
     --env-file "$HPK_POD_DIR"/env/trainer.env \
     --bind "$HPK_POD_DIR"/tmp/trainer:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -63,6 +64,7 @@ hpk_main_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --nv \
+    --hostname train \
     --env-file "$HPK_POD_DIR"/env/trainer.env \
     --bind "$HPK_POD_DIR"/tmp/trainer:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -75,6 +77,7 @@ hpk_main_0_exec() {
 hpk_main_1() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname train \
     --env-file "$HPK_POD_DIR"/env/monitor.env \
     --bind "$HPK_POD_DIR"/tmp/monitor:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -87,6 +90,7 @@ hpk_main_1() {
 hpk_main_1_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname train \
     --env-file "$HPK_POD_DIR"/env/monitor.env \
     --bind "$HPK_POD_DIR"/tmp/monitor:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \

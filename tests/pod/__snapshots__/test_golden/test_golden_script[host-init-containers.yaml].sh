@@ -48,6 +48,7 @@ HPK_MAIN=(main OnFailure hpk_main_0)
 hpk_init_0() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/fetch.env \
     --bind "$HPK_POD_DIR"/tmp/fetch:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -61,6 +62,7 @@ hpk_init_0() {
 hpk_init_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/fetch.env \
     --bind "$HPK_POD_DIR"/tmp/fetch:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -74,6 +76,7 @@ hpk_init_0_exec() {
 hpk_init_1() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/check.env \
     --bind "$HPK_POD_DIR"/tmp/check:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -87,6 +90,7 @@ hpk_init_1() {
 hpk_init_1_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/check.env \
     --bind "$HPK_POD_DIR"/tmp/check:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -100,6 +104,7 @@ hpk_init_1_exec() {
 hpk_main_0() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/main.env \
     --bind "$HPK_POD_DIR"/tmp/main:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -114,6 +119,7 @@ hpk_main_0() {
 hpk_main_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/main.env \
     --bind "$HPK_POD_DIR"/tmp/main:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \

@@ -47,6 +47,7 @@ HPK_MAIN=(app Never hpk_main_0)
 hpk_init_0() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname lifecycle-demo \
     --env-file "$HPK_POD_DIR"/env/proxy.env \
     --bind "$HPK_POD_DIR"/tmp/proxy:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -59,6 +60,7 @@ hpk_init_0() {
 hpk_init_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname lifecycle-demo \
     --env-file "$HPK_POD_DIR"/env/proxy.env \
     --bind "$HPK_POD_DIR"/tmp/proxy:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -76,6 +78,7 @@ hpk_init_0_pre_stop() {
 hpk_main_0() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname lifecycle-demo \
     --env-file "$HPK_POD_DIR"/env/app.env \
     --bind "$HPK_POD_DIR"/tmp/app:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -89,6 +92,7 @@ hpk_main_0() {
 hpk_main_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname lifecycle-demo \
     --env-file "$HPK_POD_DIR"/env/app.env \
     --bind "$HPK_POD_DIR"/tmp/app:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \

@@ -48,6 +48,7 @@ HPK_MAIN=(server Always hpk_main_0 sidecar Always hpk_main_1)
 hpk_main_0() {
   exec setsid "$HPK_APPTAINER" run --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname web \
     --env-file "$HPK_POD_DIR"/env/server.env \
     --bind "$HPK_POD_DIR"/tmp/server:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -59,6 +60,7 @@ hpk_main_0() {
 hpk_main_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname web \
     --env-file "$HPK_POD_DIR"/env/server.env \
     --bind "$HPK_POD_DIR"/tmp/server:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -71,6 +73,7 @@ hpk_main_0_exec() {
 hpk_main_1() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname web \
     --env-file "$HPK_POD_DIR"/env/sidecar.env \
     --bind "$HPK_POD_DIR"/tmp/sidecar:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -83,6 +86,7 @@ hpk_main_1() {
 hpk_main_1_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname web \
     --env-file "$HPK_POD_DIR"/env/sidecar.env \
     --bind "$HPK_POD_DIR"/tmp/sidecar:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \

@@ -47,6 +47,7 @@ HPK_MAIN=(web Always hpk_main_0)
 hpk_main_0() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname probed \
     --env-file "$HPK_POD_DIR"/env/web.env \
     --bind "$HPK_POD_DIR"/tmp/web:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -59,6 +60,7 @@ hpk_main_0() {
 hpk_main_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname probed \
     --env-file "$HPK_POD_DIR"/env/web.env \
     --bind "$HPK_POD_DIR"/tmp/web:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \

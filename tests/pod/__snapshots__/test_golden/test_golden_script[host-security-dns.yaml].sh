@@ -48,6 +48,7 @@ hpk_main_0() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --security uid:1000,gid:3000 \
     --userns \
+    --hostname db-0 \
     --env-file "$HPK_POD_DIR"/env/app.env \
     --bind "$HPK_POD_DIR"/tmp/app:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -61,6 +62,7 @@ hpk_main_0_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --security uid:1000,gid:3000 \
     --userns \
+    --hostname db-0 \
     --env-file "$HPK_POD_DIR"/env/app.env \
     --bind "$HPK_POD_DIR"/tmp/app:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -74,6 +76,7 @@ hpk_main_1() {
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --fakeroot \
+    --hostname db-0 \
     --env-file "$HPK_POD_DIR"/env/rooty.env \
     --bind "$HPK_POD_DIR"/tmp/rooty:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -87,6 +90,7 @@ hpk_main_1_exec() {
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --fakeroot \
+    --hostname db-0 \
     --env-file "$HPK_POD_DIR"/env/rooty.env \
     --bind "$HPK_POD_DIR"/tmp/rooty:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \

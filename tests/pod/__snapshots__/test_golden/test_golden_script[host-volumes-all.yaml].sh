@@ -52,6 +52,7 @@ hpk_main_0() {
   hpk_subpath start fd "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr' || exit
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname volumes \
     --env-file "$HPK_POD_DIR"/env/app.env \
     --bind "$HPK_POD_DIR"/tmp/app:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
@@ -78,6 +79,7 @@ hpk_main_0_exec() {
   hpk_subpath exec fd "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr' || return 125
   "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
     --writable-tmpfs \
+    --hostname volumes \
     --env-file "$HPK_POD_DIR"/env/app.env \
     --bind "$HPK_POD_DIR"/tmp/app:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
