@@ -62,8 +62,8 @@ def test_failing_init_container_leaves_the_pod_pending_in_crash_loop_back_off(hp
                             setup["state"]["waiting"]["message"]), setup
         assert (setup["lastState"]["terminated"]["exitCode"], setup["lastState"]["terminated"]["reason"]) == (3, "Error")
         assert "running" not in st["containerStatuses"][0]["state"], st
-        listing = hpk.hpkctl("status", name, "--site", "ci")
-        assert "Init:CrashLoopBackOff" in listing.stdout, listing.output
+        _wait(hpk, name, "listed as Init:CrashLoopBackOff",
+              lambda s: "Init:CrashLoopBackOff" in hpk.hpkctl("status", name, "--site", "ci").stdout)
     finally:
         hpk.hpkctl("delete", name, "--site", "ci")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import pwd
 import random
+import re
 import shutil
 import stat
 import subprocess
@@ -988,3 +989,87 @@ def test_pull_before_submit_in_own_network_namespace_mode(offline_cni_launched: 
     st = finished(c, "rc-offline-cni")["status"]
     assert st["phase"] == "Succeeded", st
     assert logs(c, "rc-offline-cni") == "pulled at submit\n"
+
+
+# ---------------------------------------------------------------------------- issue 22: fidelity
+# tests/integration/test_run_fidelity_slurm.py, through the kubelet
+
+
+def _hostname(name: str) -> dict[str, Any]:
+    return pod(name, [c_("app", "hostname; cat /etc/hostname")], hostname="web-0", subdomain="nginx")
+
+
+@launch(lambda env: [_hostname("rc-hostname")])
+def test_hostname_is_the_pods_in_host_network_mode(launched: Launched) -> None:
+    """set_hostname: spec.hostname in host network mode too (Apptainer's --hostname, its own UTS namespace)."""
+    c = launched.cluster
+    assert finished(c, "rc-hostname")["status"]["phase"] == "Succeeded"
+    assert logs(c, "rc-hostname") == "web-0\nweb-0\n"
+
+
+@launch(lambda env: [_hostname("rc-hostname-cni")])
+def test_hostname_is_the_pods_in_own_network_namespace_mode(cni_launched: Launched) -> None:
+    c = cni_launched.cluster
+    assert finished(c, "rc-hostname-cni")["status"]["phase"] == "Succeeded"
+    assert logs(c, "rc-hostname-cni") == "web-0\nweb-0\n"
+
+
+@launch(lambda env: [pod("rc-initloop", [c_("main", "echo main ran")],
+                         initContainers=[c_("setup", "echo setting up; exit 3")], restartPolicy="Always",
+                         terminationGracePeriodSeconds=2)])
+def test_failing_init_container_leaves_the_pod_pending_in_crash_loop_back_off(launched: Launched) -> None:
+    """The init container keeps failing: the pod is never Running (kubectl: Init:CrashLoopBackOff);
+    during the back-off the container is waiting CrashLoopBackOff with the kubelet's message and the
+    failed run as lastState; a BackOff Warning event in the kubelet's words."""
+    c = launched.cluster
+    uid = launched.uid("rc-initloop")
+    try:
+        st = wait_status(c, "rc-initloop", "in a back-off", lambda s: (container(s, "setup", init=True).get(
+            "state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff")
+        assert st["phase"] == "Pending" and "reason" not in st, st
+        setup = container(st, "setup", init=True)
+        assert re.fullmatch(rf"back-off \d+s restarting failed container=setup pod=rc-initloop_default\({uid}\)",
+                            setup["state"]["waiting"]["message"]), setup
+        assert (setup["lastState"]["terminated"]["exitCode"], setup["lastState"]["terminated"]["reason"]) == (3, "Error")
+        wait_for("kubectl's Init:CrashLoopBackOff",
+                 lambda: "Init:CrashLoopBackOff" in c.kubectl("get", "pod", "rc-initloop").stdout)
+        wait_for("the BackOff event", lambda: ("Warning", "BackOff", "Back-off restarting failed container setup in "
+                                               f"pod rc-initloop_default({uid})") in events(c, "rc-initloop", uid))
+        phases = {s.get("phase") for s in launched.history.statuses("rc-initloop", uid=uid)}
+        assert "Running" not in phases, phases
+    finally:
+        _delete(c, "rc-initloop", wait=False)
+
+
+@launch(lambda env: [pod("rc-oomrestart", [c_("hog", "if [ -e /state/once ]; then echo second run; else "
+                                                      "touch /state/once; exec dd if=/dev/zero of=/dev/null bs=300M "
+                                                      "count=1; fi",
+                                              volumeMounts=[{"name": "state", "mountPath": "/state"}],
+                                              resources={"limits": {"memory": "100Mi"}})],
+                         restartPolicy="OnFailure", volumes=[{"name": "state", "emptyDir": {}}])])
+def test_a_container_over_its_memory_limit_is_oom_killed_and_restarted(launched: Launched) -> None:
+    """The first run is killed by the OOM killer: lastState 137 OOMKilled; restarted, the pod Succeeded."""
+    c = launched.cluster
+    st = finished(c, "rc-oomrestart")["status"]
+    assert st["phase"] == "Succeeded", st
+    hog = container(st, "hog")
+    assert hog["restartCount"] == 1, hog
+    assert (hog["lastState"]["terminated"]["exitCode"], hog["lastState"]["terminated"]["reason"]) == (137, "OOMKilled")
+    assert logs(c, "rc-oomrestart") == "second run\n"
+
+
+def _order(env: Env) -> list[dict[str, Any]]:
+    shared = [{"name": "shared", "mountPath": "/shared"}]
+    wait = ["sh", "-c", "until [ -e /shared/ready ]; do sleep 0.1; done"]
+    first = c_("first", "sleep 2; echo from-first > /shared/ready; exec sleep 3", volumeMounts=shared,
+               lifecycle={"postStart": {"exec": {"command": wait}}})
+    second = c_("second", "cat /shared/ready", volumeMounts=shared)
+    return [pod("rc-order", [first, second], volumes=[{"name": "shared", "emptyDir": {}}])]
+
+
+@launch(_order)
+def test_containers_start_in_order_after_post_start(launched: Launched) -> None:
+    """The second container starts once the first runs and its postStart hook returned."""
+    c = launched.cluster
+    assert finished(c, "rc-order")["status"]["phase"] == "Succeeded"
+    assert logs(c, "rc-order", "-c", "second") == "from-first\n"
