@@ -23,7 +23,7 @@ def c(name: str, script: str, **kw: Any) -> dict[str, Any]:
     return {"name": name, "image": BUSYBOX, "command": ["sh", "-c", script], **kw}
 
 
-def _wait(hpk: Hpk, name: str, what: str, cond: Any, timeout: float = 120) -> dict[str, Any]:
+def _wait(hpk: Hpk, name: str, what: str, cond: Any, timeout: float = 240) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     st: dict[str, Any] = {}
     while time.monotonic() < deadline:
