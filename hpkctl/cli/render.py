@@ -48,7 +48,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from hpkctl.pod import render_pod, write_pod_dir
 
     profile = _dry_run_profile(site_of(args, announce=True))
-    manifest = load_manifest(args.filename)
+    manifest = load_manifest(args.filename, dry_run=True)
     pod = select_pod(manifest, args.pod)
     warnings = pod_warnings(manifest, pod)  # select_pod validated it; these are the workload's fields
     workload = workload_of(manifest, pod, now=True)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import hashlib
 import json
+import secrets
 import sys
 import uuid
 from collections.abc import Mapping
@@ -69,7 +71,37 @@ def _name_of(doc: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else ""
 
 
-def load_manifest(path: str | Path) -> Manifest:
+# k8s.io/apiserver/pkg/storage/names: SimpleNameGenerator, utilrand's alphabet (no vowels, no 0/1/3)
+GENERATED_SUFFIX = 5
+MAX_GENERATED_PREFIX = 63 - GENERATED_SUFFIX
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def generate_name(prefix: str, *, seed: str | None = None) -> str:
+    """The name the API server makes from ``metadata.generateName``: the prefix cut to 58
+    characters, then 5 random characters of its alphabet. ``seed`` (a dry run) derives them from
+    the seed instead, so rendering one file twice prints the same script."""
+    if seed is None:
+        suffix = "".join(secrets.choice(_NAME_ALPHABET) for _ in range(GENERATED_SUFFIX))
+    else:
+        digest = hashlib.sha256(seed.encode()).digest()
+        suffix = "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:GENERATED_SUFFIX])
+    return prefix[:MAX_GENERATED_PREFIX] + suffix
+
+
+def _name_generated(doc: dict[str, Any], *, dry_run: bool) -> None:
+    """``metadata.name`` from ``metadata.generateName`` when the object has no name, as at creation."""
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict) or meta.get("name") or not isinstance(meta.get("generateName"), str):
+        return
+    seed = json.dumps(doc, sort_keys=True, default=str) if dry_run else None
+    meta["name"] = generate_name(meta["generateName"], seed=seed)
+
+
+def load_manifest(path: str | Path, *, dry_run: bool = False) -> Manifest:
+    """The pods, objects and services of the file at ``path`` (``-``: stdin). Objects with only
+    ``metadata.generateName`` get a name as the API server would give them (``dry_run``: a name
+    derived from the object's content)."""
     p = Path(path)
     try:
         text = p.read_text() if str(path) != "-" else sys.stdin.read()
@@ -105,6 +137,8 @@ def load_manifest(path: str | Path) -> Manifest:
         if not isinstance(doc, dict):
             raise ManifestError(f"{path}: {label}: {at.rstrip('.')}: not a Kubernetes object (a mapping)")
         kind = doc.get("kind")
+        if isinstance(kind, str) and (kind == "Pod" or kind in _TEMPLATE_KINDS):
+            _name_generated(doc, dry_run=dry_run)
         name = _name_of(doc)
         source = f"{path}: {label} ({kind} {name!r})"
         if not kind:
@@ -142,7 +176,7 @@ _WORKLOAD_FIELDS: tuple[tuple[tuple[str, ...], tuple[str, ...], Any, str], ...] 
     (("Job", "CronJob"), ("spec", "ttlSecondsAfterFinished"), None, "finished runs stay until 'hpkctl delete'"),
     (("Job",), ("spec", "podFailurePolicy"), None, "every failed pod counts against the backoff limit"),
     (("Job",), ("spec", "successPolicy"), None, "the Job succeeds when every index has succeeded"),
-    (("Job",), ("spec", "suspend"), False, "the Job is submitted at once"),
+    (("Job",), ("spec", "suspend"), False, "hpkctl run refuses a suspended Job (no controller would resume it)"),
     (("Job",), ("spec", "podReplacementPolicy"), None, "a failed pod runs again once it has ended"),
     (("StatefulSet",), ("spec", "podManagementPolicy"), "Parallel",
      "the pods start together as Slurm schedules them (Parallel), not one after another"),
@@ -152,6 +186,26 @@ _WORKLOAD_FIELDS: tuple[tuple[tuple[str, ...], tuple[str, ...], Any, str], ...] 
      "every failed pod counts against the backoff limit"),
     (("DaemonSet",), ("spec",), None, "one pod runs, not one per node"),
 )
+
+
+def refuse_suspended(manifest: Manifest, pod: Mapping[str, Any]) -> None:
+    """``ManifestError`` when ``pod`` is the template of a Job with ``spec.suspend: true`` (or a
+    CronJob whose jobTemplate says so): Kubernetes starts no pod of it until it is resumed, and
+    without a control plane nothing could resume it, so it is not submitted."""
+    owner = manifest.owner(pod)
+    if owner is None or owner[0] not in ("Job", "CronJob"):
+        return
+    kind, doc = owner
+    keys = ("spec",) if kind == "Job" else ("spec", "jobTemplate", "spec")
+    node: Any = doc
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    if isinstance(node, dict) and node.get("suspend") is True:
+        where = ".".join(keys)
+        raise ManifestError(f"{manifest.origin(pod)[0]}: {where}.suspend: true: a suspended Job starts no pod until "
+                            "it is resumed, and hpkctl run has no Job controller to resume it later",
+                            hint=f"remove {where}.suspend (or set it to false) and run the file when the Job should "
+                                 "start")
 
 
 def workload_warnings(doc: Mapping[str, Any], *, kind: str, at: str = "") -> list[str]:

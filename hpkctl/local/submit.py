@@ -15,7 +15,7 @@ from hpkctl.errors import HpkError, ManifestError
 from hpkctl.jobs import (InvalidAccount, InvalidPartition, InvalidQos, ResourcesUnavailable, Slurm, SlurmError,
                          SlurmTimeout, SubmitError, TimeLimitTooLong)
 from hpkctl.local.arrays import prepare_array, workload_of
-from hpkctl.local.manifest import load_manifest, pod_warnings, select_pod, with_api_defaults
+from hpkctl.local.manifest import load_manifest, pod_warnings, refuse_suspended, select_pod, with_api_defaults
 from hpkctl.local.records import (SUBMITTED, SUBMITTING, RunExists, RunRecord, check_name, create_record,
                                   forget_run, owns_pod_dir, read_record, record_path, save_record)
 from hpkctl.local.runs import delete_run, ended, job_states, lowered_limit, lowered_note, pod_status
@@ -107,10 +107,11 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
     require_submittable(profile)
     manifest = load_manifest(manifest_path)
     pod = select_pod(manifest, pod_name)
+    refuse_suspended(manifest, pod)
     warnings = pod_warnings(manifest, pod)  # select_pod validated it; these are the workload's fields
     workload = workload_of(manifest, pod, now=now)
     ns = resolve_namespace(pod, namespace, source=manifest_path)
-    name = workload.name if workload is not None else pod["metadata"]["name"]
+    name = workload.name if workload is not None else str(pod["metadata"].get("name") or "")
     check_name(name, namespace=ns)
     slurm = slurm or Slurm(profile.slurm)
     path = record_path(profile, ns, name)

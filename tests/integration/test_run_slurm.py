@@ -331,3 +331,38 @@ def test_pod_from_kubectl_get_yaml_runs_on_one_and_several_nodes(hpk: Hpk, site:
     assert r.rc == 0, r.output
     assert r.stdout.split() == ["default", "ca.crt", "namespace", "token"]
     assert "no control plane" in r.stderr
+
+
+def test_generate_name_as_the_api_server_and_a_suspended_job_is_refused(hpk: Hpk) -> None:
+    """Issue 22.7: metadata.generateName gets the prefix plus 5 characters of the API server's
+    alphabet (a Pod, and a Job whose pods are then named after it); a Job with spec.suspend: true is
+    refused before anything is submitted, saying how to run it; a pod without any name says so."""
+    import re
+
+    prefix = unique("gen") + "-"
+    p = pod("", [c("c", "echo generated")])
+    p["metadata"] = {"generateName": prefix}
+    r = hpk.run(p)
+    assert r.rc == 0 and r.stdout == "generated\n", r.output
+    (name,) = set(re.findall(rf"pod default/({re.escape(prefix)}[a-z0-9]+)", r.stderr))
+    assert re.fullmatch(rf"{re.escape(prefix)}[bcdfghjklmnpqrstvwxz2456789]{{5}}", name), name
+    assert hpk.status(name)["status"]["phase"] == "Succeeded"
+    assert hpk.hpkctl("delete", name, "--site", "ci").rc == 0
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": prefix},
+           "spec": {"completions": 2, "template": {"spec": {"restartPolicy": "Never",
+                                                             "containers": [c("w", "true")]}}}}
+    r = hpk.run(job)
+    assert r.rc == 0, r.output
+    (jname,) = set(re.findall(rf"job default/({re.escape(prefix)}[a-z0-9]+)", r.stderr))
+    assert [x["name"] for x in hpk.status(jname)["status"]["pods"]] == [f"{jname}-0", f"{jname}-1"]
+    assert hpk.hpkctl("delete", jname, "--site", "ci").rc == 0
+    job["metadata"] = {"name": unique("held")}
+    job["spec"]["suspend"] = True
+    r = hpk.run(job)
+    assert r.rc == 125, r.output
+    assert "spec.suspend: true" in r.stderr and "remove spec.suspend (or set it to false)" in r.stderr, r.output
+    assert "submitted" not in r.stderr, r.output
+    nameless = pod("", [c("c", "true")])
+    nameless["metadata"] = {}
+    r = hpk.run(nameless)
+    assert r.rc == 125 and "metadata.name is missing or empty" in r.stderr and "generateName" in r.stderr, r.output

@@ -304,3 +304,18 @@ def test_conditions_that_turn_true_lose_their_old_reason_and_message(cluster: Cl
         assert after[kind]["status"] == "True" and "reason" not in after[kind] and "message" not in after[kind], after
     cluster.kubectl("exec", "readies", "--", "touch", "/data/stop")
     cluster.wait_phase("readies", "Succeeded")
+
+
+def test_a_pod_with_generate_name_runs(cluster: Cluster) -> None:
+    """Issue 22.7 through the API: `kubectl create` of a pod with only metadata.generateName gets the
+    server's name (prefix + 5 characters), and the kubelet runs it under that name."""
+    import json
+    import re
+
+    manifest = json.dumps(bpod("", ["echo", "generated"]) | {"metadata": {"generateName": "gen-"}})
+    out = cluster.kubectl("create", "-f", "-", "-o", "name", input=manifest).stdout.strip()
+    m = re.fullmatch(r"pod/(gen-[bcdfghjklmnpqrstvwxz2456789]{5})", out)
+    assert m, out
+    p = cluster.wait_phase(m.group(1), "Succeeded")
+    assert p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    assert cluster.kubectl("logs", m.group(1)).stdout == "generated\n"

@@ -324,3 +324,17 @@ def test_completed_indexes_notation(done: list[int], text: str) -> None:
     from hpkctl.local.arrays import _ranges
 
     assert _ranges(done) == text
+
+
+def test_generate_name_as_the_api_servers_simple_name_generator(tmp_path: Path) -> None:
+    from hpkctl.local.manifest import generate_name, load_manifest
+
+    long = "a" * 70
+    name = generate_name(long)
+    assert len(name) == 63 and name.startswith("a" * 58) and set(name[58:]) <= set("bcdfghjklmnpqrstvwxz2456789")
+    assert generate_name("x-", seed="s") == generate_name("x-", seed="s") != generate_name("x-", seed="t")
+    f = tmp_path / "p.yaml"
+    f.write_text("kind: Pod\nmetadata: {generateName: web-}\nspec: {containers: [{name: c, image: busybox}]}\n")
+    dry = [load_manifest(f, dry_run=True).pods[0][1]["metadata"]["name"] for _ in range(2)]
+    assert dry[0] == dry[1] and dry[0].startswith("web-") and len(dry[0]) == 9  # a dry run renders alike twice
+    assert load_manifest(f).pods[0][1]["metadata"]["name"].startswith("web-")
