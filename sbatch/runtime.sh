@@ -220,7 +220,7 @@ hpk_hook_http() {
     command -v curl >/dev/null || { echo "HTTPS hooks need curl on the node" >&2; return 1; }
     local -a args=()
     for header; do args+=(-H "$header"); done
-    curl -ksS -o /dev/null --max-time "$HPK_GRACE" "${args[@]}" "https://$host:$port$path"
+    curl -ksS -o /dev/null --max-time "$HPK_GRACE" ${args[@]+"${args[@]}"} "https://$host:$port$path"
     return
   fi
   exec 3<>"/dev/tcp/$host/$port" || return 1
@@ -239,31 +239,52 @@ hpk_hook_http() {
   esac
 }
 
+# hpk_centis: set HPK_CENTIS to a monotonic clock in hundredths of a second: /proc/uptime, read by
+# bash itself (no process started; bash 4.2 has no EPOCHREALTIME, which came with 5.0), or where
+# /proc cannot be read, GNU date's nanoseconds (coreutils). Whole seconds (SECONDS, date +%s) would
+# cut up to a second off a grace period.
+hpk_centis() {
+  local up rest
+  if { read -r up rest </proc/uptime; } 2>/dev/null && [[ $up == *.[0-9][0-9] ]]; then
+    HPK_CENTIS=$((10#${up/./}))
+  else
+    HPK_CENTIS=$(($(date +%s%N) / 10000000))
+  fi
+}
+
+# hpk_before END: the clock (hpk_centis) has not reached END yet.
+hpk_before() {
+  hpk_centis
+  [ "$HPK_CENTIS" -lt "$1" ]
+}
+
 # hpk_stop_container NAME FN CPID: Kubernetes' stop sequence: preStop (if any), SIGTERM, and SIGKILL
-# once HPK_GRACE seconds (at least 2, as the kubelet) have passed since the start (timed in microseconds
-# with EPOCHREALTIME: bash's whole-second SECONDS would cut up to a second off); preStop counts
-# against the grace period, and one that overruns it gets 2 more seconds (the kubelet's rule).
+# once HPK_GRACE seconds (at least 2, as the kubelet) have passed since the start (timed to 1/100 s
+# with hpk_centis); preStop counts against the grace period, and one that overruns it gets 2 more
+# seconds (the kubelet's rule).
 # SIGTERM goes to the container function's process, which exec'd apptainer (or srun for MPI): it
 # hands it to the container's process; SIGKILL goes to the whole tree. Returns once the container is gone.
 hpk_stop_container() {
-  local name=$1 fn=$2 cpid=$3 end hook
+  local name=$1 fn=$2 cpid=$3 end hook HPK_CENTIS
   kill -0 "$cpid" 2>/dev/null || return 0
-  end=$((${EPOCHREALTIME//[!0-9]/} + (HPK_GRACE < 2 ? 2 : HPK_GRACE) * 1000000))
+  hpk_centis
+  end=$((HPK_CENTIS + (HPK_GRACE < 2 ? 2 : HPK_GRACE) * 100))
   if declare -F "${fn}_pre_stop" >/dev/null; then
     hpk_hook "$name" "$fn" pre_stop &
     hook=$!
-    while kill -0 "$hook" 2>/dev/null && kill -0 "$cpid" 2>/dev/null && [ "${EPOCHREALTIME//[!0-9]/}" -lt "$end" ]; do
+    while kill -0 "$hook" 2>/dev/null && kill -0 "$cpid" 2>/dev/null && hpk_before "$end"; do
       sleep 0.2
     done
     if kill -0 "$hook" 2>/dev/null && kill -0 "$cpid" 2>/dev/null; then
       hpk_hook_failed "$name" FailedPreStopHook "preStop hook did not finish within the grace period (${HPK_GRACE}s)"
-      end=$((${EPOCHREALTIME//[!0-9]/} + 2000000))
+      hpk_centis
+      end=$((HPK_CENTIS + 200))
     fi
     hpk_kill_tree "$hook"
     wait "$hook" 2>/dev/null
   fi
   kill -TERM "$cpid" 2>/dev/null
-  while kill -0 "$cpid" 2>/dev/null && [ "${EPOCHREALTIME//[!0-9]/}" -lt "$end" ]; do sleep 0.2; done
+  while kill -0 "$cpid" 2>/dev/null && hpk_before "$end"; do sleep 0.2; done
   kill -0 "$cpid" 2>/dev/null || return 0
   hpk_kill_tree "$cpid"
   while kill -0 "$cpid" 2>/dev/null; do sleep 0.1; done
@@ -277,7 +298,7 @@ hpk_termination_message() {
   local name=$1 rc=$2 file="$HPK_POD_DIR/run/$1.termination-log" tmp="$HPK_STATUS/.$1.message.$$.tmp"
   if [ -s "$file" ]; then
     tail -c 4096 -- "$file" >"$tmp"
-  elif [ "$rc" -ne 0 ] && [[ " ${HPK_LOG_FALLBACK[*]} " == *" $name "* ]]; then
+  elif [ "$rc" -ne 0 ] && [[ " ${HPK_LOG_FALLBACK[*]+${HPK_LOG_FALLBACK[*]}} " == *" $name "* ]]; then
     tail -n 80 -- "$HPK_LOGS/$name.log" | tail -c 2048 >"$tmp"
   else
     return 0
@@ -435,7 +456,7 @@ hpk_terminate() {
   trap '' TERM INT
   hpk_put pod.terminating "$(hpk_now)"
   # shellcheck disable=SC2086  # empty when no init container runs
-  hpk_stop_runners $HPK_INIT_RUNNER "${HPK_RUNNERS[@]}"
+  hpk_stop_runners $HPK_INIT_RUNNER ${HPK_RUNNERS[@]+"${HPK_RUNNERS[@]}"}
   hpk_stop_sidecars
   # shellcheck disable=SC2046  # helpers such as the sizeLimit watch
   kill -TERM $(jobs -p) 2>/dev/null
@@ -522,7 +543,7 @@ hpk_start_containers() {
     HPK_RUNNERS+=("$!")
     hpk_wait_launched "${HPK_MAIN[i]}" "$!"
   done
-  for pid in "${HPK_RUNNERS[@]}"; do
+  for pid in ${HPK_RUNNERS[@]+"${HPK_RUNNERS[@]}"}; do
     wait "$pid"
     rc=$?
     [ "$first" -ne 0 ] || first=$rc
@@ -535,12 +556,18 @@ hpk_start_containers() {
 
 # hpk_load_secrets: Secret values the pod's command lines refer to as "${HPK_SECRETS[i]}", from
 # the 0600 file env/secrets (NUL-separated), so they never appear in this script.
-# shellcheck disable=SC2034  # read by the container functions above when the pod uses them
 hpk_load_secrets() {
+  hpk_read_secrets || hpk_fail CreateContainerConfigError "cannot read $HPK_POD_DIR/env/secrets"
+}
+
+# hpk_read_secrets: HPK_SECRETS from env/secrets, one value per NUL-terminated record (a read loop:
+# mapfile -d came with bash 4.4). False when the file exists but cannot be read.
+# shellcheck disable=SC2034  # read by the container functions above when the pod uses them
+hpk_read_secrets() {
+  local value
   HPK_SECRETS=()
   [ -e "$HPK_POD_DIR/env/secrets" ] || return 0
-  mapfile -d '' -t HPK_SECRETS <"$HPK_POD_DIR/env/secrets" \
-    || hpk_fail CreateContainerConfigError "cannot read $HPK_POD_DIR/env/secrets"
+  { while IFS= read -r -d '' value; do HPK_SECRETS+=("$value"); done; } <"$HPK_POD_DIR/env/secrets"
 }
 
 # hpk_pod_part: inside the pod's network (the node's, or the parent container's namespace).
@@ -611,7 +638,7 @@ hpk_cluster_resolv() {
       out=search
       local -a names=()
       read -r -a names <<<"${line#search }"
-      for word in "${names[@]}" "${node[@]}"; do
+      for word in ${names[@]+"${names[@]}"} ${node[@]+"${node[@]}"}; do
         [[ $seen == *" $word "* ]] && continue
         seen+="$word "
         out+=" $word"
@@ -703,7 +730,7 @@ hpk_probes() {
 # hpk_probes_end: the container ended (or the pod stops): stop every probe, the container is not ready.
 hpk_probes_end() {
   trap '' TERM INT
-  [ "${#loops[@]}" -eq 0 ] || kill -TERM "${loops[@]}" 2>/dev/null
+  [ "${#loops[@]}" -eq 0 ] || kill -TERM ${loops[@]+"${loops[@]}"} 2>/dev/null
   wait
   rm -f -- "$HPK_STATUS/$name.started-probe"
   hpk_put "$name.ready" 0
@@ -713,8 +740,8 @@ hpk_probes_end() {
 # hpk_probe_loop KIND: one probe every periodSeconds after initialDelaySeconds, counting
 # consecutive results against successThreshold and failureThreshold (hpk_probes' name, fn, cpid).
 hpk_probe_loop() {
-  local kind=$1 ok=0 bad=0 ready=0 try='' wd='' tick='' msg label
-  local -n probe="probe_$kind"
+  local kind=$1 ok=0 bad=0 ready=0 try='' wd='' tick='' msg label ref="probe_$1[@]"
+  local -a probe=("${!ref}")  # the caller's probe_KIND array (bash 4.2 has no namerefs)
   local delay=${probe[0]} period=${probe[1]} limit=${probe[2]} need_ok=${probe[3]} need_bad=${probe[4]}
   local grace=${probe[5]}
   local -a check=("${probe[@]:6}")
@@ -953,11 +980,8 @@ hpk_exec() {
 }
 
 # hpk_exec_secrets: hpk_load_secrets for exec, whose failure must not mark the pod failed.
-# shellcheck disable=SC2034  # read by the container functions above when the pod uses them
 hpk_exec_secrets() {
-  HPK_SECRETS=()
-  [ -e "$HPK_POD_DIR/env/secrets" ] || return 0
-  mapfile -d '' -t HPK_SECRETS <"$HPK_POD_DIR/env/secrets" || hpk_exec_fail "cannot read $HPK_POD_DIR/env/secrets"
+  hpk_read_secrets || hpk_exec_fail "cannot read $HPK_POD_DIR/env/secrets"
 }
 
 # "job.sh pod-part" is how the parent container runs the pod part; "job.sh exec" is above.

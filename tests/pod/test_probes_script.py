@@ -33,7 +33,8 @@ hpk_probes() {
   local name=$1 fn=$2 cpid=$3 kind try='' wd='' msg
   shift 3
   for kind; do
-    local -n probe="probe_$kind"
+    local ref="probe_$kind[@]"
+    local -a probe=("${!ref}")  # as hpk_probe_loop does (bash 4.2 has no namerefs)
     hpk_probe_try "${probe[2]}" "${probe[@]:6}"
     printf '%s %s %s\n' "$kind" "$?" "$msg"
   done

@@ -26,6 +26,21 @@ HPK_STATUS="$HPK_POD_DIR/status"
 HPK_LOGS="$HPK_POD_DIR/logs"
 export HPK_POD_DIR HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
 
+# hpk_refuse REASON MESSAGE [MODE]: this job cannot run here: the pod fails at once (status/pod.failed
+# says why); "job.sh exec" only says so (exit 125) and leaves the pod alone.
+hpk_refuse() {
+  printf 'hpkctl: pod failed: %s: %s\n' "$1" "$2" >&2
+  [ "${3:-}" != exec ] || exit 125
+  mkdir -p "$HPK_STATUS" && printf '%s\n%s\n' "$1" "$2" >"$HPK_STATUS/.pod.failed.$$" \
+    && mv -f "$HPK_STATUS/.pod.failed.$$" "$HPK_STATUS/pod.failed" \
+    && printf '1\n' >"$HPK_STATUS/.pod.done.$$" && mv -f "$HPK_STATUS/.pod.done.$$" "$HPK_STATUS/pod.done"
+  exit 1
+}
+# Bash 4.2 or later (RHEL 7; RHEL 8 has 4.4): on an older shell the pod fails now, not half-way.
+if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 402)); then
+  hpk_refuse UnsupportedShell "hpkctl's job scripts need bash 4.2 or later; $BASH on $(hostname -s) is bash $BASH_VERSION" "$@"
+fi
+
 # Policy from the site profile: [apptainer] pull and always_pull_window (seconds an "Always"
 # image is reused); [pods] restart_backoff doubling up to restart_backoff_max (seconds), and
 # size_check_interval (seconds between emptyDir sizeLimit checks).
