@@ -39,6 +39,10 @@ EXIT_NO_CODE = 1  # the pod failed without an exit code of its own (cancelled, n
 SETUP_REASONS = frozenset({"ErrImagePull", "ErrImageNeverPull", "HostPathCheckFailed", "CreateContainerError",
                            "PodSetupFailed", "ParentContainerFailed"})
 
+# Pod failure reasons that come with no exit code of the pod's own: Slurm or someone outside ended
+# the job (README: "1 when the pod failed without one (cancelled by Slurm, node lost)").
+NO_CODE_REASONS = frozenset({"Cancelled", "NodeLost", "Preempted", "BootFailure", "Revoked"})
+
 # Pending reasons with which Slurm will never start the job: no node of the partition can hold it,
 # or its limits forbid it (squeue(1), JOB REASON CODES). Slurm 22.05 with EnforcePartLimits=NO
 # (the default) keeps such a job pending for ever instead of refusing it at submission.
@@ -341,6 +345,8 @@ def exit_status(rec: RunRecord, st: PodStatus) -> int:
         return 0
     if st.reason in SETUP_REASONS:
         return EXIT_HPKCTL
+    if st.reason in NO_CODE_REASONS:
+        return EXIT_NO_CODE
     for c in st.containers:
         if c.state == "terminated" and c.reason == "ContainerCannotRun" and c.exit_code in (126, 127):
             return c.exit_code  # read_pod_status mapped Apptainer's FATAL already

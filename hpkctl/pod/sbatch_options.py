@@ -180,7 +180,9 @@ SBATCH: dict[str, Spec] = option_table(
     Spec("--qos", "-q"),
     Spec("--quiet", "-Q", arg=NONE, refused="sbatch would not print the job id, so hpkctl could not follow the job"),
     Spec("--reboot", arg=NONE),
-    Spec("--requeue", arg=NONE),  # OPTIONAL from 25.11; written without a value here, valid everywhere
+    Spec("--requeue", arg=NONE, refused="a requeued job runs the pod's containers a second time behind its "
+         "status, which already says the pod ended; hpkctl submits every pod with --no-requeue (a lost node "
+         "fails the pod NodeLost, and its controller makes a new one)"),
     Spec("--reservation"),
     Spec("--resources", since="25.11"),
     Spec("--resv-ports", arg=OPTIONAL, since="24.05"),

@@ -345,6 +345,9 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
         SlurmOption("--cpus-per-task", str(res.cpus)),
         # the time limit: only the batch shell gets SIGTERM, early enough for the stop sequence
         SlurmOption("--signal", signal_option(checked_grace(ctx.spec))),
+        # Slurm requeues by default (a node failure, 'scontrol requeue'): the containers would run
+        # again unseen after the pod was reported final; a pod ends instead (NodeLost, as Kubernetes)
+        SlurmOption("--no-requeue", None),
     ]
     if res.mem_mib:
         gen.append(SlurmOption("--mem", f"{res.mem_mib}M"))

@@ -130,6 +130,14 @@ def test_the_refusals_the_issue_names() -> None:
     assert _refusal("--cluster=x").message.endswith("--clusters is not allowed: " + SBATCH["--clusters"].refused)
 
 
+def test_pods_are_never_requeued_by_slurm() -> None:
+    """Issue 20.6: a requeued job runs the containers again behind a final status. Every pod is
+    submitted with --no-requeue, and an annotation cannot ask for --requeue."""
+    plan = plan_pod(_pod({}), PROFILE)
+    assert ("--no-requeue", None) in [(o.name, o.value) for o in plan.options]
+    assert "--requeue is not allowed" in _refusal("--requeue").message
+
+
 def test_user_option_wins_short_and_long_are_one_option() -> None:
     plan = plan_pod(_pod({FLAGS: "-p big -t 5 -c 3"}), PROFILE)
     opts = [(o.name, o.value) for o in plan.options]

@@ -5,6 +5,7 @@
 #SBATCH --comment="hpk-uid=55555555-2222-3333-4444-555555555555 hpk-pod=default/train"
 #SBATCH --cpus-per-task=8
 #SBATCH --signal=B:TERM@40
+#SBATCH --no-requeue
 #SBATCH --mem=32768M
 #SBATCH --gres=gpu:2
 #SBATCH --time=01:32:00

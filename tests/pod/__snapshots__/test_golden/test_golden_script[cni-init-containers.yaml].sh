@@ -5,6 +5,7 @@
 #SBATCH --comment="hpk-uid=22222222-2222-3333-4444-555555555555 hpk-pod=default/init-demo"
 #SBATCH --cpus-per-task=4
 #SBATCH --signal=B:TERM@40
+#SBATCH --no-requeue
 #SBATCH --mem=1024M
 #SBATCH --time=00:10:00
 #SBATCH --partition=debug

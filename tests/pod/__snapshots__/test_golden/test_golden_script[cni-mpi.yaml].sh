@@ -5,6 +5,7 @@
 #SBATCH --comment="hpk-uid=66666666-2222-3333-4444-555555555555 hpk-pod=default/mpi-hello MPI run #1"
 #SBATCH --cpus-per-task=1
 #SBATCH --signal=B:TERM@40
+#SBATCH --no-requeue
 #SBATCH --time=00:10:00
 #SBATCH --partition=debug
 #SBATCH --nodes=2

@@ -5,6 +5,7 @@
 #SBATCH --comment="hpk-uid=11111111-2222-3333-4444-555555555555 hpk-pod=team-a/web"
 #SBATCH --cpus-per-task=2
 #SBATCH --signal=B:TERM@40
+#SBATCH --no-requeue
 #SBATCH --mem=640M
 #SBATCH --time=00:10:00
 #SBATCH --partition=debug

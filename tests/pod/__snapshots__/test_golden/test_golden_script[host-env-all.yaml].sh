@@ -5,6 +5,7 @@
 #SBATCH --comment="hpk-uid=44444444-2222-3333-4444-555555555555 hpk-pod=default/envs"
 #SBATCH --cpus-per-task=1
 #SBATCH --signal=B:TERM@40
+#SBATCH --no-requeue
 #SBATCH --mem=200M
 #SBATCH --time=00:10:00
 #SBATCH --partition=debug

@@ -5,6 +5,7 @@
 #SBATCH --comment="hpk-uid=99999999-2222-3333-4444-555555555555 hpk-pod=default/lifecycle-demo"
 #SBATCH --cpus-per-task=1
 #SBATCH --signal=B:TERM@30
+#SBATCH --no-requeue
 #SBATCH --time=00:10:00
 #SBATCH --partition=debug
 # shellcheck disable=SC2016  # the pod's commands are single-quoted on purpose: no expansion

@@ -5,6 +5,7 @@
 #SBATCH --comment="hpk-uid=7d0c1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b hpk-pod=default/probed"
 #SBATCH --cpus-per-task=1
 #SBATCH --signal=B:TERM@40
+#SBATCH --no-requeue
 #SBATCH --time=00:10:00
 #SBATCH --partition=debug
 # shellcheck disable=SC2016  # the pod's commands are single-quoted on purpose: no expansion

@@ -5,6 +5,7 @@
 #SBATCH --comment="hpk-uid=33333333-2222-3333-4444-555555555555 hpk-pod=default/volumes"
 #SBATCH --cpus-per-task=2
 #SBATCH --signal=B:TERM@40
+#SBATCH --no-requeue
 #SBATCH --mem=1024M
 #SBATCH --tmp=2048M
 #SBATCH --time=00:10:00
