@@ -257,8 +257,9 @@ class ControlPlane:
     def log(self) -> Path:
         return self.root / f"bootstrap.{self.runs}.log"
 
-    def site(self) -> Path:
+    def site(self, bin_dir: str = "") -> Path:
         lines = ['extends = "ci"', "[controlplane]", f'state_dir = "{self.state}"',
+                 f'bin_dir = "{bin_dir}"',  # empty: from PATH (the stand-ins and the fakes of extra_path)
                  f"start_timeout = {self.timeout}", *(f"{k} = {v}" for k, v in self.ports.items())]
         path = self.root / "site.toml"
         path.write_text("\n".join(lines) + "\n")
@@ -649,9 +650,7 @@ def test_a_missing_binary_is_found_before_anything_starts(controlplane: ControlP
     cp = controlplane
     empty = tmp_path / "nothing"
     empty.mkdir()
-    cp.site()
-    with open(cp.root / "site.toml", "a") as f:
-        f.write(f'bin_dir = "{empty}"\n')
+    cp.site(bin_dir=str(empty))
     cp.runs += 1
     with open(cp.log, "wb") as out:
         cp.proc = subprocess.Popen([sys.executable, "-m", "hpkctl", "controlplane", "run", "--site",
