@@ -33,7 +33,7 @@ from hpkctl.kube import Kube, KubeError, KubeUnavailable, pod_path
 from hpkctl.kube.events import EventRecorder
 from hpkctl.kubelet.adopt import JobFinder, ran_before, terminal_phase
 from hpkctl.kubelet.objects import ApiObjects, ServiceCache
-from hpkctl.kubelet.podstatus import api_status, never_regresses, status_patch
+from hpkctl.kubelet.podstatus import api_status, never_regresses, reported_starts, status_patch
 from hpkctl.kubelet.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records
 from hpkctl.kubelet.table import PodTable, Tracked
 from hpkctl.kubelet.tokens import refresh, refresh_after
@@ -168,6 +168,7 @@ class PodManager:
             rec = self._rec(uid)
             t = Tracked(uid=uid, namespace=meta.get("namespace") or "default", name=meta.get("name") or "", pod=pod)
             t.sent = dict(pod.get("status") or {})
+            t.extra["started"] = reported_starts(t.sent)  # a restarted kubelet announces only new starts
             if rec is not None:
                 t.pod_dir = Path(rec.pod_dir)
                 t.job_id = rec.job_id
@@ -380,7 +381,8 @@ class PodManager:
         t.job_id, t.pod_dir = job_id, Path(rec.pod_dir)
         t.extra.pop("backoff", None)
         if event:
-            self._event(t, "Scheduled", f"Submitted to Slurm as job {job_id}")
+            # the scheduler's Scheduled says where the pod went; this is the kubelet's own step
+            self._event(t, "Submitted", f"Submitted as Slurm job {job_id}")
         self._annotate(t, job_id)
         t.extra["key"] = None  # read its status at the next poll
 

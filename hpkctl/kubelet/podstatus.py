@@ -138,3 +138,18 @@ def never_regresses(new: Mapping[str, Any], old: Mapping[str, Any] | None, *, sp
     """Whether ``new`` may follow ``old``: no container the API server counts as terminated for good
     goes back to running (:func:`forbidden_transitions`; a re-adopting kubelet must never try)."""
     return not forbidden_transitions(new, old, spec)
+
+
+def reported_starts(status: Mapping[str, Any]) -> dict[str, str]:
+    """Container name → the ``startedAt`` of the run the API already shows (running or terminated).
+
+    A kubelet that starts again takes these as the starts it has announced: a ``Started`` event
+    goes out only for a run that began after them, as the real kubelet emits it once per start."""
+    out = {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for c in status.get(key) or []:
+            state = c.get("state") or {}
+            started = (state.get("running") or state.get("terminated") or {}).get("startedAt")
+            if c.get("name") and started:
+                out[str(c["name"])] = str(started)
+    return out

@@ -97,3 +97,31 @@ def test_pod_deleted_while_the_kubelet_is_down(cluster: Cluster) -> None:
     state = subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={job}", "--format=%T"],
                            capture_output=True, text=True, check=False).stdout.strip()
     assert state in ("CANCELLED", "COMPLETING"), state
+
+
+def test_events_say_submitted_once_and_a_restarted_kubelet_announces_only_new_starts(cluster: Cluster) -> None:
+    """Issue 22.11: one Scheduled event (the scheduler's) and the kubelet's own Submitted ("Submitted
+    as Slurm job N"); a kubelet restarted while the containers run sends no second Started for
+    them (it reports the pod on to Succeeded, so it did look at it)."""
+    two = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "announced"},
+           "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2, "containers": [
+               {"name": n, "image": "busybox", "command": ["sh", "-c", "sleep 8"]} for n in ("a", "b")]}}
+    cluster.create(two)
+    cluster.wait_phase("announced", "Running")
+
+    def counts() -> Counter[str]:
+        out: Counter[str] = Counter()
+        for e in cluster.events("announced"):
+            out[f"{e['reason']}: {e['message']}"] += int(e.get("count") or 1)
+        return out
+
+    wait_for("both Started events", lambda: counts()["Started: Started container b"] >= 1
+             and counts()["Started: Started container a"] >= 1, timeout=30)
+    cluster.stop_process(cluster.kubelet, signal.SIGTERM)
+    cluster.start_kubelet()
+    cluster.wait_phase("announced", "Succeeded", timeout=90)
+    got = counts()
+    job = cluster.job_id("announced")
+    assert got[f"Submitted: Submitted as Slurm job {job}"] == 1, got
+    assert sum(n for k, n in got.items() if k.startswith("Scheduled:")) == 1, got
+    assert (got["Started: Started container a"], got["Started: Started container b"]) == (1, 1), got
