@@ -92,8 +92,8 @@ class Kubelet:
             raise ValueError("no client CA for the kubelet API: pass --client-ca-file (the cluster CA that signs "
                              "the API server's kubelet client certificate)")
         self.server = KubeletServer(self.pods.table, slurm=self.slurm, node_name=self.opts.node_name,
-                                    host="0.0.0.0", port=self.opts.port, cert_file=cert, key_file=key,
-                                    client_ca_file=ca)
+                                    host=self.address, port=self.opts.port, cert_file=cert, key_file=key,
+                                    client_ca_file=ca, clients=self.profile.kubelet.api_clients)
         self.server.start()
         self.node_state.port = self.server.port
 

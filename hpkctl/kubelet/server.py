@@ -3,9 +3,11 @@
 (``kubelet-api.md`` §1.7).
 
 Who gets in: TLS with a client certificate signed by the cluster CA (``ssl.CERT_REQUIRED``), as
-the API server presents its kubelet-client certificate; without one the handshake fails. There is
-no per-request authorisation (the real kubelet asks SubjectAccessReview): holding such a
-certificate is the permission.
+the API server presents its kubelet-client certificate; without one the handshake fails. Then each
+request is authorised on the certificate's identity (:mod:`hpkctl.kubelet.authz`): the API
+server's kubelet-client identity and ``system:masters`` only, since the same CA signs the
+scheduler's and every approved CSR's certificates. The server listens on the node's configured
+address only.
 
 The server runs its own asyncio loop in a daemon thread, so the daemon's threads are never blocked
 by a log that is followed for hours. It only *reads* the ``PodTable`` (the reconcile workers own
@@ -32,7 +34,7 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,7 @@ from hpkctl.errors import HpkError
 from hpkctl.jobs import Slurm, Step
 from hpkctl.kubelet import logs, remotecommand
 from hpkctl.kubelet.apistatus import ApiError, status
+from hpkctl.kubelet.authz import authoriser
 from hpkctl.kubelet.remotecommand import Channels
 from hpkctl.kubelet.stats import CGROUP_ROOT, CpuRates, job_usage, pod_usage
 from hpkctl.kubelet.table import PodTable, Tracked
@@ -53,6 +56,7 @@ from hpkctl.pod.status import container_done, restart_policies
 log = logging.getLogger(__name__)
 
 START_TIMEOUT = 30.0
+API_CLIENT = "kube-apiserver-kubelet-client"  # kubeadm's and hpkctl's CN of the API server's kubelet client
 STOP_TIMEOUT = 10.0
 
 
@@ -86,11 +90,12 @@ class KubeletServer:
     """The HTTPS API over ``table``. :meth:`start` returns once it listens (``port=0``: a free
     port, then in ``.port``); :meth:`stop` closes it, ends follows and cancels running execs.
 
-    ``cgroup_root`` and ``follow_poll`` exist for tests."""
+    ``clients``: the certificate common names served besides ``system:masters`` (the API server's
+    kubelet-client identity). ``cgroup_root`` and ``follow_poll`` exist for tests."""
 
     def __init__(self, table: PodTable, *, slurm: Slurm, node_name: str, host: str, port: int, cert_file: str,
-                 key_file: str, client_ca_file: str, cgroup_root: Path = CGROUP_ROOT,
-                 follow_poll: float = logs.FOLLOW_POLL) -> None:
+                 key_file: str, client_ca_file: str, clients: Collection[str] = (API_CLIENT,),
+                 cgroup_root: Path = CGROUP_ROOT, follow_poll: float = logs.FOLLOW_POLL) -> None:
         self.table = table
         self.slurm = slurm
         self.node_name = node_name
@@ -99,6 +104,7 @@ class KubeletServer:
         self.cert_file = cert_file
         self.key_file = key_file
         self.client_ca_file = client_ca_file
+        self.clients = tuple(clients)
         self.cgroup_root = cgroup_root
         self.follow_poll = follow_poll
         self.started_at = _now()
@@ -138,7 +144,7 @@ class KubeletServer:
         log.info("kubelet API listening on https://%s:%d", self.host, self.port)
 
     async def _listen(self, ctx: ssl.SSLContext) -> None:
-        app = web.Application(middlewares=[_statuses])
+        app = web.Application(middlewares=[_statuses, authoriser(self.clients)])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/pods", self._pods)
         app.router.add_get("/runningpods/", self._running_pods)

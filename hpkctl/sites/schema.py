@@ -195,7 +195,12 @@ class KubeletSection(_JobSection):
     """How `hpkctl kubelet` serves the virtual node (the control plane's view of this site)."""
 
     port: int = Field(10250, ge=1, le=65535, description="HTTPS port of the kubelet API (logs, exec, stats)")
-    address: str = Field("", description="address the API server dials for logs/exec; empty: this host's IP")
+    address: str = Field("", description="address the API server dials for logs/exec (the kubelet API listens "
+                         "there only); empty: this host's IP")
+    api_clients: list[str] = Field(
+        default_factory=lambda: ["kube-apiserver-kubelet-client"],
+        description="client certificate common names the kubelet API serves besides group system:masters: the "
+                    "API server's --kubelet-client-certificate (kubeadm's and hpkctl's CN by default)")
     slurm_poll: float = Field(2.0, gt=0, description="seconds between the one squeue call that answers for every pod")
     status_poll: float = Field(0.5, gt=0, description="seconds between reads of the pods' status files")
     workers: int = Field(8, ge=1, le=64, description="pods submitted, stopped or deleted at the same time")

@@ -4,16 +4,24 @@ HTTPS API's authorisation. Real Slurm, the API stand-in, one mini cloud for the 
 
 from __future__ import annotations
 
+import base64
 import shutil
 import signal
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
+import urllib3
+import yaml
+
+from hpkctl.kube.address import host_address
 
 from tests.support.cluster import Cluster, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the kubelet's self-signed serving cert
 
 
 def jobs_of(uid: str) -> list[str]:
@@ -56,3 +64,37 @@ def test_lost_records_never_run_a_pod_twice(cluster: Cluster) -> None:
     state = subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={job}", "--format=%T"],
                            capture_output=True, text=True, check=False).stdout.strip()
     assert state in ("CANCELLED", "COMPLETED", "COMPLETING"), state
+
+
+def _client_cert(kubeconfig: Path, where: Path) -> tuple[str, str]:
+    """The client certificate and key a kubeconfig holds, as files."""
+    user = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]
+    cert, key = where / "client.crt", where / "client.key"
+    cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
+    key.write_bytes(base64.b64decode(user["client-key-data"]))
+    return str(cert), str(key)
+
+
+def test_the_kubelet_api_serves_only_the_api_server(cluster: Cluster, tmp_path: Path) -> None:
+    """Issue 20.9: the scheduler's certificate, signed by the same cluster CA, can no longer list the
+    node's pods or exec into one (the real kubelet's 403); ``kubectl exec`` through the API server
+    still works. The API listens on the configured address (127.0.0.1) only."""
+    cluster.create(short_pod("authz-target", "sleep 300"))
+    cluster.wait_phase("authz-target", "Running")
+    node = cluster.api.get("/api/v1/nodes/hpk")[1]
+    port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+    scheduler = _client_cert(cluster.api.state / "scheduler.kubeconfig", tmp_path)
+    url = f"https://127.0.0.1:{port}"
+    r = requests.get(f"{url}/pods", cert=scheduler, verify=False, timeout=20)
+    assert r.status_code == 403 and "user=system:kube-scheduler" in r.text, r.text
+    r = requests.post(f"{url}/exec/default/authz-target/c?command=id&stdout=1", cert=scheduler, verify=False,
+                      timeout=20)
+    assert r.status_code == 403 and "subresource(s)=[proxy]" in r.text, r.text
+    assert "authz-target" not in r.text
+    out = cluster.kubectl("exec", "authz-target", "--", "echo", "through-the-api-server")
+    assert out.returncode == 0 and out.stdout.strip() == "through-the-api-server", out
+    other = host_address()
+    if other != "127.0.0.1":
+        with pytest.raises(requests.exceptions.ConnectionError):
+            requests.get(f"https://{other}:{port}/healthz", cert=scheduler, verify=False, timeout=5)
+    cluster.kubectl("delete", "pod", "authz-target", "--wait=false")

@@ -43,6 +43,8 @@ class Certs:
     server: tuple[str, str]
     client: tuple[str, str]
     stranger: tuple[str, str]  # signed by another CA
+    scheduler: tuple[str, str]  # the cluster CA's, but not the API server's kubelet client
+    admin: tuple[str, str]  # the cluster CA's, group system:masters
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +55,11 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
                       sans=("127.0.0.1", "localhost"))
     client = pki.leaf("apiserver-kubelet-client", cn="kube-apiserver-kubelet-client", orgs=("system:masters",))
     stranger = other.leaf("intruder", cn="intruder")
+    scheduler = pki.leaf("scheduler", cn="system:kube-scheduler")
+    admin = pki.leaf("admin", cn="someone", orgs=("system:masters",))
     return Certs(str(pki.dir / "ca.crt"), (str(server[0]), str(server[1])), (str(client[0]), str(client[1])),
-                 (str(stranger[0]), str(stranger[1])))
+                 (str(stranger[0]), str(stranger[1])), (str(scheduler[0]), str(scheduler[1])),
+                 (str(admin[0]), str(admin[1])))
 
 
 def _write(path: Path, text: str) -> None:
@@ -126,6 +131,21 @@ def _status(r: requests.Response, code: int) -> str:
 
 
 # ---------------------------------------------------------------------------- TLS and the simple routes
+
+
+@pytest.mark.parametrize("method, path, subresource", [
+    ("GET", "/pods", "proxy"), ("POST", "/exec/default/p/c?command=id&stdout=1", "proxy"),
+    ("GET", "/containerLogs/default/p/c", "proxy"), ("GET", "/stats/summary", "stats"), ("GET", "/healthz", "healthz")])
+def test_a_certificate_of_the_cluster_ca_is_not_enough(served: Served, method: str, path: str,
+                                                       subresource: str) -> None:
+    """Issue 20.9: the scheduler's certificate (same CA) may not list pods, read logs or exec; the real
+    kubelet's 403 names the node subresource. The API server's kubelet client and system:masters may."""
+    r = requests.request(method, served.url + path, cert=served.certs.scheduler, verify=served.certs.ca, timeout=20)
+    assert _status(r, 403) == (f"Forbidden (user=system:kube-scheduler, verb={'create' if method == 'POST' else 'get'}, "
+                               f"resource=nodes, subresource(s)=[{subresource}])")
+    for cert in (served.certs.client, served.certs.admin):
+        r = requests.get(served.url + "/healthz", cert=cert, verify=served.certs.ca, timeout=20)
+        assert r.status_code == 200 and r.text == "ok"
 
 
 def test_only_clients_with_a_certificate_of_the_cluster_ca_get_in(served: Served) -> None:
