@@ -42,6 +42,7 @@ from hpkctl.runtime.supervise import Supervisor
 from hpkctl.sites.schema import ControlPlaneSection, SiteProfile
 from tests.support.ci import REPO, missing
 from tests.support.kubeapi import free_port, require_kubectl, require_modules
+from tests.support.waiting import wait_for
 
 STANDIN = REPO / "ci" / "standin"
 ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "coredns"]
@@ -682,9 +683,7 @@ def test_sigterm_while_starting_stops_what_was_started(controlplane: ControlPlan
     cp = controlplane
     cp.extra_path = [_fake(cp.root / "bin", "coredns", "exec sleep 600\n")]
     cp.start()
-    deadline = time.monotonic() + 60
-    while "coredns: started" not in cp.text() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for("coredns to be started", lambda: "coredns: started" in cp.text(), timeout=60)
     assert cp.stop(signal.SIGTERM) == 0
     text = cp.text()
     assert "stopped before the control plane was ready" in text
@@ -717,7 +716,7 @@ def test_supervisor_stops_in_reverse_order_and_kills_what_ignores_sigterm(tmp_pa
     sup = Supervisor()
     a = sup.start("a", ["sleep", "60"], log_file=tmp_path / "a.log")
     b = sup.start("b", ["bash", "-c", "trap '' TERM; echo ignoring; sleep 60"], log_file=tmp_path / "b.log")
-    time.sleep(0.3)
+    wait_for("b to ignore SIGTERM", lambda: "ignoring" in (tmp_path / "b.log").read_text(), timeout=20, every=0.05)
     t0 = time.monotonic()
     done = sup.stop_all(timeout=1.0)
     assert [n for n, _ in done] == ["b", "a"]

@@ -44,6 +44,7 @@ from hpkctl.pod.flags import uid_from_comment
 from hpkctl.sites.schema import ControlPlaneSection, KubeletSection, SiteProfile
 from tests.support.ci import REPO
 from tests.support.pods import make_profile
+from tests.support.waiting import wait_for
 
 PYTHON = "/opt/hpk/venv/bin/python"
 ON_NODE = REPO / "site-configs" / "parallelcluster" / "on-node-configured.sh"
@@ -289,14 +290,6 @@ def _endpoint(state: Path, server: str) -> None:
     tmp.rename(state / "endpoint")
 
 
-def _wait(what: str, probe: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def _lines(log: Path, word: str) -> list[str]:
     return [ln for ln in (log.read_text().splitlines() if log.exists() else []) if ln.startswith(word + " ")]
 
@@ -312,11 +305,11 @@ def test_kubelet_job_waits_restarts_on_a_move_and_passes_sigterm(tmp_path: Path,
     out = open(tmp_path / "job.out", "wb")
     job = subprocess.Popen(["bash", str(script)], stdout=out, stderr=out, start_new_session=True)
     try:
-        time.sleep(1.5)
+        wait_for("the job to wait for the endpoint",
+                 lambda: "waiting for the control plane to publish" in (tmp_path / "job.out").read_text(), timeout=20)
         assert _lines(log, "start") == []  # no endpoint: no kubelet
-        assert "waiting for the control plane to publish" in (tmp_path / "job.out").read_text()
         _endpoint(state, "https://10.0.0.1:6443")
-        _wait("the kubelet", lambda: len(_lines(log, "start")) == 1)
+        wait_for("the kubelet", lambda: len(_lines(log, "start")) == 1, timeout=20)
         first = _lines(log, "start")[0].split()
         assert first[2:] == ["-m", "hpkctl", "kubelet", "--site", "ci", "--kubeconfig", f"{state}/kubelet.kubeconfig"]
         (state / "endpoint").unlink()  # the control plane restarts: the kubelet stays
@@ -326,7 +319,7 @@ def test_kubelet_job_waits_restarts_on_a_move_and_passes_sigterm(tmp_path: Path,
         time.sleep(1.5)
         assert len(_lines(log, "start")) == 1
         _endpoint(state, "https://10.0.0.2:6443")  # a successor on another node
-        _wait("a restarted kubelet", lambda: len(_lines(log, "start")) == 2)
+        wait_for("a restarted kubelet", lambda: len(_lines(log, "start")) == 2, timeout=20)
         assert _lines(log, "term") == [f"term {first[1]}"]
         assert "the control plane moved to https://10.0.0.2:6443" in (tmp_path / "job.out").read_text()
         second = _lines(log, "start")[1].split()[1]
@@ -349,7 +342,7 @@ def test_kubelet_job_fails_when_its_kubelet_ends_on_its_own(tmp_path: Path, monk
     script = tmp_path / "kubelet.sh"
     script.write_text(render_jobs(host_profile(state_dir=str(state)), site="ci", python=str(py)).kubelet)
     job = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _wait("the kubelet", lambda: len(_lines(log, "start")) == 1)
+    wait_for("the kubelet", lambda: len(_lines(log, "start")) == 1, timeout=20)
     (tmp_path / "exit-with").write_text("3")
     out, _ = job.communicate(timeout=15)
     assert job.returncode == 3 and "the kubelet ended on its own (exit status 3)" in out
@@ -362,7 +355,7 @@ def test_controlplane_job_execs_the_bootstrap(tmp_path: Path) -> None:
     script = tmp_path / "controlplane.sh"
     script.write_text(render_jobs(host_profile(state_dir=str(state)), site="/s/site.toml", python=str(py)).controlplane)
     job = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _wait("the bootstrap", lambda: bool(_lines(log, "start")))
+    wait_for("the bootstrap", lambda: bool(_lines(log, "start")), timeout=20)
     words = _lines(log, "start")[0].split()
     assert words[1] == str(job.pid)  # exec: the batch shell is the bootstrap, so --signal=B:TERM reaches it
     assert words[2:] == ["-m", "hpkctl", "controlplane", "run", "--site", "/s/site.toml"]

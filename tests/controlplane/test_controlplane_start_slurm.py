@@ -29,10 +29,11 @@ import pytest
 from hpkctl.controlplane.bootstrap import host_address, read_endpoint
 from hpkctl.controlplane.launch import cluster_id
 from tests.support.ci import HPK_USER, REPO, missing
-from tests.support.cluster import make_root, remove_root, wait_for
+from tests.support.cluster import make_root, remove_root
 from tests.support.hpk import STANDIN, VENV_BIN, require_standin
 from tests.support.kubeapi import HELM, free_port, require_kubectl, require_modules
 from tests.support.slurm import SINGLE_CONF, require_cluster
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 

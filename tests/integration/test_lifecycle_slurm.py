@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.hpk import Hpk, pod, unique
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 BUSYBOX = "busybox:1.36"
@@ -41,14 +42,6 @@ def events(d: Path) -> list[tuple[str, float]]:
     return [(w, float(t)) for w, t in (ln.split() for ln in lines if ln)]
 
 
-def wait_for(check, timeout: float = 60, what: str = "the condition"):  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return result
-
-
 def test_hooks_in_order_and_the_grace_period_on_delete(hpk: Hpk) -> None:
     # 'polite' traps SIGTERM and exits; 'stubborn' ignores it and is killed when the 3 s are up
     name = unique("grace")
@@ -60,9 +53,9 @@ def test_hooks_in_order_and_the_grace_period_on_delete(hpk: Hpk) -> None:
     stubborn = c("stubborn", "trap '' TERM; while :; do sleep 0.1; done")
     r = hpk.run(pod(name, [polite, stubborn], volumes=vols, terminationGracePeriodSeconds=3), extra=("--detach",))
     assert r.rc == 0, r.output
-    wait_for(lambda: [e for e in events(d) if e[0] == "poststart"], what="postStart")
-    wait_for(lambda: all(cs["state"].get("running") for cs in hpk.status(name)["status"]["containerStatuses"]),
-             what="both containers running")
+    wait_for("postStart", lambda: [e for e in events(d) if e[0] == "poststart"])
+    wait_for("both containers running",
+             lambda: all(cs["state"].get("running") for cs in hpk.status(name)["status"]["containerStatuses"]))
     start = time.time()
     r = hpk.hpkctl("delete", name, "--site", "ci")
     took = time.time() - start

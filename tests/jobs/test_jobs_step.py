@@ -102,8 +102,7 @@ def test_a_step_with_a_terminal_gets_its_size(tmp_path: Path) -> None:
         out = await step.read_stdout()
         while b"tty yes" not in out:
             out += await step.read_stdout()
-        step.resize(100, 30)
-        await asyncio.sleep(0.2)
+        step.resize(100, 30)  # srun's WINCH trap is set before it says "tty yes": no wait needed
         await step.write_stdin(b"abc\r")
         while data := await step.read_stdout():
             out += data

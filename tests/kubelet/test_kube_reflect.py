@@ -20,18 +20,9 @@ import pytest
 from hpkctl.kube import Kube, pod_path
 from hpkctl.kube.reflect import Backoff, ObjectCache, Reflector
 from tests.support.kubeapi import KubeApi, free_port, pod, start
+from tests.support.waiting import wait_for
 
 Obj = dict[str, Any]
-
-
-def wait_for(what: str, cond: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def name_of(obj: Obj) -> str:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import Cluster, running_cluster, wait_for
+from tests.support.cluster import Cluster, running_cluster
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import Cluster, wait_for
+from tests.support.cluster import Cluster
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 

@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from tests.support.ci import HPK_USER
-from tests.support.cluster import Cluster, running_cluster, wait_for
+from tests.support.cluster import Cluster, running_cluster
 from tests.support.launch import (
     BUSYBOX,
     Env,
@@ -62,6 +62,7 @@ from tests.support.launch import (
     wait_status,
 )
 from tests.support.pods import PODS
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 SA = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import aiohttp
 import pytest
@@ -24,12 +24,14 @@ import requests
 
 from ci.standin.kubeapi.certs import Pki
 from hpkctl.jobs import Slurm
-from hpkctl.kubelet.logs import rfc3339nano
+from hpkctl.kubelet import logs
+from hpkctl.kubelet.logs import rfc3339nano, tail_offset
 from hpkctl.kubelet.server import KubeletServer
 from hpkctl.kubelet.stats import JobUsage, job_usage
 from hpkctl.kubelet.table import PodTable, Tracked
 from hpkctl.pod.status import ContainerStatus, PodStatus
 from hpkctl.sites.schema import SlurmSection
+from tests.support.waiting import wait_for
 
 NS = "default"
 
@@ -295,23 +297,16 @@ def _follow(served: Served, path: str, params: dict[str, Any]) -> tuple[threadin
     return thread, got
 
 
-def _wait(cond: Any, timeout: float = 10) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.02)
-
-
 def test_follow_streams_until_the_container_has_exited(served: Served) -> None:
     t = track(served.table, served.root, "a", ["main"], running=("main",))
     assert t.pod_dir is not None
     log = t.pod_dir / "logs" / "main.log"
     _write(log, "early\n")
     thread, got = _follow(served, "/containerLogs/default/a/main", {"timestamps": "true"})
-    _wait(lambda: b"early" in b"".join(got))
+    wait_for("early in the stream", lambda: b"early" in b"".join(got), timeout=10)
     with log.open("a") as fh:
         fh.write("later\n")
-    _wait(lambda: b"later" in b"".join(got))
+    wait_for("later in the stream", lambda: b"later" in b"".join(got), timeout=10)
     assert thread.is_alive()  # still running: the stream stays open
     with log.open("a") as fh:
         fh.write("last words\n")
@@ -331,7 +326,7 @@ def test_follow_goes_on_across_a_restart_without_losing_lines(served: Served) ->
     logs = t.pod_dir / "logs"
     _write(logs / "main.log", "run 1\n")
     thread, got = _follow(served, "/containerLogs/default/a/main", {})
-    _wait(lambda: b"run 1" in b"".join(got))
+    wait_for("run 1 in the stream", lambda: b"run 1" in b"".join(got), timeout=10)
     with (logs / "main.log").open("a") as fh:  # written just before the job moves the file aside
         fh.write("run 1 end\n")
     _write(t.pod_dir / "status" / "main.exitcode", "1\n")  # Always: it runs again, the follow goes on
@@ -340,7 +335,7 @@ def test_follow_goes_on_across_a_restart_without_losing_lines(served: Served) ->
     assert thread.is_alive()
     (t.pod_dir / "status" / "main.exitcode").unlink()
     _write(logs / "main.log", "run 2\n")
-    _wait(lambda: b"run 2" in b"".join(got))
+    wait_for("run 2 in the stream", lambda: b"run 2" in b"".join(got), timeout=10)
     _write(t.pod_dir / "status" / "pod.done", "0\n")
     thread.join(10)
     assert not thread.is_alive()
@@ -349,8 +344,10 @@ def test_follow_goes_on_across_a_restart_without_losing_lines(served: Served) ->
 
 def test_follow_ends_when_the_pod_leaves_the_table(served: Served) -> None:
     t = track(served.table, served.root, "a", ["main"], running=("main",))
+    assert t.pod_dir is not None
+    _write(t.pod_dir / "logs" / "main.log", "open\n")
     thread, got = _follow(served, "/containerLogs/default/a/main", {})
-    time.sleep(0.3)
+    wait_for("the follow to stream", lambda: b"open" in b"".join(got), timeout=10)
     assert thread.is_alive()
     served.table.pop(t.uid)
     thread.join(10)
@@ -364,9 +361,11 @@ def test_stop_ends_open_follows(certs: Certs, tmp_path: Path) -> None:
                            follow_poll=0.05)
     server.start()
     served = Served(server, table, tmp_path, certs, Slurm(SlurmSection()))
-    track(table, tmp_path, "a", ["main"], running=("main",))
-    thread, _ = _follow(served, "/containerLogs/default/a/main", {})
-    time.sleep(0.3)
+    t = track(table, tmp_path, "a", ["main"], running=("main",))
+    assert t.pod_dir is not None
+    _write(t.pod_dir / "logs" / "main.log", "open\n")
+    thread, got = _follow(served, "/containerLogs/default/a/main", {})
+    wait_for("the follow to stream", lambda: b"open" in b"".join(got), timeout=10)
     started = time.monotonic()
     server.stop()
     thread.join(10)
@@ -561,7 +560,7 @@ def test_a_client_that_leaves_cancels_the_step(served: Served, monkeypatch: pyte
         await asyncio.sleep(0.1)
 
     asyncio.run(leave())
-    _wait(lambda: fake.step is not None and fake.step.terminated and fake.step.closed)
+    wait_for("the step ended", lambda: fake.step is not None and fake.step.terminated and fake.step.closed, timeout=10)
 
 
 def test_exec_refusals_before_the_upgrade(served: Served) -> None:
@@ -586,7 +585,8 @@ def test_exec_refusals_before_the_upgrade(served: Served) -> None:
         'container "done" in pod "a" is not running: it has terminated (exit code 0)'
 
 
-def test_attach_streams_new_output_until_the_container_ends_and_refuses_stdin(served: Served) -> None:
+def test_attach_streams_new_output_until_the_container_ends_and_refuses_stdin(served: Served,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     t = track(served.table, served.root, "a", ["main"], running=("main",))
     assert t.pod_dir is not None
     log = t.pod_dir / "logs" / "main.log"
@@ -596,11 +596,19 @@ def test_attach_streams_new_output_until_the_container_ends_and_refuses_stdin(se
     refusal = _status(served.get("/attach/default/a/main?input=1&output=1", headers=ws_headers), 400)
     assert "no stdin" in refusal and "kubectl exec -it" in refusal
 
+    positioned = threading.Event()  # the attach has taken the log's end as its start
+
+    def spy(fh: BinaryIO, lines: int) -> int:
+        offset = tail_offset(fh, lines)
+        positioned.set()
+        return offset
+
+    monkeypatch.setattr(logs, "tail_offset", spy)
+
     def later() -> None:
-        time.sleep(0.5)
+        positioned.wait(20)
         with log.open("a") as fh:
             fh.write("after the attach\n")
-        time.sleep(0.3)
         _write(t.pod_dir / "status" / "main.exitcode", "0\n")  # type: ignore[operator]
 
     writer = threading.Thread(target=later)

@@ -21,6 +21,7 @@ from hpkctl.kubelet.podstatus import api_status, forbidden_transitions, never_re
 from hpkctl.kubelet.records import SUBMITTED, SUBMITTING, PodRecord, Records
 from hpkctl.kubelet.workqueue import WorkQueue
 from hpkctl.pod.status import ContainerStatus, PodStatus
+from tests.support.waiting import wait_for
 
 
 # ---------------------------------------------------------------------------- work queue
@@ -29,6 +30,7 @@ def test_one_key_never_runs_twice_at_once_and_no_add_is_lost() -> None:
     overlap: list[str] = []
     calls: dict[str, int] = {}
     lock = threading.Lock()
+    hold = threading.Event()  # "held" waits on it in its first run
 
     def handler(key: str) -> None:
         with lock:
@@ -36,6 +38,9 @@ def test_one_key_never_runs_twice_at_once_and_no_add_is_lost() -> None:
             if running[key] > 1:
                 overlap.append(key)
             calls[key] = calls.get(key, 0) + 1
+            first = calls[key] == 1
+        if key == "held" and first:
+            hold.wait(10)
         time.sleep(0.02)
         with lock:
             running[key] -= 1
@@ -46,15 +51,21 @@ def test_one_key_never_runs_twice_at_once_and_no_add_is_lost() -> None:
         for k in ("a", "b", "c"):
             q.add(k)
         time.sleep(0.005)
-    deadline = time.monotonic() + 5
-    while not q.idle() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for("the burst to be worked off", q.idle, timeout=10, every=0.01)
+    assert overlap == [] and all(1 <= calls[k] <= 21 for k in ("a", "b", "c")), calls
+    # an add while the key's handler runs is not lost: the key runs again once that run ends
+    q.add("held")
+    wait_for("the first run of 'held'", lambda: running.get("held") == 1, timeout=10, every=0.01)
+    q.add("held")
+    q.add("held")  # coalesced with the one before: one more run, not two
+    hold.set()
+    wait_for("the queue to be idle", lambda: calls["held"] >= 2 and q.idle(), timeout=10, every=0.01)
+    before = calls["a"]
     q.add("a")  # an add after the burst is worked on again
-    time.sleep(0.2)
+    wait_for("the add after the burst", lambda: calls["a"] > before and q.idle(), timeout=10, every=0.01)
     q.stop()
     assert overlap == []
-    assert all(calls[k] >= 2 for k in ("a", "b", "c")), calls
-    assert calls["a"] <= 41
+    assert calls["held"] == 2 and calls["a"] == before + 1, calls
 
 
 def test_add_after_delays_and_a_failing_handler_does_not_kill_workers() -> None:
@@ -71,7 +82,7 @@ def test_add_after_delays_and_a_failing_handler_does_not_kill_workers() -> None:
     q.add("boom")
     q.add_after("late", 0.3)
     q.add("now")
-    time.sleep(0.6)
+    wait_for("all three keys", lambda: len(seen) == 3, timeout=10, every=0.01)
     q.stop()
     keys = [k for k, _ in seen]
     assert keys == ["boom", "now", "late"]

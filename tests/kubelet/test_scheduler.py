@@ -24,21 +24,12 @@ from hpkctl.kube import Kube, node_path, pod_path
 from hpkctl.kubelet import fit
 from hpkctl.kubelet.scheduler import Scheduler, run_scheduler
 from tests.support.kubeapi import KubeApi, pod, start
+from tests.support.waiting import wait_for
 
 Obj = dict[str, Any]
 NS = "default"
 VENV_BIN = Path(os.environ.get("HPK_VENV", "/opt/hpkctl-venv")) / "bin"
 AFFINITY_MSG = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
-
-
-def wait_for(what: str, cond: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

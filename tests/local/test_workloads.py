@@ -20,6 +20,7 @@ from hpkctl.local.workload import Workload, job_workload, member_pods, replica_w
 from hpkctl.pod.array import NO_LIMIT, ArrayPlan, array_options, render_array
 from hpkctl.pod.flags import SlurmOption
 from hpkctl.sites import load_site
+from tests.support.waiting import wait_for
 
 TEMPLATE = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "t"},
             "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36",
@@ -265,13 +266,10 @@ def test_term_is_passed_on_to_the_pod(tmp_path: Path) -> None:
     plan.pod_dirs = _fake_pods(tmp_path, ["0"])
     job = Path(plan.pod_dirs[0]) / "job" / "job.sh"
     job.write_text('d=$(dirname "$(dirname "$0")"); trap \'echo stopped >"$d/stopped"; exit 143\' TERM\n'
-                   'sleep 30 & wait\n')
+                   ': >"$d/trapped"; sleep 30 & wait\n')
     proc = _element(tmp_path, plan, 0, wait=False)
     assert isinstance(proc, subprocess.Popen)
-    deadline = time.monotonic() + 10
-    while not (Path(plan.array_dir) / "status" / "index.0.attempts").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)
+    wait_for("the pod's TERM trap", (Path(plan.pod_dirs[0]) / "trapped").exists, timeout=20, every=0.05)
     proc.terminate()
     assert proc.wait(timeout=20) == 143
     assert (Path(plan.pod_dirs[0]) / "stopped").read_text() == "stopped\n"

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from hpkctl.pod import render_pod, write_pod_dir
 from tests.support.pods import make_profile, pod_doc
+from tests.support.waiting import wait_for
 
 HARNESS = r'''
 source <(head -n -1 "$1/job/job.sh")
@@ -178,13 +179,6 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     proc.communicate(timeout=10)
 
 
-def _wait(cond: Any, timeout: float = 20) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.1)
-
-
 def _read(root: Path, name: str) -> str | None:
     p = root / "status" / name
     return p.read_text().strip() if p.exists() else None
@@ -203,7 +197,7 @@ def test_startup_gates_readiness_and_a_liveness_failure_stops_the_container(tmp_
         time.sleep(2)
         assert _read(root, "app.started-probe") is None and _read(root, "app.ready") is None
         started.touch()
-        _wait(lambda: _read(root, "app.ready") == "1")
+        wait_for("app.ready 1", lambda: _read(root, "app.ready") == "1", timeout=20)
         assert _read(root, "app.started-probe") is not None
         healthy.unlink()
         out, err = proc.communicate(timeout=30)
@@ -237,11 +231,11 @@ def test_readiness_falls_back_after_failure_threshold(tmp_path: Path) -> None:
     proc, root = _loop(tmp_path, flag, readinessProbe={"exec": {"command": ["test", "-e", str(flag)]},
                                                        "periodSeconds": 1, "failureThreshold": 2, "successThreshold": 2})
     try:
-        _wait(lambda: _read(root, "app.ready") == "1")
+        wait_for("app.ready 1", lambda: _read(root, "app.ready") == "1", timeout=20)
         flag.unlink()
-        _wait(lambda: _read(root, "app.ready") == "0")
+        wait_for("app.ready 0", lambda: _read(root, "app.ready") == "0", timeout=20)
         flag.touch()
-        _wait(lambda: _read(root, "app.ready") == "1")
+        wait_for("app.ready 1", lambda: _read(root, "app.ready") == "1", timeout=20)
     finally:
         _kill(proc)
 

@@ -19,6 +19,7 @@ from hpkctl.pod import render_pod, write_pod_dir
 from hpkctl.runtime.pull import is_fresh
 from hpkctl.sites import SiteProfile
 from tests.support.pods import pod_doc, records, stub_environment
+from tests.support.waiting import wait_for
 
 
 def _fast(profile: SiteProfile) -> SiteProfile:
@@ -39,13 +40,6 @@ def _start(stub: dict[str, Any], spec: dict[str, Any], **extra: str) -> tuple[su
 
 def _read(root: Path, name: str) -> str:
     return (root / "status" / name).read_text().strip()
-
-
-def _wait_for(path: Path, timeout: float = 40) -> None:
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.05)
 
 
 def test_always_restarts_with_back_off_and_sigterm_records_the_end(stub_env) -> None:  # type: ignore[no-untyped-def]
@@ -127,7 +121,7 @@ def test_empty_dir_over_its_size_limit_evicts_the_pod(stub_env) -> None:  # type
                                                       "volumeMounts": [{"name": "s", "mountPath": "/s"}]}],
             "volumes": [{"name": "s", "emptyDir": {"sizeLimit": "64Ki"}}]}
     proc, root, _ = _start(stub_env, spec, HPK_STUB_SLEEP="60")
-    _wait_for(root / "status" / "app.started")
+    wait_for("app.started", (root / "status" / "app.started").exists, timeout=40)
     (root / "volumes" / "s" / "big").write_bytes(b"x" * 300_000)
     proc.communicate(timeout=60)
     reason, message = _read(root, "pod.failed").split("\n", 1)

@@ -16,14 +16,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tests.support.ci import HPK_USER
 from tests.support.hpk import STANDIN, VENV_BIN, require_standin
 from tests.support.kubeapi import KubeApi, free_port, require_kubectl, require_modules
 from tests.support.slurm import SINGLE_CONF, require_cluster
-
-T = TypeVar("T")
+from tests.support.waiting import wait_for
 
 
 def _as_hpk(argv: list[str], *, home: str) -> list[str]:
@@ -31,17 +30,6 @@ def _as_hpk(argv: list[str], *, home: str) -> list[str]:
            "https_proxy": "http://127.0.0.1:9", "no_proxy": "127.0.0.1,localhost"}
     argv = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
     return ["runuser", "-u", HPK_USER, "--", *argv] if os.geteuid() == 0 else argv
-
-
-def wait_for(what: str, probe: Callable[[], T | None], *, timeout: float = 60, every: float = 0.3) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last: {last!r}")
 
 
 class Cluster:

@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.cluster import Cluster, wait_for
+from tests.support.cluster import Cluster
+from tests.support.waiting import wait_for
 
 Obj = dict[str, Any]
 Entry = Obj | Callable[[dict[tuple[str, str, str], Obj]], Obj]
