@@ -715,7 +715,7 @@ hpk_host_part() {
 # NAME.probe-kill (why a failed startup or liveness probe stopped the container). Every failed try
 # is a line in logs/NAME.probes.log, never in the container's log.
 
-HPK_PROBE_AGENT=kube-probe/1.37
+HPK_PROBE_AGENT=kube-probe/1.36
 
 # hpk_probes NAME FN CPID KIND...: the kubelet's timing. The startup probe runs first; liveness and
 # readiness start when it has passed, each on its own schedule. Not ready (no NAME.ready, or 0 from
@@ -871,7 +871,7 @@ hpk_probe_tcp() {
 }
 
 # hpk_probe_http SCHEME HOST PORT TARGET [NAME VALUE]...: GET TARGET as the kubelet sends it: Host
-# (host:port unless given), User-Agent kube-probe/1.37 and Accept */* (unless given), the user's
+# (host:port unless given), User-Agent kube-probe/1.36 and Accept */* (unless given), the user's
 # headers byte for byte, Connection: close. Success is a status of 200-399 (redirects not followed).
 # HTTPS needs curl or openssl where the pod part runs (certificates are not verified, as the kubelet).
 hpk_probe_http() {

@@ -26,7 +26,7 @@ from hpkctl.pod.shell import RuntimeRef, Value, literal
 KINDS = (("startup", "startupProbe"), ("liveness", "livenessProbe"), ("readiness", "readinessProbe"))
 DEFAULTS = {"period": 10, "timeout": 1, "success": 1, "failure": 3}
 #: What the kubelet of this Kubernetes version sends as User-Agent (sbatch/runtime.sh: HPK_PROBE_AGENT).
-USER_AGENT = "kube-probe/1.37"
+USER_AGENT = "kube-probe/1.36"
 _HOST = re.compile(r"[A-Za-z0-9._:-]+")
 INT32_MAX = 2**31 - 1
 

@@ -218,6 +218,25 @@ def test_required_node_affinity(h: Harness) -> None:
 
 
 @pytest.mark.standin
+def test_a_gated_pod_is_bound_once_its_last_gate_is_removed(h: Harness) -> None:
+    started(h)
+    h.create("gated", schedulingGates=[{"name": "example.com/a"}, {"name": "example.com/b"}])
+    gated = {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+             "message": "Scheduling is blocked due to non-empty scheduling gates"}
+    assert h.condition("gated") == gated  # the API server's, on create
+    h.create("sentinel")  # created after it: once this one is bound, the other has been seen
+    h.wait_bound("sentinel")
+    assert h.api.patch(pod_path(NS, "gated"), {"spec": {"schedulingGates": [{"name": "example.com/b"}]}},
+                       kind="merge-patch")[0] == 200
+    h.create("sentinel-2")  # the update of "gated" came before this one's ADDED
+    h.wait_bound("sentinel-2")
+    assert not h.get("gated")["spec"].get("nodeName") and h.condition("gated") == gated
+    assert h.events("gated", "FailedScheduling") == []
+    assert h.api.patch(pod_path(NS, "gated"), {"spec": {"schedulingGates": None}}, kind="merge-patch")[0] == 200
+    h.wait_bound("gated")
+
+
+@pytest.mark.standin
 def test_missing_node_is_waited_for(h: Harness, caplog: pytest.LogCaptureFixture) -> None:
     h.thread.start()  # no Node yet
     h.create("early")

@@ -108,10 +108,10 @@ def test_http_probe_sends_the_kubelets_request_and_judges_the_status(tmp_path: P
         ok.close()
         bad.close()
     assert results == [("liveness", 1, "HTTP probe failed with statuscode: 500"), ("readiness", 0, "")]
-    assert ok.requests == [(f"GET /ready?x=1 HTTP/1.1\r\nHost: 127.0.0.1:{ok.port}\r\nUser-Agent: kube-probe/1.37\r\n"
+    assert ok.requests == [(f"GET /ready?x=1 HTTP/1.1\r\nHost: 127.0.0.1:{ok.port}\r\nUser-Agent: kube-probe/1.36\r\n"
                             "Accept: */*\r\nConnection: close\r\n\r\n").encode()]
     assert bad.requests == [b"GET /healthz HTTP/1.1\r\nHost: example.org\r\nX-A:  a  b \r\n"
-                            b"User-Agent: kube-probe/1.37\r\nAccept: */*\r\nConnection: close\r\n\r\n"]
+                            b"User-Agent: kube-probe/1.36\r\nAccept: */*\r\nConnection: close\r\n\r\n"]
 
 
 def test_tcp_and_connection_refused_messages(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Iterator
 
 import pytest
 
+from ci.standin.kubeapi.resources import VERSION
 from tests.support.fake_kubelet import FakeKubelet
 from tests.support.kubeapi import KubeApi, helm, pod, require_kubectl, start
 
@@ -64,7 +65,7 @@ def kubelet(kube: KubeApi) -> Iterator[FakeKubelet]:
 
 def test_version_and_api_resources(kube: KubeApi) -> None:
     r = kube.kubectl("version")
-    assert "Server Version: v1.37.1-standin" in r.stdout
+    assert f"Server Version: {VERSION['gitVersion']}" in r.stdout
     r = kube.kubectl("api-resources", "--api-group=coordination.k8s.io", "-o", "name")
     assert r.stdout.split() == ["leases.coordination.k8s.io"]
 
@@ -78,6 +79,25 @@ def test_kubeconfigs_authenticate_by_client_certificate(kube: KubeApi, user: str
     assert info["username"] == name
     assert info["groups"] == ([group] if group else []) + ["system:authenticated"]
     assert oct((kube.state / f"{user}.kubeconfig").stat().st_mode & 0o777) == "0o600"
+
+
+UNSERVED = [("argoproj.io/v1alpha1", "Workflow", "spec: {entrypoint: main}"),
+            ("jobset.x-k8s.io/v1alpha2", "JobSet", "spec: {replicatedJobs: []}"),
+            ("batch/v1beta1", "CronJob", "spec: {schedule: '* * * * *', jobTemplate: {spec: {template: {spec: "
+             "{restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}}")]
+
+
+@pytest.mark.parametrize("api_version, kind, spec", UNSERVED, ids=[k for _, k, _ in UNSERVED])
+def test_a_kind_the_server_does_not_serve_is_no_match(kube: KubeApi, api_version: str, kind: str, spec: str) -> None:
+    """kubectl lists the CRDs and reads /openapi/v2 before it names the missing kind, as with a real server
+    (before, the stand-in's 404s made it print "the server could not find the requested resource")."""
+    doc = f"apiVersion: {api_version}\nkind: {kind}\nmetadata: {{name: x}}\n{spec}\n"
+    for verb in ("apply", "create"):
+        r = kube.kubectl(verb, "-f", "-", input=doc, check=False)
+        assert r.returncode == 1 and r.stderr == (
+            f'error: resource mapping not found for name: "x" namespace: "" from "STDIN": no matches for kind '
+            f'"{kind}" in version "{api_version}"\nensure CRDs are installed first\n'), r.stderr
+    assert kube.kubectl("get", "crd").stderr == "No resources found\n"
 
 
 def test_apply_create_update_and_strict_validation(kube: KubeApi) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from ci.standin.kubeapi.resources import VERSION
 from tests.support.kubeapi import KubeApi, pod, start
 
 pytestmark = pytest.mark.standin
@@ -39,7 +40,7 @@ def create(kube: KubeApi, body: dict[str, Any], path: str = f"{NS}/pods") -> dic
 
 # ---------------------------------------------------------------------- discovery, errors
 def test_discovery_and_version(kube: KubeApi) -> None:
-    assert kube.get("/version")[1]["gitVersion"].startswith("v1.37.")
+    assert kube.get("/version")[1] == VERSION
     code, out = kube.get("/apis/coordination.k8s.io/v1")
     assert code == 200 and [r["name"] for r in out["resources"]] == ["leases"]
     code, out = kube.get("/api/v1")
@@ -216,6 +217,38 @@ def test_container_may_not_leave_terminated_with_restart_never(kube: KubeApi) ->
     code, out = kube.patch(f"{NS}/pods/never/status", {"status": running})
     assert (code, out["reason"]) == (422, "Invalid")
     assert out["details"]["causes"][0]["field"] == "status.containerStatuses[0].state"
+
+
+GATED = {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+         "message": "Scheduling is blocked due to non-empty scheduling gates"}
+
+
+def test_scheduling_gates(kube: KubeApi) -> None:
+    """strategy.go applySchedulingGatedCondition on create; validateOnlyDeletedSchedulingGates on update;
+    the binding refuses a gated pod."""
+    out = create(kube, pod("gated", schedulingGates=[{"name": "example.com/a"}, {"name": "example.com/b"}]))
+    assert out["status"]["conditions"] == [GATED]
+    assert create(kube, pod("ungated"))["status"].get("conditions") is None
+    code, out = kube.patch(f"{NS}/pods/gated", {"spec": {"schedulingGates": [{"name": "example.com/c"}]}},
+                           kind="merge-patch")
+    assert (code, out["reason"]) == (422, "Invalid")
+    assert out["details"]["causes"] == [{"reason": "FieldValueForbidden", "field": "spec.schedulingGates[0].name",
+                                         "message": "Forbidden: only deletion is allowed, but found new "
+                                                    "scheduling gate 'example.com/c'"}]
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "gated"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}
+    code, out = kube.post(f"{NS}/pods/gated/binding", binding)
+    assert (code, out["reason"]) == (409, "Conflict") and "has non-empty .spec.schedulingGates" in out["message"]
+    code, out = kube.patch(f"{NS}/pods/gated", {"spec": {"schedulingGates": [{"name": "example.com/b"}]}},
+                           kind="merge-patch")
+    assert code == 200 and out["spec"]["schedulingGates"] == [{"name": "example.com/b"}]
+    assert out["status"]["conditions"] == [GATED]  # the condition stays until the pod is scheduled
+    code, out = kube.patch(f"{NS}/pods/gated", {"spec": {"schedulingGates": None}}, kind="merge-patch")
+    assert code == 200 and "schedulingGates" not in out["spec"]
+    code, out = kube.post(f"{NS}/pods/gated/binding", binding)
+    assert code == 201, out
+    [cond] = kube.get(f"{NS}/pods/gated")[1]["status"]["conditions"]
+    assert (cond["type"], cond["status"]) == ("PodScheduled", "True")
 
 
 def test_pod_spec_update_limits(kube: KubeApi) -> None:

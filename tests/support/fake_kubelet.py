@@ -102,7 +102,7 @@ class FakeKubelet:
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok",
                             "lastHeartbeatTime": "2026-11-24T00:00:00Z", "lastTransitionTime": "2026-11-24T00:00:00Z"}],
-            "nodeInfo": {"kubeletVersion": "v1.37.1-hpk", "machineID": "", "systemUUID": "", "bootID": "",
+            "nodeInfo": {"kubeletVersion": "v1.36.0-hpk", "machineID": "", "systemUUID": "", "bootID": "",
                          "kernelVersion": "6.1", "osImage": "Debian 12", "containerRuntimeVersion": "slurm://22.5",
                          "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
             "capacity": {"cpu": "16", "memory": "16Gi", "pods": "110"},

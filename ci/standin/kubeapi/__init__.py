@@ -1,4 +1,4 @@
-"""A strict stand-in for kube-apiserver 1.37, for tests and demos only (issue 10).
+"""A strict stand-in for kube-apiserver 1.36, for tests and demos only (issue 10).
 
 No real kube-apiserver can be installed on the project's machines, yet the kubelet and scheduler
 must be proven against the semantics a real one enforces (``../shared/notes/kubelet-api.md``

@@ -143,6 +143,9 @@ class Server:
                 return web.Response(body=openapi.document("", "v1"), content_type="application/json")
             if gv[:1] == ["apis"] and len(gv) == 3 and gv[1] in resources.groups():
                 return web.Response(body=openapi.document(gv[1], gv[2]), content_type="application/json")
+        if path == "/openapi/v2":
+            return web.Response(body=openapi.v2_document(),
+                                headers={"Content-Type": "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"})
         if path.startswith("/openapi/"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         parts = [p for p in path.split("/") if p]
@@ -154,6 +157,9 @@ class Server:
                 return json_response(resources.api_versions(self.api.server))
             return json_response(target)
         self._authorize(request, target)
+        if target.rt.extra.get("read_only") and request.method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"the API stand-in serves no {target.rt.plural}: it cannot serve "
+                           "custom resources (a real kube-apiserver would); use a real cluster for CRDs")
         if target.sub:
             return await subresources.handle(self, request, target)
         if not target.name:

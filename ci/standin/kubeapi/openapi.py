@@ -1,10 +1,10 @@
 """``/openapi/v3``: the per-group-version OpenAPI documents kubectl reads.
 
-kubectl 1.37 downloads them before ``apply``/``create`` (measured: without them it stops with
+kubectl (1.37 here) downloads them before ``apply``/``create`` (measured: without them it stops with
 "failed to download openapi"): it checks that the PATCH operation of the kind accepts
 ``fieldValidation`` (then validation is left to the server), computes client-side apply patches
 from the schemas' ``x-kubernetes-patch-*`` keys, and ``kubectl explain`` prints them. The schemas
-are kubernetes-validate's (non-strict) definitions, so they are the real 1.37 ones.
+are kubernetes-validate's (non-strict) definitions, so they are the real ones of the modelled release (``SCHEMA_VERSION``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from typing import Any
 
 import kubernetes_validate
 
-from .resources import SCHEMA_VERSION, TYPES, ResourceType, groups
+from .resources import SCHEMA_VERSION, TYPES, VERSION, ResourceType, groups
+
+VERSION_TEXT = VERSION["gitVersion"]
 
 PATCH_TYPES = ("application/apply-patch+yaml", "application/json-patch+json",
                "application/merge-patch+json", "application/strategic-merge-patch+json")
@@ -84,9 +86,25 @@ def document(group: str, version: str) -> bytes:
         paths[f"{prefix}/{rt.plural}/{{name}}"] = {
             "get": _op(rt, "get", ref), "put": _op(rt, "put", ref), "patch": _op(rt, "patch", ref),
             "delete": _op(rt, "delete", ref)}
-    doc = {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.37.1-standin"},
+    doc = {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": VERSION_TEXT},
            "paths": paths, "components": {"schemas": _schemas()}}
     return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (payloads here are shorter than 128 bytes)."""
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def v2_document() -> bytes:
+    """``/openapi/v2`` as the protobuf ``openapi_v2.Document`` (gnostic) kubectl asks for: swagger 2.0 and
+    its info, no paths or definitions. kubectl reads it only for a kind the v3 documents do not name (to
+    validate it client-side, which it skips for a kind the document does not define either); then the
+    discovery documents tell it "no matches for kind". Field numbers: gnostic's OpenAPIv2.proto
+    (Document: swagger 1, info 2; Info: title 1, version 2)."""
+    info = _field(1, b"Kubernetes") + _field(2, VERSION_TEXT.encode())
+    return _field(1, b"2.0") + _field(2, info)
 
 
 def index() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Pods: defaulting, admission, validation and graceful deletion as kube-apiserver 1.37 does them.
+"""Pods: defaulting, admission, validation and graceful deletion as kube-apiserver 1.36 does them.
 
 The kubelet reads what these add (defaults, the service-account volume, tolerations, qosClass)
 and trips over what they refuse (a terminated container going back to running, spec changes),
@@ -151,6 +151,9 @@ class PodStrategy(Strategy):
     def prepare_create(self, rt: "ResourceType", obj: dict[str, Any]) -> None:
         obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj["spec"])}
         obj["metadata"]["generation"] = 1
+        if obj["spec"].get("schedulingGates"):  # strategy.go applySchedulingGatedCondition
+            obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                                            "message": "Scheduling is blocked due to non-empty scheduling gates"}]
 
     def prepare_update(self, rt: "ResourceType", new: dict[str, Any], old: dict[str, Any], sub: str) -> None:
         super().prepare_update(rt, new, old, sub)
@@ -207,6 +210,12 @@ class PodStrategy(Strategy):
 
     @staticmethod
     def _validate_update(new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+        old_gates = {g.get("name") for g in old.get("schedulingGates") or []}
+        added = [FieldError("FieldValueForbidden", f"spec.schedulingGates[{i}].name",
+                            f"only deletion is allowed, but found new scheduling gate '{g.get('name')}'")
+                 for i, g in enumerate(new.get("schedulingGates") or []) if g.get("name") not in old_gates]
+        if added:  # validation.go validateOnlyDeletedSchedulingGates
+            return added
         allowed = copy.deepcopy(old)
         for field in ("containers", "initContainers"):
             for c_new, c_old in zip(new.get(field) or [], allowed.get(field) or []):
@@ -215,6 +224,8 @@ class PodStrategy(Strategy):
         for k in ("activeDeadlineSeconds", "schedulingGates"):
             if k in new:
                 allowed[k] = new[k]
+        if "schedulingGates" not in new:  # the last gate removed
+            allowed.pop("schedulingGates", None)
         old_tol = old.get("tolerations") or []
         if all(t in (new.get("tolerations") or []) for t in old_tol):
             allowed["tolerations"] = new.get("tolerations") or []

@@ -135,7 +135,7 @@ async def pod_stream(srv: "Server", request: web.Request, ns: str, name: str, su
         raise bad_request(f"pod {name} does not have a host assigned")
     node = _node_of(srv, node_name)
     if WS_FEATURE not in ((node.get("status") or {}).get("declaredFeatures") or []):
-        raise ApiError(500, "InternalError", f"node {node_name} does not declare {WS_FEATURE}: a 1.37 API server "
+        raise ApiError(500, "InternalError", f"node {node_name} does not declare {WS_FEATURE}: a 1.36 API server "
                        "would translate to SPDY for it, which the stand-in does not offer")
     if request.headers.get("Upgrade", "").lower() != "websocket":
         raise bad_request("Upgrade request required" if "Upgrade" not in request.headers else

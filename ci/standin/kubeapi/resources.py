@@ -2,7 +2,7 @@
 
 kubectl refuses to work without discovery ("Couldn't get current server API group list"), and
 helm and client-go map kinds to paths through it, so every type listed here is announced with
-its verbs, short names and subresources as kube-apiserver 1.37 announces it. Types without
+its verbs, short names and subresources as kube-apiserver 1.36 announces it. Types without
 special rules are stored and validated only (no controllers run).
 """
 
@@ -11,12 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-VERSION = {"major": "1", "minor": "37", "emulationMajor": "1", "emulationMinor": "37",
-           "minCompatibilityMajor": "1", "minCompatibilityMinor": "36",
-           "gitVersion": "v1.37.1-standin", "gitCommit": "0000000000000000000000000000000000000000",
+#: The control-plane image's kube-apiserver (hpkctl/controlplane/versions.py: KUBERNETES) is the version
+#: modelled, so that "passes against the stand-in" speaks of the server users get from ``hpkctl start``
+#: (tests/standin/test_standin_units.py fails when the two part).
+VERSION = {"major": "1", "minor": "36", "emulationMajor": "1", "emulationMinor": "36",
+           "minCompatibilityMajor": "1", "minCompatibilityMinor": "35",
+           "gitVersion": "v1.36.0-standin", "gitCommit": "0000000000000000000000000000000000000000",
            "gitTreeState": "clean", "buildDate": "2026-10-01T00:00:00Z", "goVersion": "go1.25.3",
            "compiler": "gc", "platform": "linux/amd64"}
-SCHEMA_VERSION = "1.37.0"
+SCHEMA_VERSION = "1.36.0"  # kubernetes-validate's schemas of that release
 
 RW = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
@@ -100,6 +103,11 @@ TYPES: list[ResourceType] = [
     _t("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
     _t("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False),
     _t("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False),
+    # kubectl lists CRDs before it says "no matches for kind ... ensure CRDs are installed first":
+    # served, always empty; the stand-in serves no custom resources, so it refuses to store one
+    _t("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False,
+       short_names=("crd", "crds"), categories=("api-extensions",), subresources=("status",),
+       unconditional_update=False, extra={"read_only": True}),
     # answered, never stored (kubectl auth can-i / whoami)
     _t("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", namespaced=False,
        verbs=("create",), extra={"virtual": True}),

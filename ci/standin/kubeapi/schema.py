@@ -3,7 +3,7 @@
 kubernetes-validate ships the OpenAPI of each Kubernetes version as JSON Schema (strict variant:
 ``additionalProperties: false``) plus ``_definitions.json`` with every ``x-kubernetes-patch-*``
 and list-map key. Using it instead of hand-written tables keeps the stand-in honest: what the real
-1.37 server rejects as an unknown field, a wrong type or a missing required field, this rejects
+1.36 server rejects as an unknown field, a wrong type or a missing required field, this rejects
 too, and strategic merge uses the real merge keys. Go-level rules (names, immutability) are in
 ``strategies``/``pods``.
 """

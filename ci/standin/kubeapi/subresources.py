@@ -82,6 +82,8 @@ def bind(srv: "Server", ns: str, name: str, body: dict[str, Any]) -> None:
         raise conflict("pods/binding", "", name, f"pod {name} is being deleted, cannot be assigned to a host")
     if pod["spec"].get("nodeName"):
         raise conflict("pods/binding", "", name, f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+    if pod["spec"].get("schedulingGates"):
+        raise conflict("pods/binding", "", name, f"pod {name} has non-empty .spec.schedulingGates")
     pod["spec"]["nodeName"] = target["name"]
     for k, v in ((body.get("metadata") or {}).get("annotations") or {}).items():
         pod["metadata"].setdefault("annotations", {})[k] = v
