@@ -18,8 +18,8 @@ its kubelet when the control plane comes back at another address.
 :meth:`Cluster.stop` cancels waiting successors, then stops the kubelet job and the control-plane job the
 way ``hpkctl delete`` stops a pod: ``scancel --signal=TERM --batch`` (the batch shell is the bootstrap,
 which stops its components in reverse order), a bounded wait, then ``scancel``. With ``all_pods`` the
-kubelet's pods' jobs are stopped too (found in the kubelet's records and, while the API answers, in the
-pods' ``hpk.io/slurm-job-id`` annotations).
+kubelet's pods' jobs are stopped too (found in the kubelet's records, cross-checked with the uid in each
+job's comment; never from the pods' ``hpk.io/slurm-job-id`` annotations, which pod authors can write).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from hpkctl.jobs import JobInfo, Slurm, SlurmError
 from hpkctl.jobs.states import PENDING_STATES, TERMINAL_STATES
 from hpkctl.kube import Kube, KubeError, KubeUnavailable
 from hpkctl.kube.client import lease_path, node_path
+from hpkctl.pod.flags import uid_from_comment
 from hpkctl.sites.schema import SiteProfile, slurm_time_to_seconds
 
 Say = Callable[[str], None]
@@ -129,6 +130,7 @@ class PodRow:
     job_id: str
     job_state: str = ""
     job_node: str = ""
+    uid: str = ""
 
 
 @dataclass
@@ -457,6 +459,12 @@ class Cluster:
         finally:
             if kube is not None:
                 kube.close()
+        if st.pods:  # job ids from the kubelet's records, not from annotations pod authors can write
+            try:
+                recorded = self._recorded_jobs()[0]
+            except SlurmError:
+                recorded = {}
+            st.pods = [PodRow(p.namespace, p.name, p.phase, recorded.get(p.uid, ""), uid=p.uid) for p in st.pods]
         ids = [p.job_id for p in st.pods if p.job_id]
         if ids:
             try:
@@ -465,7 +473,7 @@ class Cluster:
                 infos = {}
             st.pods = [PodRow(p.namespace, p.name, p.phase, p.job_id,
                               infos[p.job_id].state if p.job_id in infos else ("gone" if p.job_id else ""),
-                              infos[p.job_id].nodes if p.job_id in infos else "") for p in st.pods]
+                              infos[p.job_id].nodes if p.job_id in infos else "", uid=p.uid) for p in st.pods]
         return st
 
     # ------------------------------------------------------------------ stop
@@ -503,26 +511,33 @@ class Cluster:
         self.say(f"{what}: Slurm job {job_id} ended ({state})")
         return what, job_id, state
 
-    def _pod_jobs(self) -> list[str]:
-        """Job ids of the kubelet's pods: its records, the API's annotations, and jobs whose comment
-        names a recorded pod's uid (a record written just before sbatch)."""
-        ids: dict[str, None] = {}
-        uids: set[str] = set()
+    def _recorded_jobs(self) -> tuple[dict[str, str], set[str]]:
+        """The kubelet's own records, never the pods' ``hpk.io/slurm-job-id`` annotation (any pod author
+        can set that to another job of this user, issue 20.10): ``({uid: job id}, uids of records
+        still being submitted)``. A recorded job id counts only while Slurm either no longer lists
+        the job or lists it with that pod's uid in its comment."""
+        listed = {j.job_id: j.comment for j in self.slurm.user_jobs()}
+        jobs: dict[str, str] = {}
+        submitting: set[str] = set()
         records = Path(os.path.expanduser(self.profile.pods.state_dir)) / "kubelet" / self.node_name / "pods"
         for path in sorted(records.glob("*.json")):
             rec = _read_json(path)  # hpkctl.kubelet.records.PodRecord, read as plain JSON (a sibling layer)
             if rec is None or rec.get("state") not in ("submitting", "submitted"):
                 continue
-            uids.add(str(rec.get("uid", "")))
-            if rec.get("job_id"):
-                ids[str(rec["job_id"])] = None
-        st = self.status(pods=True) if read_endpoint(self.layout.root) else None
-        for p in st.pods if st else []:
-            if p.job_id:
-                ids[p.job_id] = None
+            uid, job_id = str(rec.get("uid", "")), str(rec.get("job_id", "") or "")
+            if not job_id:
+                submitting.add(uid)
+            elif job_id not in listed or uid_from_comment(listed[job_id]) == uid:
+                jobs[uid] = job_id
+        return jobs, submitting
+
+    def _pod_jobs(self) -> list[str]:
+        """Job ids of the kubelet's pods that Slurm still runs: the records' (``_recorded_jobs``), and
+        jobs whose comment names the uid of a record written just before sbatch."""
+        recorded, submitting = self._recorded_jobs()
+        ids = dict.fromkeys(recorded.values())
         for j in self.slurm.user_jobs():
-            first = j.comment.split(maxsplit=1)[0] if j.comment.strip() else ""
-            if first.startswith("hpk-uid=") and first[len("hpk-uid="):] in uids and j.state not in TERMINAL_STATES:
+            if (uid_from_comment(j.comment) or "") in submitting and j.state not in TERMINAL_STATES:
                 ids[j.job_id] = None
         return list(ids)
 
@@ -573,12 +588,13 @@ def _condition(obj: dict[str, Any], kind: str) -> str:
 
 
 def _pod_row(pod: dict[str, Any]) -> PodRow:
+    """A pod of the node as the API lists it; its job id is filled in from the kubelet's records."""
     meta = pod.get("metadata") or {}
-    job = str((meta.get("annotations") or {}).get("hpk.io/slurm-job-id", ""))
     phase = str((pod.get("status") or {}).get("phase", "")) or "Pending"
     if meta.get("deletionTimestamp"):
         phase = "Terminating"
-    return PodRow(str(meta.get("namespace", "")), str(meta.get("name", "")), phase, job)
+    return PodRow(str(meta.get("namespace", "")), str(meta.get("name", "")), phase, "", uid=str(meta.get("uid", "")))
+
 
 
 __all__ = ["Cluster", "ClusterError", "ClusterJob", "ClusterJobs", "ClusterStatus", "PHASES", "PodRow", "duration",

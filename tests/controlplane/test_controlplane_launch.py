@@ -522,6 +522,41 @@ def test_stop_all_finds_the_pods_jobs_in_the_kubelets_records(tmp_path: Path) ->
     assert any("pods: stopping 2 Slurm job(s)" in s for s in said)
 
 
+def test_a_bait_pods_annotation_never_names_a_job_to_stop_or_show(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20.10: a tenant's pod carries ``hpk.io/slurm-job-id`` of an unrelated job of the owner
+    (30, hpkctl run's); ``stop --all`` must not cancel it and ``status`` must not show it as the pod's.
+    A record naming a job whose comment carries another uid does not count either."""
+    slurm = FakeSlurm()
+    cluster, said = fake_cluster(tmp_path, slurm)
+    slurm.add("11", job_comment(KUBELET, cluster.cid, site="ci"))
+    slurm.add("20", "hpk-uid=u1 hpk-pod=default/a")
+    slurm.add("30", "hpk-uid=mine hpk-pod=default/unrelated")
+    records = tmp_path / "state" / "kubelet" / "hpk" / "pods"
+    records.mkdir(parents=True)
+    (records / "u1.json").write_text(json.dumps({"uid": "u1", "state": "submitted", "job_id": "20"}))
+    (records / "u2.json").write_text(json.dumps({"uid": "u2", "state": "submitted", "job_id": "30"}))
+    pods = [{"metadata": {"namespace": "default", "name": "a", "uid": "u1"}, "status": {"phase": "Running"}},
+            {"metadata": {"namespace": "tenant", "name": "bait", "uid": "u3",
+                          "annotations": {"hpk.io/slurm-job-id": "30"}}, "status": {"phase": "Running"}}]
+
+    class FakeKube:
+        def __init__(self, *a: Any, **kw: Any) -> None: ...
+
+        def get(self, path: str, **kw: Any) -> dict[str, Any]:
+            return {"items": pods} if path == "/api/v1/pods" else {"status": {"conditions": []}}
+
+        def close(self) -> None: ...
+
+    monkeypatch.setattr(lifecycle, "Kube", FakeKube)
+    monkeypatch.setattr(lifecycle, "read_endpoint", lambda root: {"server": "https://x"})
+    rows = {(p.namespace, p.name): p.job_id for p in cluster.status().pods}
+    assert rows == {("default", "a"): "20", ("tenant", "bait"): ""}
+    cluster.stop(all_pods=True)
+    assert slurm.jobs["30"]["state"] == "RUNNING"
+    assert [c[1] for c in slurm.calls if c[0] == "cancel"][:2] == ["11", "20"]
+
+
 def test_status_without_an_endpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from hpkctl.cli.launch import print_cluster
 
