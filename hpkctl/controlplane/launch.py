@@ -11,7 +11,7 @@ this host's hpkctl directly. The kubelet job always runs this host's hpkctl: it 
 
 What every job gets (each option an ``#SBATCH`` line):
 
-* ``--job-name=hpk-controlplane-<id>`` / ``hpk-kubelet-<id>`` and ``--comment=hpk-controlplane
+* ``--job-name=hpk_controlplane_<id>`` / ``hpk_kubelet_<id>`` (never a pod's job name) and ``--comment=hpk-controlplane
   hpk-cluster=<id> ...``: ``<id>`` is a short hash of the state directory, so one user's several
   clusters (profiles with their own ``[controlplane] state_dir``) never mix, and ``squeue --me``
   finds the jobs (:func:`parse_comment`);
@@ -66,7 +66,10 @@ def cluster_id(state_dir: str) -> str:
 
 
 def job_name(kind: str, cid: str) -> str:
-    return f"{kind}-{cid}"
+    """``hpk_controlplane_<id>`` / ``hpk_kubelet_<id>``: with ``_``, which no pod name (a DNS subdomain)
+    and so no pod's job name can hold, so a pod named ``hpk-kubelet-<id>`` never joins the cluster's
+    ``--dependency=singleton`` queue (issue 20.11)."""
+    return f"{kind.replace('-', '_')}_{cid}"
 
 
 def job_comment(kind: str, cid: str, *, site: str) -> str:

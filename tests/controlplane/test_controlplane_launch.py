@@ -34,8 +34,8 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from hpkctl.cli import main
 from hpkctl.controlplane import doctor, launch, lifecycle
-from hpkctl.controlplane.launch import (CONTROLPLANE, KUBELET, cluster_id, job_comment, job_options, parse_comment,
-                                        render_jobs)
+from hpkctl.controlplane.launch import (CONTROLPLANE, KUBELET, cluster_id, job_comment, job_name, job_options,
+                                        parse_comment, render_jobs)
 from hpkctl.controlplane.lifecycle import Cluster, ClusterError, ClusterJob, ClusterJobs, takeover_window
 from hpkctl.controlplane.versions import ARTIFACTS
 from hpkctl.errors import HpkError
@@ -145,12 +145,12 @@ def test_directives_host() -> None:
     p = host_profile()
     cid = cluster_id("/hpk/cp")
     d = _directives(render_jobs(p, site="ci", python=PYTHON).controlplane)
-    assert d == [f"--job-name=hpk-controlplane-{cid}", f'--comment="hpk-controlplane hpk-cluster={cid} site=ci"',
+    assert d == [f"--job-name=hpk_controlplane_{cid}", f'--comment="hpk-controlplane hpk-cluster={cid} site=ci"',
                  "--output=/hpk/cp/logs/controlplane-job-%j.out", "--chdir=/hpk/cp", "--nodes=1", "--ntasks=1",
                  "--cpus-per-task=2", "--mem=4G", "--time=1-00:00:00", "--signal=B:TERM@120",
                  "--dependency=singleton", "--partition=debug"]
     k = _directives(render_jobs(p, site="ci", python=PYTHON).kubelet)
-    assert k[0] == f"--job-name=hpk-kubelet-{cid}" and "--cpus-per-task=1" in k and "--mem=2G" in k
+    assert k[0] == f"--job-name=hpk_kubelet_{cid}" and "--cpus-per-task=1" in k and "--mem=2G" in k
     assert "--output=/hpk/cp/logs/kubelet-job-%j.out" in k and "--dependency=singleton" in k
 
 
@@ -520,6 +520,19 @@ def test_stop_all_finds_the_pods_jobs_in_the_kubelets_records(tmp_path: Path) ->
     assert order[0] == "11" and set(order[1:3]) == {"20", "21"} and "22" not in order
     assert slurm.jobs["22"]["state"] == "RUNNING"
     assert any("pods: stopping 2 Slurm job(s)" in s for s in said)
+
+
+@pytest.mark.parametrize("kind", [CONTROLPLANE, KUBELET])
+def test_no_pod_can_share_a_job_name_with_the_cluster(kind: str) -> None:
+    """Issue 20.11: the cluster's jobs wait for each other with --dependency=singleton, by name. A pod
+    named like one (``hpk-kubelet-<id>``) must not join that queue: the cluster's job names hold a
+    character no pod name (a DNS subdomain), and so no pod's --job-name, can hold."""
+    from hpkctl.pod.fieldtypes import DNS1123_SUBDOMAIN
+
+    cid = cluster_id("/home/alice/.hpk/controlplane")
+    name = job_name(kind, cid)
+    assert name == f"{kind.replace('-', '_')}_{cid}" and not DNS1123_SUBDOMAIN.fullmatch(name)
+    assert job_name(kind, cid) != f"{kind}-{cid}"
 
 
 def test_a_bait_pods_annotation_never_names_a_job_to_stop_or_show(tmp_path: Path,

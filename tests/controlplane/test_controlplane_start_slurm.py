@@ -212,8 +212,8 @@ def _started(site: Site) -> tuple[str, str]:
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == f"export KUBECONFIG={site.admin}\n"
     active = site.active()
-    cp = [j for j, v in active.items() if v["name"] == f"hpk-controlplane-{site.cid}" and v["state"] == "RUNNING"]
-    kl = [j for j, v in active.items() if v["name"] == f"hpk-kubelet-{site.cid}" and v["state"] == "RUNNING"]
+    cp = [j for j, v in active.items() if v["name"] == f"hpk_controlplane_{site.cid}" and v["state"] == "RUNNING"]
+    kl = [j for j, v in active.items() if v["name"] == f"hpk_kubelet_{site.cid}" and v["state"] == "RUNNING"]
     assert len(cp) == 1 and len(kl) == 1, (active, r.stderr)
     return cp[0], kl[0]
 
@@ -233,7 +233,7 @@ def test_start_runs_both_jobs_and_a_pod_becomes_a_slurm_job(site: Site) -> None:
     # both jobs in squeue, with their names and comments
     active = site.active()
     names = sorted(v["name"] for v in active.values())
-    assert names == [f"hpk-controlplane-{site.cid}", f"hpk-kubelet-{site.cid}"], active
+    assert names == [f"hpk_controlplane_{site.cid}", f"hpk_kubelet_{site.cid}"], active
     for v in active.values():
         assert v["state"] == "RUNNING" and v["comment"].startswith(("hpk-controlplane ", "hpk-kubelet "))
         assert v["comment"].endswith("site=site")

@@ -1,5 +1,5 @@
 #!/bin/bash
-#SBATCH --job-name=hpk-controlplane-85ad1258
+#SBATCH --job-name=hpk_controlplane_85ad1258
 #SBATCH --comment="hpk-controlplane hpk-cluster=85ad1258 site=ci"
 #SBATCH --output=/hpk/cp/logs/controlplane-job-%j.out
 #SBATCH --chdir=/hpk/cp

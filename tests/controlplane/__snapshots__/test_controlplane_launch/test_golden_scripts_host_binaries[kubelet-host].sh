@@ -1,5 +1,5 @@
 #!/bin/bash
-#SBATCH --job-name=hpk-kubelet-85ad1258
+#SBATCH --job-name=hpk_kubelet_85ad1258
 #SBATCH --comment="hpk-kubelet hpk-cluster=85ad1258 site=ci"
 #SBATCH --output=/hpk/cp/logs/kubelet-job-%j.out
 #SBATCH --chdir=/hpk/cp

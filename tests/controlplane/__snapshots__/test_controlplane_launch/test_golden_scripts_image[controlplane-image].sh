@@ -1,5 +1,5 @@
 #!/bin/bash
-#SBATCH --job-name=hpk-controlplane-e984e9f1
+#SBATCH --job-name=hpk_controlplane_e984e9f1
 #SBATCH --comment="hpk-controlplane hpk-cluster=e984e9f1 site=jsc"
 #SBATCH --output=/p/project/x/alice/hpk/controlplane/logs/controlplane-job-%j.out
 #SBATCH --chdir=/p/project/x/alice/hpk/controlplane

@@ -1,5 +1,5 @@
 #!/bin/bash
-#SBATCH --job-name=hpk-kubelet-e984e9f1
+#SBATCH --job-name=hpk_kubelet_e984e9f1
 #SBATCH --comment="hpk-kubelet hpk-cluster=e984e9f1 site=jsc"
 #SBATCH --output=/p/project/x/alice/hpk/controlplane/logs/kubelet-job-%j.out
 #SBATCH --chdir=/p/project/x/alice/hpk/controlplane
