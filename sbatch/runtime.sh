@@ -324,28 +324,30 @@ hpk_restarts() {
   esac
 }
 
-# hpk_oom_kills: how many processes the kernel's OOM killer has killed in the job's memory cgroup
-# (the job_N level Slurm limits, else this process's own): cgroup v2's memory.events counts the
-# whole subtree (an Apptainer cgroup below it too); v1's memory.oom_control counts a cgroup's own
-# tasks only, so the subtree's are added up. 0 where neither can be read.
+# hpk_oom_kills: how many processes the kernel's OOM killer has killed where this pod's containers
+# run. The job's memory cgroup (Slurm's job_N level, else this process's own): cgroup v2's
+# memory.events counts its whole subtree, v1's memory.oom_control a cgroup's own tasks only, so the
+# subtree's are added up. Under cgroup v2 also the slice where rootless Apptainer puts a container
+# it gives cgroup limits (--memory, --apply-cgroups in exec_flags): the scope
+# user.slice:apptainer:PID of the user's systemd manager, outside the job and removed with the
+# container; its slice's counter keeps the kill. HPK_CGROUP_ROOT, HPK_PROC_CGROUP: for tests.
 hpk_oom_kills() {
-  local ctrl path dir n=0 v
+  local root=${HPK_CGROUP_ROOT:-/sys/fs/cgroup} ctrl path dir uid
+  local -a files=()
+  uid=$(id -u)
   while IFS=: read -r _ ctrl path; do
-    case $ctrl in
-      memory) dir=/sys/fs/cgroup/memory ;;
-      "") dir=/sys/fs/cgroup; [ -e "$dir/cgroup.controllers" ] || dir=/sys/fs/cgroup/unified ;;
-      *) continue ;;
-    esac
     [[ $path =~ ^(.*/job_[0-9]+)(/|$) ]] && path=${BASH_REMATCH[1]}
-    if [ "$ctrl" = memory ]; then
-      find "$dir$path" -name memory.oom_control -exec awk '$1 == "oom_kill" { n += $2 } END { print n + 0 }' {} + \
-        2>/dev/null || echo 0
-      return 0
-    fi
-    v=$(sed -n 's/^oom_kill //p' "$dir$path/memory.events" 2>/dev/null)
-    [ -z "$v" ] || n=$v
-  done </proc/self/cgroup
-  printf '%s\n' "$n"
+    case $ctrl in
+      memory)
+        while IFS= read -r -d '' dir; do files+=("$dir"); done \
+          < <(find "$root/memory$path" -name memory.oom_control -print0 2>/dev/null) ;;
+      "")
+        dir=$root
+        [ -e "$dir/cgroup.controllers" ] || dir=$root/unified
+        files+=("$dir$path/memory.events" "$dir/user.slice/user-$uid.slice/user@$uid.service/user.slice/memory.events") ;;
+    esac
+  done <"${HPK_PROC_CGROUP:-/proc/self/cgroup}"
+  cat -- /dev/null ${files[@]+"${files[@]}"} 2>/dev/null | awk '$1 == "oom_kill" { n += $2 } END { print n + 0 }'
 }
 
 # hpk_run NAME POLICY FUNCTION: run a container, restarting it as restartPolicy says, with the
