@@ -12,6 +12,7 @@ import pwd
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,6 +61,18 @@ def wait_for(hpk: Hpk, name: str, site: str, cond: Callable[[str, dict[str, Any]
         time.sleep(0.5)
 
 
+GATED = "until [ -e /gate/go ]; do sleep 0.2; done; "  # the test opens the gate, not a timer that load outruns
+
+
+def gate(hpk: Hpk) -> tuple[Path, list[dict[str, Any]], list[dict[str, Any]]]:
+    """A hostPath directory the container waits in until the test creates ``go``: (dir, volumes, mounts)."""
+    d = hpk.workdir / unique("gate")
+    d.mkdir()
+    d.chmod(0o777)
+    return d, [{"name": "gate", "hostPath": {"path": str(d), "type": "Directory"}}], \
+        [{"name": "gate", "mountPath": "/gate"}]
+
+
 def _row(text: str, name: str) -> list[str]:
     return next(ln.split() for ln in text.splitlines() if ln.startswith(name))
 
@@ -75,14 +88,17 @@ def _delete(hpk: Hpk, name: str, site: str) -> None:
 
 def test_http_readiness_becomes_ready_after_a_delay(fast: Hpk) -> None:
     name, site, port = unique("ready"), SITES["host"], random.randint(20000, 40000)
-    server = httpd("web", f"mkdir -p /tmp/www && echo ok >/tmp/www/ok && sleep 4 && exec httpd -f -p {port} -h /tmp/www",
-                   readinessProbe={"httpGet": {"port": port, "path": "/ok"}, "periodSeconds": 1})
-    r = fast.run(pod(name, [server], restartPolicy="Always"), site=site, extra=("--detach",))
+    d, volumes, mounts = gate(fast)
+    server = httpd("web", f"mkdir -p /tmp/www && echo ok >/tmp/www/ok && {GATED}exec httpd -f -p {port} -h /tmp/www",
+                   readinessProbe={"httpGet": {"port": port, "path": "/ok"}, "periodSeconds": 1},
+                   volumeMounts=mounts)
+    r = fast.run(pod(name, [server], restartPolicy="Always", volumes=volumes), site=site, extra=("--detach",))
     assert r.rc == 0, r.output
     try:
         text, st = wait_for(fast, name, site, lambda t, s: _main(s)["state"].get("running") is not None)
         assert _row(text, name)[1] == "0/1", text
         assert _main(st)["ready"] is False and _main(st)["started"] is True
+        (d / "go").touch()
         text, st = wait_for(fast, name, site, lambda t, s: _row(t, name)[1] == "1/1")
         conds = {c["type"]: c["status"] for c in st["status"]["conditions"]}
         assert conds["Ready"] == "True" and conds["ContainersReady"] == "True", conds
@@ -113,14 +129,16 @@ def test_failing_liveness_probe_restarts_the_container(fast: Hpk) -> None:
 
 def test_exec_startup_probe_gates_started_and_ready(fast: Hpk) -> None:
     name, site = unique("startup"), SITES["host"]
-    app = httpd("app", "sleep 3; touch /tmp/started; exec sleep 300",
+    d, volumes, mounts = gate(fast)
+    app = httpd("app", f"{GATED}touch /tmp/started; exec sleep 300",
                 startupProbe={"exec": {"command": ["test", "-e", "/tmp/started"]}, "periodSeconds": 1,
-                              "failureThreshold": 30})
-    r = fast.run(pod(name, [app], restartPolicy="Always"), site=site, extra=("--detach",))
+                              "failureThreshold": 300}, volumeMounts=mounts)
+    r = fast.run(pod(name, [app], restartPolicy="Always", volumes=volumes), site=site, extra=("--detach",))
     assert r.rc == 0, r.output
     try:
         text, st = wait_for(fast, name, site, lambda t, s: _main(s)["state"].get("running") is not None)
         assert (_main(st)["started"], _main(st)["ready"]) == (False, False), st
+        (d / "go").touch()
         text, st = wait_for(fast, name, site, lambda t, s: _main(s)["started"])
         wait_for(fast, name, site, lambda t, s: _main(s)["ready"] and _row(t, name)[1] == "1/1")
     finally:

@@ -252,7 +252,8 @@ def test_exec_words_reach_the_command_byte_for_byte(tmp_path_factory: pytest.Tem
     out = tmp / "argv"
     cmd = ["python3", "-c", "import sys; open(sys.argv[1], 'wb').write(b'\\0'.join(a.encode('utf-8', "
            "'surrogateescape') for a in sys.argv[2:]))", str(out), *words]
-    [(_, rc, _)] = _once(tmp, livenessProbe={"exec": {"command": cmd}})
+    # the words are the point, not the 1 s default timeout, which a python3 start on a loaded machine exceeds
+    [(_, rc, _)] = _once(tmp, livenessProbe={"exec": {"command": cmd}, "timeoutSeconds": 60})
     assert rc == 0
     assert out.read_bytes() == b"\0".join(w.encode() for w in words)
 
@@ -266,7 +267,7 @@ def test_http_paths_and_headers_reach_the_server_byte_for_byte(tmp_path_factory:
     srv = Server()
     try:
         [(_, rc, msg)] = _once(tmp, readinessProbe={"httpGet": {"port": srv.port, "path": "/" + path, "httpHeaders": [
-            {"name": n, "value": v} for n, v in headers]}})
+            {"name": n, "value": v} for n, v in headers]}, "timeoutSeconds": 60})
     finally:
         srv.close()
     assert rc == 0, msg
