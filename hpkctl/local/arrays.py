@@ -85,6 +85,7 @@ class WorkloadFile:
     indexed: bool
     retries: bool
     pods: list[Member] = field(default_factory=list)
+    backoff_limit_per_index: int | None = None  # a Job's spec.backoffLimitPerIndex (None: not set)
 
     @classmethod
     def read(cls, array_dir: str | Path) -> WorkloadFile:
@@ -143,7 +144,7 @@ def build_array(profile: SiteProfile, manifest: Manifest, template: dict[str, An
                      active_deadline=workload.active_deadline or 0)
     script = render_array(plan)
     info = WorkloadFile(kind=workload.kind, name=workload.name, namespace=namespace, count=workload.count,
-                        indexed=workload.indexed, retries=job,
+                        indexed=workload.indexed, retries=job, backoff_limit_per_index=workload.backoff_limit_per_index,
                         pods=[Member(name=p["metadata"]["name"], uid=p["metadata"]["uid"], dir=r.plan.pod_dir)
                               for p, r in zip(members, rendered)])
     return members, rendered, script, info, uid, array_dir
@@ -210,6 +211,7 @@ class ArrayStatus:
     succeeded: int
     failed: int  # failed pods (each failed run of an index counts)
     indexes: list[IndexStatus]
+    failed_indexes: list[int] | None = None  # with backoffLimitPerIndex: the indexes that used up their limit
 
     @property
     def finished(self) -> bool:
@@ -220,6 +222,8 @@ class ArrayStatus:
         if self.kind == "Job":
             done = [i.index for i in self.indexes if i.result == SUCCEEDED]
             status["completedIndexes"] = _ranges(done)
+            if self.failed_indexes is not None:  # the Job API has it only with backoffLimitPerIndex
+                status["failedIndexes"] = _ranges(self.failed_indexes)
             if self.phase in ("Complete", "Failed"):
                 status["conditions"] = [{"type": self.phase, "status": "True", "reason": self.reason,
                                          "message": self.message}]
@@ -306,8 +310,10 @@ def array_status(rec: RunRecord, jobs: Mapping[str, JobInfo | None], *,
         message = f"pods of index {', '.join(bad)} did not succeed"
     elif active or any(x.result is not None for x in indexes):
         phase = "Running"
+    limit = info.backoff_limit_per_index
+    failed_indexes = None if limit is None else [x.index for x in indexes if x.result == FAILED and x.attempts > limit]
     return ArrayStatus(kind=info.kind, phase=phase, reason=reason, message=message, active=active,
-                       succeeded=succeeded, failed=failed, indexes=indexes)
+                       succeeded=succeeded, failed=failed, indexes=indexes, failed_indexes=failed_indexes)
 
 
 def follow_array(slurm: Slurm, rec: RunRecord, states: Callable[[list[str]], dict[str, JobInfo | None]], *,

@@ -80,6 +80,7 @@ def test_indexed_job_of_20_at_parallelism_4_runs_each_index_once(fast: Hpk) -> N
     assert st["kind"] == "Job"
     status = st["status"]
     assert (status["succeeded"], status["failed"], status["active"], status["completedIndexes"]) == (20, 0, 0, "0-19")
+    assert "failedIndexes" not in status  # only with backoffLimitPerIndex
     assert status["conditions"] == [{"type": "Complete", "status": "True", "reason": "CompletionsReached",
                                      "message": ""}]
     assert [p["name"] for p in status["pods"]] == [f"{name}-{i}" for i in range(20)]
@@ -138,6 +139,23 @@ def test_failed_job_with_elements_that_never_ran_ends_with_its_result_and_status
     for args in (("status", "-A", "--json"), ("status",)):  # every run of the user, this one among them
         listing = fast.hpkctl(*args, "--site", FAST_SITE)
         assert listing.rc == 0 and name in listing.stdout, listing.output
+    assert fast.hpkctl("delete", name, "--site", FAST_SITE).rc == 0
+
+
+def test_backoff_limit_per_index_reports_failed_indexes(fast: Hpk) -> None:
+    """Issue 22.14: an Indexed Job with backoffLimitPerIndex 1 whose index 1 always fails: that index
+    runs twice, the others once; status --json has failedIndexes "1" beside completedIndexes "0,2",
+    as the Job API has them (a Job without backoffLimitPerIndex has no failedIndexes)."""
+    out = _out(fast)
+    name = unique("pidx")
+    script = 'echo run >>"/out/runs-$JOB_COMPLETION_INDEX"; [ "$JOB_COMPLETION_INDEX" != 1 ]'
+    r = fast.run(job(name, script, out, completions=3, parallelism=3, completionMode="Indexed",
+                     backoffLimitPerIndex=1), site=FAST_SITE)
+    assert r.rc == 1, r.output
+    assert (out / "runs-1").read_text() == "run\n" * 2 and (out / "runs-0").read_text() == "run\n", r.output
+    status = _status(fast, name)["status"]
+    assert (status["completedIndexes"], status["failedIndexes"]) == ("0,2", "1"), status
+    assert status["conditions"][0]["type"] == "Failed", status
     assert fast.hpkctl("delete", name, "--site", FAST_SITE).rc == 0
 
 
