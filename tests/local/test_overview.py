@@ -45,8 +45,8 @@ def test_one_odd_record_shows_its_problem_and_the_others_their_status(tmp_path: 
     records = [_record(tmp_path, "a", "11"), _record(tmp_path, "b", "12"), _record(tmp_path, "c", "13")]
     slurm: Any = OddSlurm("12")
     got = run_statuses(slurm, records, {})
-    assert [s.phase for s in got] == ["Running", "Unknown", "Running"]
-    assert got[1].reason == STATUS_UNREADABLE
+    assert [s.reason == STATUS_UNREADABLE for s in got] == [False, True, False]
+    assert got[1].phase == "Unknown" and got[0].job is not None and got[0].job.state == "RUNNING"
     assert "squeue failed" in got[1].message and "hpkctl delete b -n default" in got[1].message
     assert slurm.calls[0] == ["11", "12", "13"]  # one squeue for all first
 
@@ -54,5 +54,6 @@ def test_one_odd_record_shows_its_problem_and_the_others_their_status(tmp_path: 
 def test_one_squeue_for_all_when_nothing_is_odd(tmp_path: Path) -> None:
     records = [_record(tmp_path, "a", "11"), _record(tmp_path, "b", "12")]
     slurm: Any = OddSlurm("99")
-    assert [s.phase for s in run_statuses(slurm, records, {})] == ["Running", "Running"]
+    got = run_statuses(slurm, records, {})
+    assert [s.job.state if s.job else None for s in got] == ["RUNNING", "RUNNING"]
     assert slurm.calls == [["11", "12"]]
