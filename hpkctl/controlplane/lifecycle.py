@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpkctl.files import write_atomic
+from hpkctl.files import ExclusiveLock, LockHeld, private_dirs, write_atomic
 from hpkctl.controlplane.bootstrap import Layout, read_endpoint
 from hpkctl.controlplane.health import Probe
 from hpkctl.controlplane.launch import (
@@ -257,13 +257,32 @@ class Cluster:
             raise ClusterError(f"the control-plane image {scripts.image} is not built",
                                hint=f"build it: hpkctl build --site {self.site} (or set [controlplane] bin_dir to "
                                     "where the binaries are on the compute nodes)")
-        jobs = self.jobs()
-        self._successors(jobs, scripts, force=takeover)
-        job_id, cp = self._ensure(jobs, CONTROLPLANE, scripts, label="control plane", script="controlplane.sh")
-        self._wait_controlplane(job_id, deadline, known=cp)
-        kjob, kubelet = self._ensure(jobs, KUBELET, scripts, label="kubelet", script="kubelet.sh")
-        self._wait_node(kjob, deadline, known=kubelet)
+        with self._start_lock(deadline):
+            jobs = self.jobs()
+            self._successors(jobs, scripts, force=takeover)
+            job_id, cp = self._ensure(jobs, CONTROLPLANE, scripts, label="control plane", script="controlplane.sh")
+            self._wait_controlplane(job_id, deadline, known=cp)
+            kjob, kubelet = self._ensure(jobs, KUBELET, scripts, label="kubelet", script="kubelet.sh")
+            self._wait_node(kjob, deadline, known=kubelet)
         return self.status()
+
+    def _start_lock(self, deadline: float) -> ExclusiveLock:
+        """One ``hpkctl start`` per state directory at a time (issue 20.14: two at once each submitted
+        the cluster's jobs): a second one waits for the first, then finds its jobs running."""
+        lock = ExclusiveLock(private_dirs(self.layout.root) / "start.lock")
+        said = False
+        while True:
+            try:
+                return lock.acquire()
+            except LockHeld as e:
+                if not said:
+                    self.say(f"waiting for the other hpkctl start (pid {e.holder or 'unknown'}) of this cluster")
+                    said = True
+                if self.clock() >= deadline:
+                    raise ClusterError(f"another hpkctl start (pid {e.holder or 'unknown'}) of the cluster in "
+                                       f"{self.layout.root} still runs after the --timeout",
+                                       hint="wait for it, then 'hpkctl status'") from None
+                self.sleep(1.0)
 
     def _ensure(self, jobs: ClusterJobs, kind: str, scripts: JobScripts, *, label: str,
                 script: str) -> tuple[str, ClusterJob | None]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpkctl.errors import HpkError
+from hpkctl.files import ExclusiveLock, LockHeld
 from hpkctl.jobs import Slurm
 from hpkctl.kube import Kube, KubeError, KubeUnavailable
 from hpkctl.kube.events import EventRecorder
@@ -64,6 +65,7 @@ class Kubelet:
         state = Path(os.path.expanduser(profile.pods.state_dir)) / "kubelet" / opts.node_name
         self.state_dir = state
         self.records = Records(state)
+        self.lock = ExclusiveLock(state / "kubelet.lock")
         self.recorder = EventRecorder(self.kube, component="kubelet", host=opts.node_name)
         self.pods = PodManager(kube=self.kube, slurm=self.slurm, profile=profile, node_name=opts.node_name,
                                records=self.records, recorder=self.recorder, host_ip=self.address)
@@ -146,6 +148,12 @@ class Kubelet:
         return ip
 
     def start(self) -> None:
+        try:
+            self.lock.acquire()  # one kubelet per node and state directory, or both submit every pod
+        except LockHeld as e:
+            raise HpkError(f"another kubelet (pid {e.holder or 'unknown'}) already serves node {self.opts.node_name} "
+                           f"from {self.state_dir}", hint="stop that one first, or give this one its own --node-name "
+                           "and [pods] state_dir") from None
         self.check_identity()
         self.refresh_dns()
         self.pods.load_records()
@@ -191,6 +199,7 @@ class Kubelet:
             self.server.stop()
         for t in (*self._loops, self.reporter.thread, self.lease.thread):
             t.join(5)
+        self.lock.release()
         log.info("kubelet stopped; the pods' Slurm jobs keep running")
 
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from hpkctl.files import write_atomic
+from hpkctl.files import private_dirs, write_atomic
 
 SUBMITTING = "submitting"  # the pod directory may exist; a job may exist (look for its uid)
 SUBMITTED = "submitted"  # job_id is the pod's job
@@ -37,8 +37,7 @@ class Records:
     """The record files of one node. Writes are atomic (temporary file, fsync, rename)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root / "pods"
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.root = private_dirs(root / "pods")
 
     def path(self, uid: str) -> Path:
         if not uid or "/" in uid or uid.startswith("."):

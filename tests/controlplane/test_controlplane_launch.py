@@ -441,6 +441,24 @@ def test_failed_bootstrap_is_reported_with_component_and_log(tmp_path: Path) -> 
     assert stat.S_IMODE(lay.logs.stat().st_mode) == 0o700
 
 
+def test_a_second_start_waits_for_the_first_and_submits_nothing_meanwhile(tmp_path: Path) -> None:
+    """Issue 20.14: two concurrent ``hpkctl start`` each submitted the cluster's jobs. The second
+    waits on the state directory's lock (naming the first's pid) and submits nothing while it is held."""
+    from hpkctl.files import ExclusiveLock
+
+    slurm = FakeSlurm()
+    clock = iter(range(0, 10_000, 1))
+    cluster, said = fake_cluster(tmp_path, slurm)
+    cluster.clock = lambda: float(next(clock))
+    cluster.layout.root.mkdir(parents=True)
+    with ExclusiveLock(cluster.layout.root / "start.lock"):  # the first start, still running
+        with pytest.raises(ClusterError) as e:
+            cluster.start(timeout=5)
+    assert f"another hpkctl start (pid {os.getpid()})" in str(e.value)
+    assert f"waiting for the other hpkctl start (pid {os.getpid()}) of this cluster" in said
+    assert slurm.calls == []
+
+
 def test_a_job_that_ends_early_names_its_output(tmp_path: Path) -> None:
     slurm = FakeSlurm()
     cluster, _ = fake_cluster(tmp_path, slurm)

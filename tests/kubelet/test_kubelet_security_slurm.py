@@ -98,3 +98,20 @@ def test_the_kubelet_api_serves_only_the_api_server(cluster: Cluster, tmp_path: 
         with pytest.raises(requests.exceptions.ConnectionError):
             requests.get(f"https://{other}:{port}/healthz", cert=scheduler, verify=False, timeout=5)
     cluster.kubectl("delete", "pod", "authz-target", "--wait=false")
+
+
+def test_a_second_kubelet_for_the_same_node_is_refused_with_the_holders_pid(cluster: Cluster) -> None:
+    """Issue 20.17: two kubelets for one node and state directory would each submit a job for every
+    pod. The second is refused at start, naming the first one's pid; the first keeps serving."""
+    assert cluster.kubelet is not None
+    second = cluster._spawn("kubelet2", "kubelet", "--site", str(cluster.profile), "--kubeconfig",
+                            str(cluster.api.state / "kubelet.kubeconfig"), "--port", "0", "--address", "127.0.0.1")
+    try:
+        rc = second.wait(timeout=60)
+    finally:
+        cluster.stop_process(second)
+    out = cluster.log("kubelet2")
+    holder = (cluster.root / "hpk-state" / "kubelet" / "hpk" / "kubelet.lock").read_text().strip()
+    assert rc != 0 and f"another kubelet (pid {holder}) already serves node hpk" in out, out
+    assert cluster.kubelet.poll() is None and cluster.node_ready()
+    assert oct((cluster.root / "hpk-state" / "kubelet").stat().st_mode & 0o777) == "0o700"
