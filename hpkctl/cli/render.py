@@ -18,11 +18,13 @@ if TYPE_CHECKING:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("render", help="print the sbatch script for a manifest (dry run, submits nothing)")
-    p.add_argument("-f", "--filename", required=True, help="manifest: Pod, Job or Deployment (+ ConfigMaps/Secrets)")
+    p.add_argument("-f", "--filename", help="manifest: Pod, Job or Deployment (+ ConfigMaps/Secrets)")
     add_site(p)
     p.add_argument("--out", help="also write the pod directory here (as the job would see it); must be new, "
                                  "empty, or a pod directory an earlier --out wrote (nothing else is ever removed)")
     p.add_argument("--pod", help="which pod template to use when the file holds several")
+    p.add_argument("--runtime", action="store_true",
+                   help="print the hpkctl runtime every job script sources (the same for every pod), not a script")
     p.set_defaults(func=cmd_render)
 
 
@@ -40,6 +42,17 @@ def _dry_run_profile(site: str) -> SiteProfile:
         return load_site(site, expand=False)
 
 
+def _print_runtime(profile: SiteProfile) -> int:
+    from hpkctl.pod.runtimefile import current_runtime, runtime_for
+
+    runtime = current_runtime()
+    sys.stdout.write(runtime.data.decode())
+    where = runtime_for(profile)
+    print(f"hpkctl: this is {where} (sha256 {runtime.sha256}), which every job script of site "
+          f"{profile.name} sources", file=sys.stderr)
+    return 0
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     from hpkctl.cli import EXIT_ERROR
     from hpkctl.local.arrays import build_array, workload_of
@@ -48,6 +61,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     from hpkctl.pod import render_pod, write_pod_dir
 
     profile = _dry_run_profile(site_of(args, announce=True))
+    if args.runtime:
+        return _print_runtime(profile)
+    if not args.filename:
+        print("hpkctl: error: render needs -f MANIFEST (or --runtime)", file=sys.stderr)
+        return EXIT_ERROR
     manifest = load_manifest(args.filename, dry_run=True)
     pod = select_pod(manifest, args.pod)
     warnings = pod_warnings(manifest, pod)  # select_pod validated it; these are the workload's fields
@@ -74,6 +92,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     for warning in warnings + rendered.warnings:
         print(f"hpkctl: warning: {warning}", file=sys.stderr)
     sys.stdout.write(rendered.script)
+    print(f"\n# The script sources the hpkctl runtime {rendered.runtime} (sbatch/runtime.sh, the same for every "
+          "pod; submitting installs it; 'hpkctl render --runtime' prints it)")
     if rendered.files:
         print("\n# Files hpkctl writes into the pod directory before submitting:")
         for rel, (data, mode) in sorted(rendered.files.items()):

@@ -3,8 +3,9 @@
 ``<state_dir>/pods/<uid>/`` belongs to one pod. hpkctl writes ``job/`` and ``env/`` before
 submission; the job writes ``status/``, ``logs/``, ``run/``, ``etc/`` and ``tmp/``. Status files are
 text, one value and a trailing newline, written as temp file + ``mv`` so readers never see half a
-value (DEVELOPERS.md lists what each one means). The job script (``sbatch/runtime.sh``) writes
-them under the same names; tests/pod/test_status_protocol.py checks that writer and reader agree.
+value (DEVELOPERS.md lists what each one means). The job (``sbatch/runtime.sh``, and the job
+script's own refusals in ``sbatch/pod.sh.j2``) writes them under the same names;
+tests/pod/test_status_protocol.py checks that writer and reader agree.
 """
 
 from __future__ import annotations
@@ -52,6 +53,16 @@ LAST_PROBE_KILL = "last-probe-kill"
 #: Secret values the script refers to as ``"${HPK_SECRETS[i]}"`` (``$(VAR)`` of a Secret-backed
 #: variable in command/args/workingDir): NUL-separated, 0600, loaded by the job; never in job.sh.
 SECRETS_FILE = "env/secrets"
+
+
+#: The hpkctl runtime (``sbatch/runtime.sh``) that job scripts source, one file per version and
+#: content under the profile's state directory (``hpkctl.pod.runtimefile`` installs it; never deleted).
+RUNTIME_DIR = "runtime"
+
+
+def runtime_path(state_dir: str, version: str, sha256: str) -> str:
+    """``<state_dir>/runtime/hpk-runtime-<version>-<sha12>.sh``: the name changes with the content."""
+    return posixpath.join(state_dir, RUNTIME_DIR, f"hpk-runtime-{version}-{sha256[:12]}.sh")
 
 
 def inside(root: Path, path: Path) -> bool:

@@ -7,7 +7,6 @@ reach a script even by mistake.
 
 from __future__ import annotations
 
-import functools
 import os
 import posixpath
 import shutil
@@ -24,6 +23,7 @@ from hpkctl.pod.lifecycle import hook_command, message_bound, message_file
 from hpkctl.errors import PodError
 from hpkctl.pod.paths import SECRETS_FILE, inside
 from hpkctl.pod.probes import ProbePlan
+from hpkctl.pod.runtimefile import current_runtime, install_runtime, runtime_for
 from hpkctl.pod.shell import RuntimeRef, SecretText, Shell, Value, concat, env_file_line, literal, quote, shell_word
 from hpkctl.pod.translate import ContainerPlan, PodPlan
 from hpkctl.pod.volumes import Bind
@@ -41,6 +41,7 @@ class RenderedPod:
     script: str
     files: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # relative path → (data, mode)
     missing: list[tuple[str, str]] = field(default_factory=list)  # (relative path, what is missing)
+    runtime: str = ""  # the runtime file the script sources (runtimefile.py); write_pod_dir installs it
 
     @property
     def warnings(self) -> list[str]:
@@ -54,12 +55,6 @@ def _finalize(value: Any) -> Any:
 
 
 _ENV: jinja2.Environment | None = None
-
-
-@functools.cache
-def _runtime() -> Shell:
-    """``sbatch/runtime.sh``: the generic part of every job script, plain bash; read once per process."""
-    return Shell((data_dir("sbatch") / "runtime.sh").read_text())
 
 
 def _environment() -> jinja2.Environment:
@@ -247,6 +242,8 @@ def _parent(words: ScriptWords) -> dict[str, Shell]:
     paths += [b.split(":", 1)[0] for b in app.binds]
     lines = [['"$HPK_APPTAINER"', "exec", "--net", "--network", quote(app.cni_network), "--fakeroot"]]
     lines += [["--bind", words.path(p)] for p in dict.fromkeys(paths)]
+    rdir = posixpath.dirname(runtime_for(plan.profile))  # the pod part (and exec) source the runtime in there
+    lines.append(["--bind", quote(f"{rdir}:{rdir}:ro")])
     lines += _flag_lines(list(app.parent_flags))
     lines += [[quote(sif)], ["/bin/bash", '"$HPK_POD_DIR"/job/job.sh', "pod-part"]]
     return {"sif": quote(sif), "source": quote(image.source), "command": Shell(CONTINUE.join(" ".join(x) for x in lines))}
@@ -322,10 +319,11 @@ def render_plan(plan: PodPlan) -> RenderedPod:
                             for h in plan.volumes.hostpath_checks],
         "job_dirs": [{"path": words.path(d.path), "volume": quote(d.volume)} for d in plan.volumes.job_dirs],
         "parent": _parent(words) if plan.parent else {},
-        "runtime": _runtime(),
+        "runtime_path": quote(runtime_for(profile)),
+        "runtime_sha256": Shell(current_runtime().sha256),  # hex digits
     }
     script = _environment().get_template("pod.sh.j2").render(**context)
-    rendered = RenderedPod(plan=plan, script=script)
+    rendered = RenderedPod(plan=plan, script=script, runtime=runtime_for(profile))
     _pod_files(plan, rendered)
     if words.secrets:
         rendered.files[SECRETS_FILE] = (words.secrets_file(), 0o600)
@@ -377,6 +375,8 @@ def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Pa
     a new job must not inherit another's verdict.
     """
     root = Path(rendered.plan.pod_dir)
+    if rendered.runtime:
+        install_runtime(Path(rendered.runtime))
     for sub in ("status", "logs", "run"):
         shutil.rmtree(root / sub, ignore_errors=True)
     for sub in ("job", "env", "logs", "status", "volumes"):

@@ -56,11 +56,12 @@ def test_an_unguarded_array_expansion_is_flagged_and_its_guard_is_not() -> None:
     assert scan('kill ${runners[@]+"${runners[@]}"}\necho " ${fallback[*]+${fallback[*]}} "') == []
 
 
-def test_a_planted_epochrealtime_fails_the_scan() -> None:
-    script = _render("lifecycle.yaml", "host")
+@pytest.mark.parametrize(("text", "anchor"), [("runtime", "hpk_stop_container()"), ("script", "hpk_host_setup()")])
+def test_a_planted_epochrealtime_fails_the_scan(text: str, anchor: str) -> None:
+    script = (REPO / "sbatch" / "runtime.sh").read_text() if text == "runtime" else _render("lifecycle.yaml", "host")
     assert scan(script) == []
     lines = script.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("hpk_stop_container()"))
+    at = next(i for i, line in enumerate(lines) if line.startswith(anchor))
     planted = "\n".join([*lines[:at + 1], '  end=$((${EPOCHREALTIME//[!0-9]/} + 2000000))', *lines[at + 1:]])
     found = scan(planted)
     assert [(n, v, name) for n, v, name, _ in found] == [(at + 2, "5.0", "EPOCHSECONDS / EPOCHREALTIME")]

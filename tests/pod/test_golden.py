@@ -14,6 +14,8 @@ import pytest
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from hpkctl.pod import render_pod
+from hpkctl.local.manifest import load_manifest, select_pod, with_api_defaults
+from hpkctl.pod.runtimefile import current_runtime
 from tests.support.ci import REPO
 from tests.support.pods import PODS, load_pod, make_profile
 
@@ -42,18 +44,22 @@ def _render(case: str, mode: str) -> str:
     return rendered.script
 
 
-RUNTIME = (REPO / "sbatch" / "runtime.sh").read_text()
-RUNTIME_MARK = "# <<< sbatch/runtime.sh, pasted here verbatim (checked by test_golden_script) >>>\n"
+RUNTIME = current_runtime()
+SHA_MARK = "<sha256 of sbatch/runtime.sh>"
 
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("mode", ["host", "cni"])
 def test_golden_script(case: str, mode: str, snapshot_sh) -> None:  # type: ignore[no-untyped-def]
-    # The golden file holds the pod's own part; the runtime, the same in every script, is reviewed
-    # once as sbatch/runtime.sh and must appear exactly once, byte for byte, where the mark stands.
+    # The script names the runtime (sbatch/runtime.sh, reviewed once) by its hash: the golden file
+    # shows a mark instead, so an edit of the runtime changes no golden file.
     script = _render(case, mode)
-    assert script.count(RUNTIME) == 1
-    assert script.replace(RUNTIME, RUNTIME_MARK) == snapshot_sh
+    assert script.count(RUNTIME.sha256) == 1 and script.count(RUNTIME.sha256[:12]) == 2
+    assert f"HPK_RUNTIME={RUNTIME.path('/hpk-state')}\n" in script
+    assert script.replace(RUNTIME.sha256, SHA_MARK).replace(RUNTIME.sha256[:12], "SHA12") == snapshot_sh
+
+
+SOURCE = '. "$HPK_RUNTIME"\n'
 
 
 def _shellcheck() -> str:
@@ -66,9 +72,28 @@ def _shellcheck() -> str:
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("mode", ["host", "cni"])
 def test_rendered_script_passes_bash_n_and_shellcheck(case: str, mode: str, tmp_path: Path) -> None:
+    # as bash runs it: the runtime where the script sources it
     script = tmp_path / "job.sh"
-    script.write_text(_render(case, mode))
+    text = _render(case, mode)
+    assert text.count(SOURCE) == 1
+    script.write_text(text.replace(SOURCE, RUNTIME.data.decode()))
     r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     r = subprocess.run([_shellcheck(), "-S", "warning", str(script)], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout
+
+
+def test_the_stored_script_is_small(capsys) -> None:  # type: ignore[no-untyped-def]
+    # What Slurm stores per job (StateSaveLocation, slurmdbd's job_script): the demo pod within
+    # 8 KB, every golden pod within 16 KB; printed for the review.
+    manifest = load_manifest(REPO / "ci" / "pods" / "demo.yaml")
+    demo = with_api_defaults(select_pod(manifest))
+    sizes = {f"demo.yaml ({mode})": len(render_pod(demo, PROFILES[mode], objects=manifest.objects).script.encode())
+             for mode in PROFILES}
+    sizes |= {f"{case} ({mode})": len(_render(case, mode).encode()) for case in CASES for mode in PROFILES}
+    with capsys.disabled():
+        print("\nstored job script sizes (bytes):")
+        for name, size in sorted(sizes.items(), key=lambda kv: kv[1]):
+            print(f"  {size:6d}  {name}")
+    assert max(v for k, v in sizes.items() if k.startswith("demo.yaml")) <= 8 * 1024
+    assert max(sizes.values()) <= 16 * 1024

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 from pathlib import Path
@@ -158,3 +159,18 @@ def test_render_for_another_site_works_without_its_environment(manifest, capsys,
     out, err = capsys.readouterr()
     assert "$PROJECT is not set" in err and "requires a Slurm account" in err
     assert "#SBATCH --partition=batch" in out and "#SBATCH --exclusive" in out
+
+
+def test_render_names_the_runtime_and_render_runtime_prints_it(manifest, capsys) -> None:  # type: ignore[no-untyped-def]
+    from hpkctl.pod.runtimefile import current_runtime
+    from hpkctl.sites import load_site
+
+    where = current_runtime().path(os.path.expanduser(load_site("ci").pods.state_dir))
+    assert main(["render", "-f", manifest(JOB), "--site", "ci"]) == 0
+    out, _ = capsys.readouterr()
+    assert f"HPK_RUNTIME={where}\n" in out and f"sources the hpkctl runtime {where} " in out
+    assert main(["render", "--runtime", "--site", "ci"]) == 0
+    out, err = capsys.readouterr()
+    assert out == current_runtime().data.decode() and where in err and current_runtime().sha256 in err
+    assert main(["render", "--site", "ci"]) != 0
+    assert "render needs -f MANIFEST (or --runtime)" in capsys.readouterr().err
