@@ -4,8 +4,9 @@ Neither binary can be installed on these machines. The control-plane bootstrap
 (``hpkctl/controlplane/components.py``) starts them by name; tests put ``ci/standin`` first on PATH so
 these answer instead. Each checks its command line as strictly as the real binary (an unknown flag,
 a malformed value, an unreadable file, a Corefile directive it does not know: exit with an error),
-does the one thing the bootstrap waits for (reach the API server with the credentials it was given,
-serve the health endpoint), and nothing else: no controller runs, no DNS query is answered.
+does what the bootstrap waits for (reach the API server with the credentials it was given, serve the
+health endpoint). kube-controller-manager then runs the pod side of the workload controllers and pod
+GC (``kcm/``); no DNS query is answered.
 """
 
 from __future__ import annotations
@@ -211,6 +212,7 @@ KCM_FLAGS: dict[str, Callable[[str], Any]] = {
     "node-monitor-period": _duration,
     "node-monitor-grace-period": _duration,
     "node-startup-grace-period": _duration,
+    "terminated-pod-gc-threshold": int,  # not passed by the bootstrap (real default 12500); tests lower it
 }
 KCM_BOOLS = ("leader-elect", "use-service-account-credentials")
 
@@ -260,6 +262,15 @@ async def kcm(argv: list[str]) -> int:
     reachable = asyncio.Event()
     task = asyncio.ensure_future(until_reachable(name, api, ("/api/v1/namespaces/kube-system",), reachable.set))
 
+    async def controllers() -> None:
+        await reachable.wait()
+        sys.path.insert(0, str(Path(__file__).parent))
+        from kcm.client import Kube
+        from kcm.loop import run
+        await run(Kube(api.server, api.ssl, api.headers), gc_threshold=v.get("terminated-pod-gc-threshold", 12500))
+
+    loop_task = asyncio.ensure_future(controllers())
+
     async def healthz(request: web.Request) -> web.Response:
         if not reachable.is_set():
             return web.Response(status=500, text="[-]api-server failed: not reached yet\nhealthz check failed\n")
@@ -277,9 +288,8 @@ async def kcm(argv: list[str]) -> int:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
     await web.TCPSite(runner, v.get("bind-address", "0.0.0.0"), v.get("secure-port", 10257), ssl_context=ctx).start()
-    say(name, f"serving /healthz on https://{v.get('bind-address', '0.0.0.0')}:{v.get('secure-port', 10257)} "
-              "(no controllers run)")
-    await serve_until_signal([runner], [task])
+    say(name, f"serving /healthz on https://{v.get('bind-address', '0.0.0.0')}:{v.get('secure-port', 10257)}")
+    await serve_until_signal([runner], [task, loop_task])
     say(name, "stopped")
     return 0
 

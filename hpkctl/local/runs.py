@@ -314,12 +314,23 @@ def pod_jobs(slurm: Slurm) -> list[tuple[str, UserJob]]:
     return out
 
 
+def kubelet_pod_uids(profile: SiteProfile) -> set[str]:
+    """Uids of the pods a kubelet of this profile runs (its records, ``<state_dir>/kubelet/<node>/pods/
+    <uid>.json``): the cluster's pods, which ``hpkctl status`` shows in its cluster section, not runs."""
+    root = Path(os.path.expanduser(profile.pods.state_dir)) / "kubelet"
+    return {p.stem for p in root.glob("*/pods/*.json")}
+
+
 def unrecorded_jobs(profile: SiteProfile, slurm: Slurm, records: Sequence[RunRecord]) -> list[Unrecorded]:
     """Jobs of pods that no record in ``records`` (all of them, every namespace) names, still queued or
-    running; records stuck in ``submitting`` whose job turns up get its id written in (adopted)."""
+    running, and that are not a kubelet's pods; records stuck in ``submitting`` whose job turns up get
+    its id written in (adopted)."""
     by_uid = {r.uid: r for r in records}
+    kubelet = kubelet_pod_uids(profile)
     found = []
     for uid, job in pod_jobs(slurm):
+        if uid in kubelet:
+            continue
         rec = by_uid.get(uid)
         if rec is not None:
             if rec.state == SUBMITTING and not rec.job_id and not pid_alive(rec.pid):

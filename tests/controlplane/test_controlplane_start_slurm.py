@@ -56,6 +56,7 @@ class Site:
     root: Path
     name: str = "cluster"
     kcm_fails: bool = False
+    host_bins: bool = False  # the ci profile's own [controlplane] bin_dir (ci/controlplane-bins), not wrappers
 
     def __post_init__(self) -> None:
         self.dir = self.root / self.name
@@ -81,7 +82,8 @@ class Site:
             'extends = "ci"',
             "[pods]", f'state_dir = "{self.dir / "pods"}"', "restart_backoff = 1",
             "[kubelet]", f"port = {self.kubelet_port}", "slurm_poll = 1.0", "keep_pod_dirs = 0", 'job_mem = "1G"',
-            "[controlplane]", f'state_dir = "{self.state}"', f'bin_dir = "{self.bin}"', 'job_time = "00:30:00"',
+            "[controlplane]", f'state_dir = "{self.state}"', *([] if self.host_bins else [f'bin_dir = "{self.bin}"']),
+            'job_time = "00:30:00"',
             'job_mem = "2G"', "start_timeout = 90", "takeover_before = 0",
             *(f"{k} = {v}" for k, v in self.ports.items()), ""]))
         self.profile.chmod(0o644)
@@ -119,7 +121,7 @@ class Site:
         return r
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, **{k: v for k, v in self.env().items() if k != "PATH"}}
+        env = {**os.environ, **{k: v for k, v in self.env().items() if k != "PATH"}, "HOME": str(self.dir)}
         r = subprocess.run([str(require_kubectl()), "--kubeconfig", str(self.admin), *args], input=input,
                            capture_output=True, text=True, timeout=60, env=env, check=False)
         if check:

@@ -299,7 +299,11 @@ def test_a_record_stuck_in_submitting_adopts_its_job_and_unrecorded_jobs_are_fou
                 stdout="51|RUNNING|hpk-uid=u-stuck hpk-pod=default/p\n"
                        "52|PENDING|hpk-uid=u-lost hpk-pod=team/lost my own words\n"
                        "53|COMPLETED|hpk-uid=u-old hpk-pod=team/old\n"
-                       "54|RUNNING|not a pod of hpkctl\n")
+                       "54|RUNNING|not a pod of hpkctl\n"
+                       "55|RUNNING|hpk-uid=u-kubelet hpk-pod=default/web-7d9f-x2b4q\n")
+    kubelet_pods = Path(profile.pods.state_dir).expanduser() / "kubelet" / "hpk" / "pods"
+    kubelet_pods.mkdir(parents=True)
+    (kubelet_pods / "u-kubelet.json").write_text("{}")  # a pod of the cluster's kubelet: not a lost run
     found = unrecorded_jobs(profile, Slurm(profile.slurm), all_records(profile))
     assert [(o.job.job_id, o.namespace, o.name, o.uid) for o in found] == [("52", "team", "lost", "u-lost")]
     assert found[0].status().reason == "RecordMissing"

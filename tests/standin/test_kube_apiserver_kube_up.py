@@ -8,6 +8,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -57,3 +58,27 @@ def test_kube_up_is_idempotent_and_kube_down_stops_it(env: dict[str, str]) -> No
     down = subprocess.run([str(REPO / "ci" / "kube-down")], env=env, capture_output=True, text=True, timeout=60)
     assert down.returncode == 0 and f"stopped pid {pid}" in down.stdout
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_kube_up_runs_the_controller_manager(env: dict[str, str]) -> None:
+    """ci/kube-up starts the kube-controller-manager stand-in next to the API: a ReplicaSet gets its pods
+    (no kubelet here: they stay Pending); ci/kube-down stops it by its pid file."""
+    up = subprocess.run([str(REPO / "ci" / "kube-up")], env=env, capture_output=True, text=True, timeout=60)
+    assert up.returncode == 0, up.stderr
+    kubeconfig = up.stdout.splitlines()[-1]
+    pid = Path(env["KUBE_RUN"], "kube-controller-manager.pid").read_text().strip()
+    kenv = {"KUBECONFIG": kubeconfig, "HOME": env["KUBE_STATE"], "PATH": "/usr/bin:/bin"}
+    rs = ("apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: two}\nspec:\n  replicas: 2\n"
+          "  selector: {matchLabels: {app: two}}\n  template:\n    metadata: {labels: {app: two}}\n"
+          "    spec: {containers: [{name: c, image: busybox}]}\n")
+    subprocess.run([str(KUBECTL), "apply", "-f", "-"], input=rs, env=kenv, capture_output=True, text=True,
+                   timeout=30, check=True)
+    deadline = time.monotonic() + 30
+    names: list[str] = []
+    while time.monotonic() < deadline and len(names) != 2:
+        names = subprocess.run([str(KUBECTL), "get", "pods", "-l", "app=two", "-o", "name"], env=kenv,
+                               capture_output=True, text=True, timeout=30).stdout.split()
+        time.sleep(0.3)
+    assert len(names) == 2 and all(n.startswith("pod/two-") for n in names), names
+    down = subprocess.run([str(REPO / "ci" / "kube-down")], env=env, capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0 and f"stopped pid {pid}" in down.stdout

@@ -48,6 +48,7 @@ class Cluster:
         self.home = os.path.expanduser(f"~{HPK_USER}")
         self.kubelet: subprocess.Popen[bytes] | None = None
         self.scheduler: subprocess.Popen[bytes] | None = None
+        self.controllers: subprocess.Popen[bytes] | None = None
 
     # ------------------------------------------------------------------ processes
     def start(self, *, scheduler: bool = True) -> "Cluster":
@@ -71,6 +72,14 @@ class Cluster:
                                    "--address", "127.0.0.1")
         wait_for("the node hpk to be Ready", self.node_ready, timeout=30)
 
+    def start_controllers(self) -> None:
+        """The kube-controller-manager stand-in with the admin credential, as ci/kube-up starts it."""
+        log = open(self.root / "controllers.log", "ab")
+        self.controllers = subprocess.Popen(
+            [str(STANDIN / "kube-controller-manager"), "--kubeconfig", str(self.api.kubeconfig),
+             "--bind-address", "127.0.0.1", "--secure-port", str(free_port())],
+            stdout=log, stderr=log, start_new_session=True, env={**os.environ, "HPK_VENV": str(VENV_BIN.parent)})
+
     def start_scheduler(self) -> None:
         self.scheduler = self._spawn("scheduler", "scheduler", "--site", str(self.profile), "--kubeconfig",
                                      str(self.api.state / "scheduler.kubeconfig"))
@@ -93,6 +102,7 @@ class Cluster:
             return proc.wait()
 
     def stop(self) -> None:
+        self.stop_process(self.controllers)
         self.stop_process(self.kubelet)
         self.stop_process(self.scheduler)
         self.api.stop()
@@ -161,16 +171,20 @@ def remove_root(root: Path) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def running_cluster(profile_extra: Callable[[Path], str] | None = None) -> Iterator[Cluster]:
+def running_cluster(profile_extra: Callable[[Path], str] | None = None, *,
+                    controllers: bool = False) -> Iterator[Cluster]:
     """A test module's mini cloud on the single-node Slurm: started, handed out, then checked that
     the kubelet was never refused by the API's Node authorizer, stopped and removed.
-    ``profile_extra(root)``: more site profile text, which may name paths under the cluster's root."""
+    ``profile_extra(root)``: more site profile text, which may name paths under the cluster's root.
+    ``controllers``: the kube-controller-manager stand-in runs too (Jobs, Deployments... make pods)."""
     require_cluster(SINGLE_CONF, 1)
     require_standin()
     root = make_root()
     c = Cluster(root, profile_extra=profile_extra(root) if profile_extra else "")
     try:
         c.start()
+        if controllers:
+            c.start_controllers()
         yield c
         c.assert_kubelet_never_refused()
     finally:

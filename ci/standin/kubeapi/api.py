@@ -99,6 +99,7 @@ class Api:
         meta = obj["metadata"]
         errs: list[FieldError] = [] if old is not None else check_name(st, meta.get("name", ""))
         errs += names.check_labels(meta.get("labels"), "metadata.labels")
+        errs += names.check_owner_references(meta.get("ownerReferences"))
         for k in meta.get("annotations") or {}:
             errs += names.check_qualified(k, "metadata.annotations")
         if old is not None and old["metadata"].get("deletionTimestamp"):
@@ -153,7 +154,14 @@ class Api:
         self._validate(rt, obj, None, "")
         warnings += policies.validate(self, rt, "CREATE", obj, None, ns, user)
         if self.store.get(rt.key, meta.get("namespace", ""), meta["name"]) is not None:
-            raise already_exists(rt.plural, rt.group, meta["name"])
+            if not meta.get("generateName") or not meta["name"].startswith(str(meta["generateName"])[:58]):
+                raise already_exists(rt.plural, rt.group, meta["name"])
+            for _ in range(7):  # RetryGenerateName (GA in 1.32): a taken generated name is drawn again
+                meta["name"] = str(meta["generateName"])[:58] + names.random_suffix()
+                if self.store.get(rt.key, meta.get("namespace", ""), meta["name"]) is None:
+                    break
+            else:
+                raise already_exists(rt.plural, rt.group, meta["name"])
         stored = self.store.put(rt.key, obj, dry_run=dry_run)
         if not dry_run:
             st.after_create(stored, self)

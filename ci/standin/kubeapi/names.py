@@ -80,3 +80,19 @@ def check_qualified(key: str, field: str) -> list[FieldError]:
     if not name or len(name) > 63 or not QUALIFIED.match(name):
         out.append(FieldError("FieldValueInvalid", field, MSG_QUALIFIED, key))
     return out
+
+
+def check_owner_references(refs: Any) -> list[FieldError]:
+    """ValidateOwnerReferences: apiVersion, kind, name and uid set; at most one controller."""
+    out: list[FieldError] = []
+    for i, ref in enumerate(refs or []):
+        f = f"metadata.ownerReferences[{i}]"
+        for key in ("apiVersion", "kind", "name", "uid"):
+            if not ref.get(key):
+                out.append(FieldError("FieldValueInvalid", f"{f}.{key}", f"{key} must not be empty", ref.get(key, "")))
+    controllers = [r.get("name", "") for r in refs or [] if r.get("controller")]
+    if len(controllers) > 1:
+        out.append(FieldError("FieldValueInvalid", "metadata.ownerReferences", "Only one reference can have "
+                              f"Controller set to true. Found \"true\" in references for {' and '.join(controllers)}",
+                              refs))
+    return out

@@ -211,13 +211,14 @@ class RbacStrategy(Strategy):
 
 def strategy_for(rt: "ResourceType") -> Strategy:
     from .pods import PodStrategy
+    from .workloads import STRATEGIES
     table: dict[str, Strategy] = {"pods.": PodStrategy(), "nodes.": NodeStrategy(),
                                   "namespaces.": NamespaceStrategy(), "services.": ServiceStrategy(),
                                   "configmaps.": ConfigStrategy(), "secrets.": ConfigStrategy(),
                                   "leases.coordination.k8s.io": LeaseStrategy(), "events": EventStrategy()}
     if rt.group == "rbac.authorization.k8s.io":
         return RbacStrategy()
-    return table.get(rt.key, _DEFAULT)
+    return table.get(rt.key) or STRATEGIES.get(rt.key, _DEFAULT)
 
 
 _DEFAULT = Strategy()
