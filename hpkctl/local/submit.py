@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,6 +26,31 @@ from hpkctl.pod.flags import FLAGS_ANNOTATIONS
 from hpkctl.runtime import ImageToPull, pull_images
 from hpkctl.sites import require_submittable
 from hpkctl.sites.schema import SiteProfile, seconds_to_slurm_time
+
+
+_SERVICE_VARIABLE = re.compile(r"KUBERNETES_[A-Za-z0-9_]*")
+
+
+def service_variable_warnings(pod: Mapping[str, Any]) -> list[str]:
+    """A warning per container whose command, args or env values name a ``KUBERNETES_`` variable
+    the pod does not set itself: without a control plane there is no API server, so ``hpkctl run``
+    gives no ``KUBERNETES_SERVICE_HOST``/``_PORT`` (a client that needs them fails, and under
+    OnFailure runs again and again)."""
+    spec = pod.get("spec") or {}
+    out = []
+    for c in list(spec.get("initContainers") or []) + list(spec.get("containers") or []):
+        if not isinstance(c, dict):
+            continue
+        env = [e for e in c.get("env") or [] if isinstance(e, dict)]
+        own = {e.get("name") for e in env}
+        words = [w for key in ("command", "args") for w in c.get(key) or [] if isinstance(w, str)]
+        words += [e["value"] for e in env if isinstance(e.get("value"), str)]
+        named = sorted({m for w in words for m in _SERVICE_VARIABLE.findall(w)} - own)
+        if named:
+            out.append(f"container {c.get('name')!r} uses {', '.join(named)}: hpkctl run has no API server, so "
+                       f"no KUBERNETES_SERVICE_* variables are set; give them in its env, or run the pod on the "
+                       f"private cluster (hpkctl start, then kubectl)")
+    return out
 
 
 def images_to_pull(rendered: RenderedPod) -> list[ImageToPull]:
@@ -109,6 +136,7 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
     pod = select_pod(manifest, pod_name)
     refuse_suspended(manifest, pod)
     warnings = pod_warnings(manifest, pod)  # select_pod validated it; these are the workload's fields
+    warnings += service_variable_warnings(pod)
     workload = workload_of(manifest, pod, now=now)
     ns = resolve_namespace(pod, namespace, source=manifest_path)
     name = workload.name if workload is not None else str(pod["metadata"].get("name") or "")

@@ -366,3 +366,16 @@ def test_generate_name_as_the_api_server_and_a_suspended_job_is_refused(hpk: Hpk
     nameless["metadata"] = {}
     r = hpk.run(nameless)
     assert r.rc == 125 and "metadata.name is missing or empty" in r.stderr and "generateName" in r.stderr, r.output
+
+
+def test_a_container_naming_kubernetes_service_variables_is_warned_about(hpk: Hpk) -> None:
+    """Issue 22.13: without a control plane there are no KUBERNETES_SERVICE_* variables; a container
+    whose command names one gets a warning at submission (one the pod sets itself does not)."""
+    r = hpk.run(pod(unique("k8senv"), [
+        c("client", 'echo "${KUBERNETES_SERVICE_HOST:-unset}"'),
+        c("own", 'echo "$KUBERNETES_PORT"', env=[{"name": "KUBERNETES_PORT", "value": "tcp://10.0.0.1:443"}])]))
+    assert r.rc == 0, r.output
+    assert sorted(r.stdout.splitlines()) == ["[client] unset", "[own] tcp://10.0.0.1:443"]
+    warned = [line for line in r.stderr.splitlines() if "KUBERNETES_" in line and "warning" in line]
+    assert len(warned) == 1 and "'client' uses KUBERNETES_SERVICE_HOST" in warned[0], r.stderr
+    assert "no KUBERNETES_SERVICE_* variables are set" in warned[0]

@@ -23,3 +23,17 @@ def test_no_string_of_hpkctl_says_kubectl_apply() -> None:
              for line, text in _strings(ast.parse(path.read_text()))
              if "kubectl apply" in text]
     assert not found, "\n".join(found)
+
+
+def test_service_variable_warnings_name_the_container_and_variables() -> None:
+    from hpkctl.local.submit import service_variable_warnings
+
+    pod = {"spec": {"initContainers": [{"name": "wait", "args": ["until nc -z $(KUBERNETES_SERVICE_HOST) 443"]}],
+                    "containers": [{"name": "app", "command": ["sh"], "env": [
+                        {"name": "API", "value": "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"},
+                        {"name": "KUBERNETES_SERVICE_PORT", "value": "443"}]},
+                        {"name": "plain", "command": ["true"]}]}}
+    got = service_variable_warnings(pod)
+    assert len(got) == 2
+    assert got[0].startswith("container 'wait' uses KUBERNETES_SERVICE_HOST:")
+    assert got[1].startswith("container 'app' uses KUBERNETES_SERVICE_HOST:")  # the PORT it sets itself
