@@ -18,7 +18,8 @@ import yaml
 
 from hpkctl.kube.address import host_address
 
-from tests.support.cluster import Cluster, wait_for
+from tests.support.cluster import Cluster, _as_hpk, wait_for
+from tests.support.hpk import VENV_BIN, unique
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the kubelet's self-signed serving cert
@@ -36,6 +37,12 @@ def short_pod(name: str, command: str, **meta: Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **meta},
             "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
                      "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", command]}]}}
+
+
+def delete_and_wait(cluster: Cluster, name: str) -> None:
+    """Delete a pod and wait until the kubelet has stopped its job and removed it (no job outlives the test)."""
+    cluster.kubectl("delete", "pod", name, "--wait=false")
+    wait_for(f"pod {name} to be gone", lambda: cluster.pod(name) is None, timeout=60)
 
 
 def test_lost_records_never_run_a_pod_twice(cluster: Cluster) -> None:
@@ -97,7 +104,7 @@ def test_the_kubelet_api_serves_only_the_api_server(cluster: Cluster, tmp_path: 
     if other != "127.0.0.1":
         with pytest.raises(requests.exceptions.ConnectionError):
             requests.get(f"https://{other}:{port}/healthz", cert=scheduler, verify=False, timeout=5)
-    cluster.kubectl("delete", "pod", "authz-target", "--wait=false")
+    delete_and_wait(cluster, "authz-target")
 
 
 def test_a_second_kubelet_for_the_same_node_is_refused_with_the_holders_pid(cluster: Cluster) -> None:
@@ -115,3 +122,28 @@ def test_a_second_kubelet_for_the_same_node_is_refused_with_the_holders_pid(clus
     assert rc != 0 and f"another kubelet (pid {holder}) already serves node hpk" in out, out
     assert cluster.kubelet.poll() is None and cluster.node_ready()
     assert oct((cluster.root / "hpk-state" / "kubelet").stat().st_mode & 0o777) == "0o700"
+
+
+def test_status_and_delete_tell_the_kubelets_pods_from_runs(cluster: Cluster) -> None:
+    """Issue 20.13: with the same profile, ``hpkctl status -A`` listed the kubelet's running pod as a
+    lost run ("'hpkctl delete' cancels it"), and following that cancelled the API pod's job. Now the
+    kubelet's pods are no runs: status does not list them, delete does not cancel them."""
+    name = unique("served-by-kubelet")
+    uid = cluster.create(short_pod(name, "sleep 300"))["metadata"]["uid"]
+    cluster.wait_phase(name, "Running")
+    job = cluster.job_id(name)
+
+    def hpkctl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(_as_hpk([str(VENV_BIN / "hpkctl"), *args, "--site", str(cluster.profile)],
+                                      home=cluster.home), capture_output=True, text=True, timeout=120, check=False)
+
+    status = hpkctl("status", "-A", "--json")
+    assert status.returncode == 0, status.stderr
+    assert uid not in status.stdout, status.stdout
+    delete = hpkctl("delete", name)
+    assert delete.returncode == 125, delete
+    assert jobs_of(uid) == [job]
+    state = subprocess.run(["squeue", "--noheader", f"--jobs={job}", "--format=%T"], capture_output=True, text=True,
+                           check=False).stdout.strip()
+    assert state == "RUNNING", state
+    delete_and_wait(cluster, name)
