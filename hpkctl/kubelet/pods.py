@@ -535,8 +535,9 @@ class PodManager:
     def _transition_events(self, t: Tracked, before: PodStatus | None, st: PodStatus) -> None:
         seen = t.extra.setdefault("started", {})
         for c in st.containers:
-            # every run that started, even one that ended between two polls
-            if c.started_at and c.state in ("running", "terminated") and seen.get(c.name) != c.started_at:
+            # every run that started, even one that ended between two polls (and is in its back-off now)
+            ran = c.state in ("running", "terminated") or c.reason == "CrashLoopBackOff"
+            if c.started_at and ran and seen.get(c.name) != c.started_at:
                 seen[c.name] = c.started_at
                 self._event(t, "Started", f"Started container {c.name}")
             self._probe_kill_events(t, c)

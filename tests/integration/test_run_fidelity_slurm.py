@@ -44,20 +44,23 @@ def test_hostname_is_the_pods_in_every_network_mode(hpk: Hpk, site: str) -> None
 
 
 def test_failing_init_container_leaves_the_pod_pending_in_crash_loop_back_off(hpk: Hpk) -> None:
-    """An init container that keeps failing (restartPolicy Always: it is retried): the pod stays
-    Pending (Init:CrashLoopBackOff), and during each back-off the container is waiting with the
-    kubelet's message and the failed run as lastState."""
+    """An init container that keeps failing (restartPolicy Always: it is retried) after a native
+    sidecar: the pod stays Pending (Init:CrashLoopBackOff) though the sidecar runs, and during each
+    back-off the container is waiting with the kubelet's message and the failed run as lastState."""
     name = unique("initloop")
-    p = pod(name, [c("main", "echo main ran")], initContainers=[c("setup", "echo setting up; exit 3")],
+    p = pod(name, [c("main", "echo main ran")], initContainers=[
+        c("proxy", "exec sleep 300", restartPolicy="Always"), c("setup", "echo setting up; exit 3")],
             restartPolicy="Always", terminationGracePeriodSeconds=2)
     r = hpk.run(p, extra=("--detach",))
     assert r.rc == 0, r.output
     try:
-        st = _wait(hpk, name, "in a back-off", lambda s: (s.get("initContainerStatuses") or [{}])[0]
-                   .get("state", {}).get("waiting", {}).get("reason") == "CrashLoopBackOff")
+        st = _wait(hpk, name, "in a back-off", lambda s: any(
+            i["name"] == "setup" and i["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
+            for i in s.get("initContainerStatuses") or []))
         assert st["phase"] == "Pending", st
         assert hpk.status(name)["status"]["phase"] == "Pending"
-        [setup] = st["initContainerStatuses"]
+        proxy, setup = st["initContainerStatuses"]
+        assert "running" in proxy["state"], st
         assert re.fullmatch(rf"back-off \d+s restarting failed container=setup pod={name}_default\(.+\)",
                             setup["state"]["waiting"]["message"]), setup
         assert (setup["lastState"]["terminated"]["exitCode"], setup["lastState"]["terminated"]["reason"]) == (3, "Error")

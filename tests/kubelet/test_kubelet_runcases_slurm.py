@@ -1016,18 +1016,22 @@ def test_hostname_is_the_pods_in_own_network_namespace_mode(cni_launched: Launch
 
 
 @launch(lambda env: [pod("rc-initloop", [c_("main", "echo main ran")],
-                         initContainers=[c_("setup", "echo setting up; exit 3")], restartPolicy="Always",
+                         initContainers=[c_("proxy", "exec sleep 300", restartPolicy="Always"),
+                                         c_("setup", "echo setting up; exit 3")], restartPolicy="Always",
                          terminationGracePeriodSeconds=2)])
 def test_failing_init_container_leaves_the_pod_pending_in_crash_loop_back_off(launched: Launched) -> None:
-    """The init container keeps failing: the pod is never Running (kubectl: Init:CrashLoopBackOff);
-    during the back-off the container is waiting CrashLoopBackOff with the kubelet's message and the
-    failed run as lastState; a BackOff Warning event in the kubelet's words."""
+    """The init container after a native sidecar keeps failing: the pod is never Running, though the
+    sidecar runs (kubectl: Init:CrashLoopBackOff); during the back-off the container is waiting
+    CrashLoopBackOff with the kubelet's message and the failed run as lastState; a Started event for
+    its run and a BackOff Warning event in the kubelet's words."""
     c = launched.cluster
     uid = launched.uid("rc-initloop")
     try:
         st = wait_status(c, "rc-initloop", "in a back-off", lambda s: (container(s, "setup", init=True).get(
             "state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff")
         assert st["phase"] == "Pending" and "reason" not in st, st
+        assert "running" in container(st, "proxy", init=True)["state"], st
+        assert ("Normal", "Started", "Started container setup") in events(c, "rc-initloop", uid)
         setup = container(st, "setup", init=True)
         assert re.fullmatch(rf"back-off \d+s restarting failed container=setup pod=rc-initloop_default\({uid}\)",
                             setup["state"]["waiting"]["message"]), setup

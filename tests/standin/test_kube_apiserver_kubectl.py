@@ -119,6 +119,26 @@ def test_apply_create_update_and_strict_validation(kube: KubeApi) -> None:
     assert r.returncode == 1 and 'strict decoding error: unknown field "spec.containers[0].comand"' in r.stderr
 
 
+def test_get_shows_a_started_sidecar_as_a_container_and_the_failing_init_container(kube: KubeApi) -> None:
+    """printPod: a started native sidecar counts among READY/total and is passed over for Init:...,
+    which the regular init container after it gives (its back-off); restarts are the init ones."""
+    body = pod("sidecarinit", initContainers=[
+        {"name": "proxy", "image": "busybox:1.36", "restartPolicy": "Always"},
+        {"name": "setup", "image": "busybox:1.36"}])
+    assert kube.post(f"{NS}/pods", body)[0] == 201
+    started = {"running": {"startedAt": "2026-11-24T00:00:00Z"}}
+    kube.patch(f"{NS}/pods/sidecarinit/status", {"status": {"phase": "Pending", "initContainerStatuses": [
+        {"name": "proxy", "image": "busybox:1.36", "imageID": "", "ready": True, "started": True, "restartCount": 0,
+         "state": started},
+        {"name": "setup", "image": "busybox:1.36", "imageID": "", "ready": False, "started": False, "restartCount": 3,
+         "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+         "lastState": {"terminated": {"exitCode": 3, "reason": "Error"}}}], "containerStatuses": [
+        {"name": "c", "image": "busybox:1.36", "imageID": "", "ready": False, "restartCount": 0,
+         "state": {"waiting": {"reason": "PodInitializing"}}}]}})
+    cells = kube.kubectl("get", "pod", "sidecarinit", "--no-headers").stdout.split()
+    assert cells[:4] == ["sidecarinit", "1/2", "Init:CrashLoopBackOff", "3"], cells
+
+
 def test_get_prints_the_server_columns(kube: KubeApi, kubelet: FakeKubelet) -> None:
     kube.patch(f"{NS}/pods/onnode/status", {"status": {"phase": "Running", "podIP": "10.1.2.3", "containerStatuses": [
         {"name": "c", "image": "busybox:1.36", "imageID": "", "ready": True, "restartCount": 2,

@@ -39,28 +39,41 @@ def _col(name: str, typ: str = "string", priority: int = 0, fmt: str = "") -> di
 
 
 def pod_status(pod: dict[str, Any]) -> tuple[str, int, int, int]:
-    """(STATUS, ready, total, restarts) as printPod computes them."""
-    st = pod.get("status") or {}
+    """(STATUS, ready, total, restarts) as printPod computes them: a native sidecar (an init container
+    with restartPolicy Always) counts among the containers, and once started it is passed over in
+    the Init:... reason and counted ready when ready."""
+    st, spec = pod.get("status") or {}, pod.get("spec") or {}
     reason = st.get("reason") or st.get("phase") or "Pending"
     statuses = st.get("containerStatuses") or []
-    restarts = sum(int(c.get("restartCount", 0)) for c in statuses)
-    ready = sum(1 for c in statuses if c.get("ready"))
-    total = len((pod.get("spec") or {}).get("containers") or [])
+    sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
+    total = len(spec.get("containers") or []) + len(sidecars)
+    restarts = sidecar_restarts = ready = 0
+    initializing = False
     for i, c in enumerate(st.get("initContainerStatuses") or []):
+        restarts += int(c.get("restartCount", 0))
         state = c.get("state") or {}
         term = state.get("terminated")
+        if c.get("name") in sidecars:
+            sidecar_restarts += int(c.get("restartCount", 0))
+            if c.get("started"):
+                ready += bool(c.get("ready"))
+                continue
         if term and term.get("exitCode") == 0:
             continue
         if term:
             reason = "Init:" + (term.get("reason") or f"ExitCode:{term.get('exitCode')}")
-        elif (state.get("waiting") or {}).get("reason") not in (None, "PodInitializing"):
+        elif (state.get("waiting") or {}).get("reason") not in (None, "", "PodInitializing"):
             reason = "Init:" + state["waiting"]["reason"]
         else:
-            reason = f"Init:{i}/{len((pod.get('spec') or {}).get('initContainers') or [])}"
+            reason = f"Init:{i}/{len(spec.get('initContainers') or [])}"
+        initializing = True
         break
-    else:
+    initialized = any(c.get("type") == "Initialized" and c.get("status") == "True" for c in st.get("conditions") or [])
+    if not initializing or initialized:
+        restarts = sidecar_restarts
         has_running = False
         for c in reversed(statuses):
+            restarts += int(c.get("restartCount", 0))
             state = c.get("state") or {}
             if (state.get("waiting") or {}).get("reason"):
                 reason = state["waiting"]["reason"]
@@ -70,6 +83,7 @@ def pod_status(pod: dict[str, Any]) -> tuple[str, int, int, int]:
                                              else f"ExitCode:{t.get('exitCode')}")
             elif state.get("running") and c.get("ready"):
                 has_running = True
+                ready += 1
         if reason == "Completed" and has_running:
             reason = "Running"
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
