@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from hpkctl.cli.common import add_site, site_of
@@ -33,6 +32,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from hpkctl.cli import EXIT_ERROR
     from hpkctl.errors import HpkError, ManifestError
     from hpkctl.local.images import manifest_images, read_documents
+    from hpkctl.local.manifest import read_manifest_text
     from hpkctl.pod.images import parse_image
     from hpkctl.pod.translate import image_sif
     from hpkctl.runtime import ImageToPull, pull_images
@@ -41,10 +41,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     profile = load_site(site_of(args, announce=True))
     wanted: dict[str, None] = dict.fromkeys(args.images)
     for name in args.filename:
-        try:
-            text = sys.stdin.read() if name == "-" else Path(name).read_text()
-        except OSError as exc:
-            raise ManifestError(f"{name}: cannot read it: {exc.strerror or exc}") from None
+        text = read_manifest_text(name)
         found = manifest_images(read_documents(text, source=name))
         if not found:
             print(f"hpkctl: warning: {name} names no container image", file=sys.stderr)

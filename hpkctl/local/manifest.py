@@ -98,18 +98,38 @@ def _name_generated(doc: dict[str, Any], *, dry_run: bool) -> None:
     meta["name"] = generate_name(meta["generateName"], seed=seed)
 
 
+#: the most a manifest may hold: far above any real one (kube-apiserver takes 3 MB per request; a large
+#: ``helm template`` output is a few MB), and small enough that ``-f /dev/zero`` or an endless stdin
+#: ends in a clear error instead of a MemoryError (issue 20.16)
+MAX_MANIFEST = 32 * 1024 * 1024
+
+
+def read_manifest_text(path: str | Path) -> str:
+    """The text of the manifest at ``path`` (``-``: stdin), at most ``MAX_MANIFEST`` bytes of UTF-8."""
+    try:
+        if str(path) == "-":
+            data = sys.stdin.buffer.read(MAX_MANIFEST + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_MANIFEST + 1)
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}", hint="check the path given to -f") from exc
+    if len(data) > MAX_MANIFEST:
+        raise ManifestError(f"{path}: larger than {MAX_MANIFEST // (1024 * 1024)} MiB, which no manifest is "
+                            "(an endless input such as /dev/zero?)",
+                            hint="give a file of Kubernetes objects (YAML or JSON), or split a larger one")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                            hint="save the manifest as UTF-8") from exc
+
+
 def load_manifest(path: str | Path, *, dry_run: bool = False) -> Manifest:
     """The pods, objects and services of the file at ``path`` (``-``: stdin). Objects with only
     ``metadata.generateName`` get a name as the API server would give them (``dry_run``: a name
     derived from the object's content)."""
-    p = Path(path)
-    try:
-        text = p.read_text() if str(path) != "-" else sys.stdin.read()
-    except OSError as exc:
-        raise ManifestError(f"{path}: cannot read: {exc.strerror}", hint="check the path given to -f") from exc
-    except UnicodeDecodeError as exc:
-        raise ManifestError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
-                            hint="save the manifest as UTF-8") from exc
+    text = read_manifest_text(path)
     try:
         docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
     except yaml.YAMLError as exc:
