@@ -151,11 +151,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _follow_array(slurm: Slurm, rec: RunRecord, *, quiet: bool) -> int:
-    """``hpkctl run`` of a workload: progress until it finished; 0 when every pod succeeded."""
-    from hpkctl.local.arrays import follow_array
+    """``hpkctl run`` of a workload: its pods' logs (``[pod/NAME/CONTAINER] line``) and progress until it
+    finished; 0 when every pod succeeded."""
+    from hpkctl.local.arrayfollow import follow_array
     from hpkctl.local.runs import job_states
 
-    st = follow_array(slurm, rec, lambda ids: job_states(slurm, ids), quiet=quiet)
+    st = follow_array(slurm, rec, lambda ids: job_states(slurm, ids), log_out=sys.stdout, quiet=quiet)
     for i in st.indexes:
         if i.result != "Succeeded" and not quiet:
             _say(f"  {i.name} (Slurm job {i.job_id}, {i.attempts} run(s)): {i.pod.phase} "

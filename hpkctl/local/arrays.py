@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from hpkctl.errors import HpkError, ManifestError
-from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm
-from hpkctl.jobs.poll import Backoff
+from hpkctl.jobs import TERMINAL_STATES, JobInfo
 from hpkctl.local.manifest import Manifest, with_api_defaults
 from hpkctl.local.records import SUBMITTING, WORKLOAD_FILE, RunRecord, check_name, create_record, forget_run
 from hpkctl.local.workload import (JOB_KINDS, Workload, job_workload, member_pods, replica_workload)
@@ -316,25 +314,5 @@ def array_status(rec: RunRecord, jobs: Mapping[str, JobInfo | None], *,
                        succeeded=succeeded, failed=failed, indexes=indexes, failed_indexes=failed_indexes)
 
 
-def follow_array(slurm: Slurm, rec: RunRecord, states: Callable[[list[str]], dict[str, JobInfo | None]], *,
-                 out: TextIO = sys.stderr, quiet: bool = False, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> ArrayStatus:
-    """Progress lines (when the counts change) until the workload has finished and its elements ended."""
-    info = WorkloadFile.read(rec.pod_dir)
-    backoff = Backoff((0.5, 1.0, 2.0, 3.0), clock=clock)
-    last = ""
-    while True:
-        if backoff.due():
-            st = array_status(rec, states(element_ids(rec, info.count)), info=info)
-            line = f"{rec.kind.lower()} {rec.namespace}/{rec.name}: {st.phase}: {st.summary()}"
-            if line != last and not quiet:
-                print(line, file=out, flush=True)
-                last = line
-            elements_done = all(x.pod.job is None or x.pod.job.state in TERMINAL_STATES for x in st.indexes)
-            if st.finished and elements_done:
-                return st
-        sleep(0.2)
-
-
 __all__ = ["ArrayStatus", "build_array", "IndexStatus", "Member", "WorkloadFile", "array_status", "element_ids", "find_member",
-           "follow_array", "member_record", "prepare_array", "workload_of"]
+           "member_record", "prepare_array", "workload_of"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -27,13 +27,19 @@ SETTLE_TIMEOUT = 5.0
 
 
 class LogTail:
-    """Follows the containers' log files (and their replacements after a restart)."""
+    """Follows the containers' log files (and their replacements after a restart).
 
-    def __init__(self, logs_dir: Path, names: list[str], out: TextIO, *, prefixed: set[str] | None = None) -> None:
+    Each line goes out as it is, or ``[LABEL] line``: ``labels`` maps a container to its label
+    (``pod/NAME/CONTAINER`` for a workload's pods, as ``kubectl logs -f --prefix``); without it the
+    containers in ``prefixed`` (default: all) are labelled with their name."""
+
+    def __init__(self, logs_dir: Path, names: list[str], out: TextIO, *, prefixed: set[str] | None = None,
+                 labels: Mapping[str, str] | None = None) -> None:
         self.files = {n: logs_dir / f"{n}.log" for n in names}
         self.pos = dict.fromkeys(names, 0)
         self.inode: dict[str, int] = {}
-        self.prefixed = set(names) if prefixed is None else prefixed
+        chosen = set(names) if prefixed is None else prefixed
+        self.labels = dict(labels) if labels is not None else {n: n for n in names if n in chosen}
         self.out = out
         self.partial = dict.fromkeys(names, b"")
 
@@ -54,7 +60,7 @@ class LogTail:
             self.partial[name] = b"" if final else lines.pop()
             for line in lines if not final else [x for x in lines if x]:
                 text = line.decode("utf-8", "replace")
-                self.out.write(f"[{name}] {text}\n" if name in self.prefixed else f"{text}\n")
+                self.out.write(f"[{self.labels[name]}] {text}\n" if name in self.labels else f"{text}\n")
             self.out.flush()
 
 

@@ -65,10 +65,12 @@ def test_indexed_job_of_20_at_parallelism_4_runs_each_index_once(fast: Hpk) -> N
     name = unique("idx")
     script = ('mkdir "/out/$JOB_COMPLETION_INDEX" || exit 1; cut -d" " -f1 /proc/uptime >"/out/$JOB_COMPLETION_INDEX/start"; '
               'echo "$HOSTNAME" >"/out/$JOB_COMPLETION_INDEX/host"; sleep 1; '
-              'cut -d" " -f1 /proc/uptime >"/out/$JOB_COMPLETION_INDEX/end"')
+              'cut -d" " -f1 /proc/uptime >"/out/$JOB_COMPLETION_INDEX/end"; echo "done $JOB_COMPLETION_INDEX"')
     r = fast.run(job(name, script, out, completions=20, parallelism=4, completionMode="Indexed"), site=FAST_SITE)
     assert r.rc == 0, r.output
     assert "Complete (CompletionsReached); 0 active, 20/20 succeeded, 0 failed" in r.stderr
+    # issue 22.12: the pods' logs beside the progress, prefixed as kubectl logs -f --prefix does
+    assert sorted(r.stdout.splitlines()) == sorted(f"[pod/{name}-{i}/work] done {i}" for i in range(20)), r.output
     assert sorted(os.listdir(out), key=int) == [str(i) for i in range(20)]  # each index, once (mkdir)
     for i in range(20):
         assert (out / str(i) / "host").read_text() == f"{name}-{i}\n"  # an Indexed Job pod's hostname
@@ -89,7 +91,7 @@ def test_indexed_job_of_20_at_parallelism_4_runs_each_index_once(fast: Hpk) -> N
     script_text = (Path(st["podDir"]) / "job" / "job.sh").read_text()
     assert "#SBATCH --array=0-19%4\n" in script_text
     logs = fast.hpkctl("logs", f"{name}-7", "--site", FAST_SITE)
-    assert logs.rc == 0 and logs.stdout == "", logs.output
+    assert logs.rc == 0 and logs.stdout == "done 7\n", logs.output
     assert fast.hpkctl("delete", name, "--site", FAST_SITE).rc == 0
     assert not Path(st["podDir"]).exists()
     assert not any(Path(p["status"].get("podDir", st["podDir"])).exists() for p in status["pods"])
@@ -106,6 +108,9 @@ def test_backoff_limit_two_with_one_failing_index_gives_three_runs_then_failed(f
     assert "Failed (BackoffLimitExceeded): Job has reached the specified backoff limit" in r.stderr
     assert (out / "runs-1").read_text() == "run\n" * 3  # exactly three runs of the failing index
     assert (out / "runs-0").read_text() == "run\n" and (out / "runs-2").read_text() == "run\n"
+    lines = r.stdout.splitlines()
+    assert lines.count(f"[pod/{name}-0/work] log of 0") == 1 and lines.count(f"[pod/{name}-2/work] log of 2") == 1
+    assert 1 <= lines.count(f"[pod/{name}-1/work] log of 1") <= 3, r.output  # its runs, each as it was followed
     status = _status(fast, name)["status"]
     assert (status["succeeded"], status["failed"]) == (2, 3)
     assert status["conditions"][0]["type"] == "Failed" and status["conditions"][0]["reason"] == "BackoffLimitExceeded"

@@ -1,0 +1,96 @@
+"""``hpkctl run`` of a workload, in the foreground: progress lines and the pods' logs.
+
+Logs go out as ``kubectl logs -f --prefix`` prints them, ``[pod/NAME/CONTAINER] line``, beside the
+progress lines. The cost stays that of following one pod per running element: Slurm is asked once
+per due tick for every element (one ``squeue``, the caller's ``states``), and only the log files of
+pods that have started and are not done yet are read, each from where the last read stopped; a
+pod's files are read a last time once its index has a result or its element has ended.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm
+from hpkctl.jobs.poll import Backoff
+from hpkctl.local.arrays import ArrayStatus, IndexStatus, WorkloadFile, array_status, element_ids
+from hpkctl.local.follow import FILE_POLL, LogTail
+from hpkctl.local.records import RunRecord
+from hpkctl.pod.paths import PodDir
+from hpkctl.pod.status import containers_of
+
+
+class ArrayLogs:
+    """The log files of a workload's pods, followed while each pod runs."""
+
+    def __init__(self, info: WorkloadFile, out: TextIO) -> None:
+        self.info = info
+        self.out = out
+        self.tails: dict[int, LogTail] = {}
+        self.done: set[int] = set()
+
+    def _tail(self, index: int) -> LogTail | None:
+        if index not in self.tails:
+            member = self.info.pods[index]
+            pod_dir = PodDir(Path(member.dir))
+            try:
+                names = [n for n, _ in containers_of(json.loads(pod_dir.pod_json.read_text()))]
+            except (OSError, ValueError):
+                return None
+            self.tails[index] = LogTail(pod_dir.logs_dir, names, self.out,
+                                        labels={n: f"pod/{member.name}/{n}" for n in names})
+        return self.tails[index]
+
+    def pump(self, st: ArrayStatus | None, *, final: bool = False) -> None:
+        """Read what the running pods wrote since the last call; ``st`` (the latest status) says
+        which pods run; ``final``: every pod that ran, a last time."""
+        for x in st.indexes if st is not None else []:
+            if x.index in self.done or not x.pod.started_at:
+                continue
+            tail = self._tail(x.index)
+            if tail is None:
+                continue
+            last = final or _over(x)
+            tail.pump(final=last)
+            if last:
+                self.done.add(x.index)
+
+
+def _over(x: IndexStatus) -> bool:
+    """Nothing more will be written to this pod's logs: its index has a result, or its element ended."""
+    return x.result is not None or (x.pod.job is not None and x.pod.job.state in TERMINAL_STATES)
+
+
+def follow_array(slurm: Slurm, rec: RunRecord, states: Callable[[list[str]], dict[str, JobInfo | None]], *,
+                 out: TextIO = sys.stderr, log_out: TextIO | None = None, quiet: bool = False,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> ArrayStatus:
+    """Progress lines (when the counts change) and, with ``log_out``, the pods' logs, until the
+    workload has finished and its elements ended."""
+    info = WorkloadFile.read(rec.pod_dir)
+    logs = ArrayLogs(info, log_out) if log_out is not None else None
+    backoff = Backoff((0.5, 1.0, 2.0, 3.0), clock=clock)
+    last = ""
+    st: ArrayStatus | None = None
+    while True:
+        if backoff.due():
+            st = array_status(rec, states(element_ids(rec, info.count)), info=info)
+            line = f"{rec.kind.lower()} {rec.namespace}/{rec.name}: {st.phase}: {st.summary()}"
+            if line != last and not quiet:
+                print(line, file=out, flush=True)
+                last = line
+            elements_done = all(x.pod.job is None or x.pod.job.state in TERMINAL_STATES for x in st.indexes)
+            if st.finished and elements_done:
+                if logs is not None:
+                    logs.pump(st, final=True)
+                return st
+        if logs is not None:
+            logs.pump(st)
+        sleep(FILE_POLL)
+
+
+__all__ = ["ArrayLogs", "follow_array"]

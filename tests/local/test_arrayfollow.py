@@ -1,0 +1,70 @@
+"""A workload's logs while ``hpkctl run`` follows it: prefixed as ``kubectl logs -f --prefix``, read
+incrementally, and only for pods that run (the file reads stay those of the running elements)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from hpkctl.jobs import JobInfo
+from hpkctl.local.arrayfollow import ArrayLogs
+from hpkctl.local.arrays import ArrayStatus, IndexStatus, Member, WorkloadFile
+from hpkctl.pod.status import PodStatus
+
+POD = {"spec": {"initContainers": [{"name": "init"}], "containers": [{"name": "work"}]}}
+
+
+def _info(tmp_path: Path, n: int) -> WorkloadFile:
+    pods = []
+    for i in range(n):
+        d = tmp_path / f"p{i}"
+        (d / "job").mkdir(parents=True)
+        (d / "logs").mkdir()
+        (d / "job" / "pod.json").write_text(json.dumps(POD))
+        pods.append(Member(name=f"w-{i}", uid=f"u{i}", dir=str(d)))
+    return WorkloadFile(kind="Job", name="w", namespace="default", count=n, indexed=True, retries=True, pods=pods)
+
+
+def _status(states: list[tuple[str | None, str | None]]) -> ArrayStatus:
+    """Per index (when the pod started, its element's Slurm state)."""
+    indexes = [IndexStatus(index=i, name=f"w-{i}", job_id=f"9_{i}", attempts=1, result=None,
+                           pod=PodStatus("Running" if started else "Pending", "", "", None, None, None, started, [],
+                                         JobInfo(job_id=f"9_{i}", state=state) if state else None))
+               for i, (started, state) in enumerate(states)]
+    return ArrayStatus(kind="Job", phase="Running", reason="", message="", active=1, succeeded=0, failed=0,
+                       indexes=indexes)
+
+
+def test_running_pods_logs_are_prefixed_read_once_and_pending_pods_are_not_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    info = _info(tmp_path, 3)
+    out = io.StringIO()
+    logs = ArrayLogs(info, out)
+    log0 = tmp_path / "p0" / "logs" / "work.log"
+    (tmp_path / "p0" / "logs" / "init.log").write_text("prepared\n")
+    log0.write_text("first\npart")
+    (tmp_path / "p2" / "logs" / "work.log").write_text("not started: never read\n")
+    opened: list[str] = []
+    real_open = open
+
+    def spy(path, *a, **kw):  # type: ignore[no-untyped-def]
+        opened.append(str(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr("builtins.open", spy)
+    running = _status([("2026-01-01T00:00:00Z", "RUNNING"), (None, "PENDING"), (None, "PENDING")])
+    logs.pump(running)
+    assert out.getvalue() == "[pod/w-0/init] prepared\n[pod/w-0/work] first\n"
+    assert all("/p0/" in p for p in opened), opened  # the pending pods' directories are not touched
+    with real_open(log0, "a") as fh:
+        fh.write("ial\nsecond\n")
+    logs.pump(running)
+    assert out.getvalue().splitlines()[2:] == ["[pod/w-0/work] partial", "[pod/w-0/work] second"]
+    ended = _status([("2026-01-01T00:00:00Z", "COMPLETED"), (None, "PENDING"), (None, "PENDING")])
+    logs.pump(ended)  # a last read, then never again
+    opened.clear()
+    logs.pump(ended)
+    assert opened == []
