@@ -24,7 +24,9 @@ from typing import Any
 import pytest
 
 from tests.support.ci import missing
+from tests.support.ci import HPK_USER
 from tests.support.cluster import make_root, remove_root, running_cluster, wait_for
+from tests.support.hpk import STANDIN, VENV_BIN
 from tests.support.kubeapi import HELM, KUBECTL
 from tests.support.launch import jobcomp_states
 
@@ -203,6 +205,21 @@ def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
                 yield k
     finally:
         remove_root(root)
+
+
+def test_doctor_passes_for_the_ci_profile_after_ci_setup() -> None:
+    """What the README promises after ci/setup: ``hpkctl doctor --site ci`` as user hpk, every check OK, the
+    control plane's binaries from the profile's bin_dir (no image)."""
+    if not os.access(CI_BIN / "kube-apiserver", os.X_OK):
+        missing(f"{CI_BIN} lacks the ci profile's control-plane binaries", fix="run ci/setup (ci/controlplane-bins)")
+    home = os.path.expanduser(f"~{HPK_USER}")
+    argv = ["env", "-i", f"PATH={STANDIN}:{VENV_BIN}:/usr/bin:/bin", f"HOME={home}", "LANG=C.UTF-8",
+            str(VENV_BIN / "hpkctl"), "doctor", "--site", "ci"]
+    r = subprocess.run(["runuser", "-u", HPK_USER, "--", *argv] if os.geteuid() == 0 else argv, cwd="/tmp",
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"OK    binaries     [controlplane] bin_dir {CI_BIN}: etcd, kube-apiserver" in r.stdout, r.stdout
+    assert "FAIL" not in r.stdout and re.search(r"\n(\d+) of \1 checks passed\n$", r.stdout), r.stdout
 
 
 def _job_done(k: Kube, name: str, ctype: str) -> Any:
