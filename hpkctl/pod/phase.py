@@ -70,3 +70,18 @@ def init_summary(containers: Sequence[ContainerStatus]) -> str:
         elif c.state == "waiting" and c.reason not in ("", "Waiting", "PodInitializing", "NotStarted"):
             return f"Init:{c.reason}"
     return f"Init:{done}/{len(inits)}" if inits and done < len(inits) else ""
+
+
+def main_summary(containers: Sequence[ContainerStatus]) -> str:
+    """kubectl's STATUS for a pod past its init containers: the reason of the first main container
+    in spec order that waits (CrashLoopBackOff, ContainerCreating) or ended (Error, OOMKilled...);
+    empty while they run (Completed beside a ready running container too)."""
+    reason, running = "", False
+    for c in reversed([c for c in containers if not c.init]):
+        if c.state == "waiting" and c.reason:
+            reason = c.reason
+        elif c.state == "terminated":
+            reason = c.reason or f"ExitCode:{c.exit_code}"
+        elif c.state == "running" and c.ready:
+            running = True
+    return "" if reason == "Completed" and running else reason

@@ -18,7 +18,7 @@ from typing import Any
 from hpkctl.pod import paths as f
 from hpkctl.pod.outcome import PodOutcome, SlurmFacts, pod_outcome
 from hpkctl.pod.paths import PodDir, read_int
-from hpkctl.pod.phase import init_summary, live_phase
+from hpkctl.pod.phase import init_summary, live_phase, main_summary
 
 # Slurm outcomes that explain the end of the pod better than the script could.
 _SLURM_WINS = {"DeadlineExceeded", "OOMKilled", "NodeLost", "Preempted", "BootFailure", "Cancelled", "Revoked"}
@@ -289,7 +289,7 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
         policy = str(_part(pod, "spec").get("restartPolicy") or "Always")
         if live_phase(cs, restart_policy=policy) == "Pending":
             return make("Pending", init_summary(cs), "", None)
-        return make("Running", "", message, None)
+        return make("Running", main_summary(cs), message, None)  # the API gets no reason (api_status)
 
     # Slurm's OUT_OF_MEMORY marks the whole job for any OOM kill in it; when the job finished the pod
     # and knows which container's run the kernel killed (NAME.reason), its record is the better one

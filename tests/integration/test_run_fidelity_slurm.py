@@ -98,3 +98,24 @@ def test_containers_start_in_order_after_post_start(hpk: Hpk) -> None:
     r = hpk.run(pod(unique("order"), [first, second], volumes=[{"name": "shared", "emptyDir": {}}]))
     assert r.rc == 0, r.output
     assert "[second] from-first" in r.stdout, r.output
+
+
+def test_a_crashing_container_waits_in_crash_loop_back_off_between_runs(hpk: Hpk) -> None:
+    """restartPolicy Always, the container exits 1: between its runs it is waiting CrashLoopBackOff
+    (the run that ended as lastState), the pod Running; hpkctl status shows CrashLoopBackOff."""
+    name = unique("crashloop")
+    r = hpk.run(pod(name, [c("app", "echo crashing; exit 1")], restartPolicy="Always",
+                    terminationGracePeriodSeconds=2), extra=("--detach",))
+    assert r.rc == 0, r.output
+    try:
+        st = _wait(hpk, name, "in a back-off", lambda s: (s.get("containerStatuses") or [{}])[0]
+                   .get("state", {}).get("waiting", {}).get("reason") == "CrashLoopBackOff")
+        assert st["phase"] == "Running", st
+        [app] = st["containerStatuses"]
+        assert re.fullmatch(rf"back-off \d+s restarting failed container=app pod={name}_default\(.+\)",
+                            app["state"]["waiting"]["message"]), app
+        assert (app["lastState"]["terminated"]["exitCode"], app["lastState"]["terminated"]["reason"]) == (1, "Error")
+        _wait(hpk, name, "listed as CrashLoopBackOff",
+              lambda s: "CrashLoopBackOff" in hpk.hpkctl("status", name, "--site", "ci").stdout)
+    finally:
+        hpk.hpkctl("delete", name, "--site", "ci")

@@ -1078,3 +1078,23 @@ def test_containers_start_in_order_after_post_start(launched: Launched) -> None:
     c = launched.cluster
     assert finished(c, "rc-order")["status"]["phase"] == "Succeeded"
     assert logs(c, "rc-order", "-c", "second") == "from-first\n"
+
+
+@launch(lambda env: [pod("rc-crashloop", [c_("app", "echo crashing; exit 1")], restartPolicy="Always",
+                         terminationGracePeriodSeconds=2)])
+def test_a_crashing_container_waits_in_crash_loop_back_off_between_runs(launched: Launched) -> None:
+    """Between its runs the container is waiting CrashLoopBackOff with lastState the run that ended;
+    the pod Running; kubectl shows CrashLoopBackOff."""
+    c = launched.cluster
+    uid = launched.uid("rc-crashloop")
+    try:
+        st = wait_status(c, "rc-crashloop", "in a back-off", lambda s: (container(s, "app").get(
+            "state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff")
+        assert st["phase"] == "Running" and "reason" not in st, st
+        app = container(st, "app")
+        assert re.fullmatch(rf"back-off \d+s restarting failed container=app pod=rc-crashloop_default\({uid}\)",
+                            app["state"]["waiting"]["message"]), app
+        assert (app["lastState"]["terminated"]["exitCode"], app["lastState"]["terminated"]["reason"]) == (1, "Error")
+        wait_for("kubectl's CrashLoopBackOff", lambda: "CrashLoopBackOff" in c.kubectl("get", "pod", "rc-crashloop").stdout)
+    finally:
+        _delete(c, "rc-crashloop", wait=False)

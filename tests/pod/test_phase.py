@@ -53,7 +53,8 @@ def test_running_init_container_and_not_started_mains_are_pending(tmp_path: Path
     _files(tmp_path, init__started="t1", init__exitcode="0", init__finished="t2")
     assert read_pod_status(tmp_path, CONTAINERS, RUNNING).phase == "Pending"  # main not started yet
     _files(tmp_path, init__started="t1", init__exitcode="0", init__finished="t2", main__started="t3")
-    assert read_pod_status(tmp_path, CONTAINERS, RUNNING).phase == "Running"
+    st = read_pod_status(tmp_path, CONTAINERS, RUNNING)
+    assert (st.phase, st.reason) == ("Running", "")
 
 
 def test_a_running_sidecar_alone_does_not_make_the_pod_running(tmp_path: Path) -> None:
@@ -72,7 +73,7 @@ def test_a_main_container_in_back_off_is_waiting_and_the_pod_running(tmp_path: P
     _files(tmp_path, init__started="t1", init__exitcode="0", init__finished="t2", main__started="t3",
            main__exitcode="0", main__finished="t4", main__backoff="300", main__restarts="6")
     st = read_pod_status(tmp_path, CONTAINERS, RUNNING)
-    assert st.phase == "Running"
+    assert (st.phase, st.reason) == ("Running", "CrashLoopBackOff")  # hpkctl status shows kubectl's STATUS
     main = st.as_k8s()["containerStatuses"][0]
     assert main["state"]["waiting"]["message"] == "back-off 5m0s restarting failed container=main pod=p_ns(u-1)"
     assert main["lastState"]["terminated"]["reason"] == "Completed" and main["restartCount"] == 6
