@@ -114,6 +114,37 @@ def test_a_statefulset_creates_the_next_pod_only_when_the_previous_is_ready(api:
     _set_phase(api, first[0], "Running", ready=True)
     both = wait_for("db-1", lambda: (lambda ps: ps if len(ps) == 2 else None)(_pods(api, "app=db")))
     assert [p["metadata"]["name"] for p in both] == ["db-0", "db-1"]
+    # scale-down: the highest ordinal first, the next one only once it is gone
+    _set_phase(api, both[1], "Running", ready=True)
+    assert api.patch(f"{APPS}/statefulsets/db", {"spec": {"replicas": 0}}, "merge-patch")[0] == 200
+    wait_for("db-1 Terminating", lambda: bool(_pods(api, "app=db")[-1]["metadata"].get("deletionTimestamp")))
+    api.patch(f"{APPS}/statefulsets/db", {"metadata": {"labels": {"poke": "2"}}}, "merge-patch")
+    wait_for("the controller's round", lambda: api.get(f"{APPS}/statefulsets/db")[1]["status"].get("replicas") == 1)
+    assert not _pods(api, "app=db")[0]["metadata"].get("deletionTimestamp"), "db-0 waits for db-1 to be gone"
+    api.delete(f"{NS}/pods/db-1", {"gracePeriodSeconds": 0})  # what the kubelet does once db-1 stopped
+    wait_for("db-0 Terminating", lambda: bool(_pods(api, "app=db")[0]["metadata"].get("deletionTimestamp")))
+
+
+def test_a_deployment_makes_one_replicaset_per_template(api: KubeApi) -> None:
+    dep = {"metadata": {"name": "app"}, "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "app"}},
+                                                 "template": _template("app")}}
+    code, made = api.post(f"{APPS}/deployments", dep)
+    assert code == 201, made
+
+    def sets() -> list[dict[str, Any]]:
+        return sorted(api.get(f"{APPS}/replicasets", params={"labelSelector": "app=app"})[1]["items"],
+                      key=lambda r: r["metadata"]["annotations"]["deployment.kubernetes.io/revision"])
+    first = wait_for("a replicaset", sets)[0]
+    h = first["metadata"]["labels"]["pod-template-hash"]
+    assert first["metadata"]["name"] == f"app-{h}" and first["spec"]["replicas"] == 2
+    assert first["spec"]["selector"]["matchLabels"] == {"app": "app", "pod-template-hash": h}
+    wait_for("2 pods", lambda: len(_pods(api, f"pod-template-hash={h}")) == 2)
+    template = {**_template("app"), "metadata": {"labels": {"app": "app"}, "annotations": {"v": "2"}}}
+    assert api.patch(f"{APPS}/deployments/app", {"spec": {"template": template}}, "merge-patch")[0] == 200
+    two = wait_for("a second replicaset", lambda: (lambda r: r if len(r) == 2 else None)(sets()))
+    assert two[0]["metadata"]["uid"] == first["metadata"]["uid"] and two[1]["metadata"]["name"] != first["metadata"]["name"]
+    wait_for("the old one at 0", lambda: sets()[0]["spec"]["replicas"] == 0 and sets()[1]["spec"]["replicas"] == 2)
+    assert sets()[1]["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
 
 
 def test_pods_of_a_missing_owner_and_terminated_pods_over_the_threshold_are_deleted(api: KubeApi) -> None:

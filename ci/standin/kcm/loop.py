@@ -43,6 +43,8 @@ async def round_(kube: Kube, jobs: Jobs, gc: Collector) -> None:
     owned = _by_controller(objs["Pod"], "Job")
     for j in objs["Job"]:
         await jobs.sync(j, owned.get(j["metadata"]["uid"], []))
+    uids = {j["metadata"]["uid"] for j in objs["Job"]}
+    jobs.backoff = {u: b for u, b in jobs.backoff.items() if u in uids}  # deleted Jobs' back-off is forgotten
     await gc.owners({k: v for k, v in objs.items() if k != "Pod"},
                     [("Pod", p) for p in objs["Pod"]] + [("ReplicaSet", r) for r in objs["ReplicaSet"]])
     await gc.pods(objs["Pod"], nodes)
