@@ -1,4 +1,6 @@
-# ==== hpkctl runtime: the same for every pod; the pod's part is above ====================
+# ==== hpkctl runtime: the same for every pod; each job script (the pod's part) sources it =====
+# from <state_dir>/runtime/ once its sha256 matched (DEVELOPERS.md, "The job script"), and
+# calls hpk_main. Bash 4.2 and later: tests/pod/test_bash42.py scans it for newer constructs.
 # Status files (DEVELOPERS.md, "The pod directory"): every write is a temp file + mv, so a
 # reader never sees half a value.
 
@@ -579,7 +581,7 @@ hpk_load_secrets() {
 
 # hpk_read_secrets: HPK_SECRETS from env/secrets, one value per NUL-terminated record (a read loop:
 # mapfile -d came with bash 4.4). False when the file exists but cannot be read.
-# shellcheck disable=SC2034  # read by the container functions above when the pod uses them
+# shellcheck disable=SC2034  # read by the pod's container functions when the pod uses them
 hpk_read_secrets() {
   local value
   HPK_SECRETS=()
@@ -706,7 +708,7 @@ hpk_host_part() {
 }
 
 # ==== probes: startupProbe, livenessProbe, readinessProbe ==================================
-# <function>_probes (the pod's part above) sets probe_KIND=(initialDelaySeconds periodSeconds
+# <function>_probes (in the job script) sets probe_KIND=(initialDelaySeconds periodSeconds
 # timeoutSeconds successThreshold failureThreshold GRACE HANDLER ARGS...) for each probe and calls
 # hpk_probes; hpk_run starts it with the container's pid once the container runs and ends it (TERM)
 # when the container exits. HANDLER ARGS is one of

@@ -161,7 +161,8 @@ class ApptainerSection(_Section):
 class PodsSection(_Section):
     """Where pods live and how they see the cluster."""
 
-    state_dir: str = Field("~/.hpk", description="per-pod directories, logs and status files")
+    state_dir: str = Field("~/.hpk", description="per-pod directories, logs and status files, and runtime/ (what "
+                           "every job script sources): compute nodes must see it")
     node_name: str = Field("hpk", description="the virtual node every pod is bound to (the kubelet's default --node-name)")
     dns_server: str = Field("", description="nameserver for ClusterFirst pods; empty: the cluster's CoreDNS when "
                             "it answers on port 53 (hpkctl kubelet), else the host's resolv.conf")
