@@ -59,25 +59,26 @@ hpk_mkdir() {
 # Apptainer inherits the descriptor, and mount(2) binds what it refers to; /proc/PID of another
 # process is out of reach from Apptainer's user namespace); PIN path: its checked real path (MPI
 # tasks on other nodes have no such descriptor). Adds the source to HPK_SUBPATHS. A refusal fails
-# the pod (start) or the exec (exec, status 125).
+# the pod (start) or the exec (exec, status 125). Messages never show the expanded subPath: a
+# subPathExpr may expand a Secret's value, and the message becomes the pod's status (issue 20.18).
 hpk_subpath() {
   local mode=$1 pin=$2 root path fd real
   root=$(realpath -m -- "$3") && path=$(realpath -m -- "$4") \
-    || hpk_subpath_refused "$mode" "$6: cannot resolve the path $4" || return
+    || hpk_subpath_refused "$mode" "$6: cannot resolve its subPath" || return
   case $path/ in
     "$root"/*) ;;
-    *) hpk_subpath_refused "$mode" "$6: the subPath resolves to $path, outside its volume $root" || return ;;
+    *) hpk_subpath_refused "$mode" "$6: the subPath resolves to a path outside its volume $root" || return ;;
   esac
   if [ "$5" = 1 ] && [ ! -e "$path" ]; then
-    mkdir -p -- "$path" || hpk_subpath_refused "$mode" "$6: cannot create the directory $4" || return
+    mkdir -p -- "$path" || hpk_subpath_refused "$mode" "$6: cannot create its subPath directory" || return
   fi
-  exec {fd}<"$path" || hpk_subpath_refused "$mode" "$6: cannot open $4" || return
+  exec {fd}<"$path" || hpk_subpath_refused "$mode" "$6: cannot open its subPath" || return
   real=$(readlink -- "/proc/$BASHPID/fd/$fd")
   case $real/ in
     "$root"/*) ;;
     *)
       exec {fd}<&-
-      hpk_subpath_refused "$mode" "$6: the subPath resolves to $real, outside its volume $root" || return ;;
+      hpk_subpath_refused "$mode" "$6: the subPath resolves to a path outside its volume $root" || return ;;
   esac
   if [ "$pin" = fd ]; then
     HPK_SUBPATHS+=("/proc/self/fd/$fd")

@@ -26,8 +26,20 @@ def _profile(args: argparse.Namespace) -> SiteProfile:
     return load_site(site_of(args))
 
 
+def _namespace(value: str) -> str:
+    """``-n``'s value, refused unless a namespace (a DNS-1123 label): it names a directory of runs, so
+    ``-n ../..`` must never reach a path (issue 20.18)."""
+    from hpkctl.local.records import check_name
+
+    try:
+        check_name("x", namespace=value)
+    except HpkError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+    return value
+
+
 def add_namespace(p: argparse.ArgumentParser, *, default: str | None = "default") -> None:
-    p.add_argument("-n", "--namespace", default=default, metavar="NS",
+    p.add_argument("-n", "--namespace", default=default, metavar="NS", type=_namespace,
                    help="the pod's namespace" + (" (default: default)" if default else
                                                  " (default: the manifest's, else default)"))
 

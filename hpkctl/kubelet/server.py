@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 
 from hpkctl.errors import HpkError
 from hpkctl.jobs import Slurm, Step
@@ -84,6 +85,14 @@ async def _statuses(request: web.Request, handler: Callable[[web.Request], Await
             message += (" (this kubelet serves /healthz, /pods, /runningpods/, /stats/summary, "
                         "/containerLogs/NS/POD/CONTAINER, /exec/NS/POD/CONTAINER, /attach/NS/POD/CONTAINER)")
         return _json(status(e.status, message), e.status)
+
+
+class _AccessLog(AbstractAccessLogger):
+    """One line per request without its query string: exec's ``command=`` words (and any other
+    argument a client sends) stay out of the log (issue 20.18)."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        self.logger.info("%s %s %s %d %.3fs", request.remote, request.method, request.path, response.status, time)
 
 
 class KubeletServer:
@@ -153,7 +162,7 @@ class KubeletServer:
         for method in ("GET", "POST"):
             app.router.add_route(method, "/exec/{ns}/{pod}/{container}", self._exec)
             app.router.add_route(method, "/attach/{ns}/{pod}/{container}", self._attach)
-        self._runner = web.AppRunner(app, shutdown_timeout=2.0, access_log=log)
+        self._runner = web.AppRunner(app, shutdown_timeout=2.0, access_log=log, access_log_class=_AccessLog)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=ctx)
         await site.start()
@@ -319,7 +328,8 @@ class KubeletServer:
                                               command=opts.command, tty=opts.tty, stdin=opts.stdin)
 
         ws = await self._upgrade(request)
-        log.info("exec in %s/%s: %s (job %s)", tracked.key, container, list(opts.command), tracked.job_id)
+        # the command's words are the client's business (they may hold a token); never logged (issue 20.18)
+        log.info("exec in %s/%s: %d word(s) (job %s)", tracked.key, container, len(opts.command), tracked.job_id)
         await self._serve(remotecommand.run_exec(Channels(ws, opts), start))
         return ws
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import ssl
@@ -497,6 +498,18 @@ def test_exec_streams_output_and_the_exit_code_on_the_error_channel(served: Serv
     assert fake.calls == [{"job_id": "812", "pod_dir": t.pod_dir, "container": "main",
                            "command": ("sh", "-c", "exit 3"), "tty": False, "stdin": False}]
     assert fake.step is not None and fake.step.closed
+
+
+def test_exec_command_lines_stay_out_of_the_kubelets_log(served: Served, monkeypatch: pytest.MonkeyPatch,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 20.18: an exec's words may hold a token (curl -H 'Authorization: ...'); neither the
+    kubelet's exec line nor its access log shows them."""
+    track(served.table, served.root, "a", ["main"], running=("main",), job_id="812")
+    monkeypatch.setattr(served.slurm, "exec_step", FakeExec(stdout=[b"ok\n"], stderr=[], code=0))
+    with caplog.at_level(logging.DEBUG):
+        asyncio.run(_ws(served, _exec_path("a", "main", "echo", "Bearer-s3cr3t", output="1")))
+    assert "exec in default/a/main: 2 word(s)" in caplog.text and "/exec/default/a/main" in caplog.text
+    assert "s3cr3t" not in caplog.text
 
 
 def test_exec_stdin_reaches_the_command_until_v5_closes_it(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -329,3 +329,12 @@ def test_a_slurm_timeout_during_sbatch_keeps_the_record_for_status_and_delete(tm
     assert "hpkctl status p -n default --site t" in err.value.hint
     kept = load_record(profile, "p")
     assert (kept.state, kept.job_id) == (SUBMITTING, "") and Path(kept.pod_dir, "job", "job.sh").is_file()
+
+
+@pytest.mark.parametrize("command", [["status"], ["status", "p"], ["logs", "p"], ["delete", "p"]])
+def test_a_namespace_that_is_a_path_is_refused(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 20.18: ``-n ../..`` names a directory of runs; it is refused before any path is built."""
+    with pytest.raises(SystemExit) as e:
+        main([*command, "-n", "../..", "--site", "ci"])
+    assert e.value.code == 125
+    assert "invalid namespace '../..': must be a DNS-1123 label" in capsys.readouterr().err

@@ -47,6 +47,16 @@ def test_sub_path_expr_that_leaves_the_volume_fails_the_pod(tmp_path: Path, sub:
     assert f"scratch/{sub}" not in script and f"/{sub}" not in script.split("# ==== hpkctl runtime")[0]
 
 
+def test_a_secret_derived_sub_path_never_reaches_the_pods_status_message(tmp_path: Path) -> None:
+    """Issue 20.18: the refusal became the pod's status message with the expanded subPathExpr in it,
+    a Secret's value when the variable comes from one."""
+    secret = "../../../s3cr3t-t0ken-value"
+    root, runs, _ = _run(tmp_path, _pod({"subPathExpr": "$(SUB)"}), secret)
+    assert runs == []
+    failed = (root / "status" / "pod.failed").read_text()
+    assert "outside its volume" in failed and "s3cr3t" not in failed
+
+
 def test_sub_path_expr_inside_the_volume_is_created_and_bound(tmp_path: Path) -> None:
     root, runs, _ = _run(tmp_path, _pod({"subPathExpr": "$(SUB)"}), "x/../y/z")
     [run] = runs
