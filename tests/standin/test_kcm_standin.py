@@ -169,3 +169,28 @@ def test_pods_of_a_missing_owner_and_terminated_pods_over_the_threshold_are_dele
     kept = {p["metadata"]["name"] for p in left}
     assert max(created[n] for n in created if n not in kept) <= min(created[n] for n in kept)
     api.delete(f"{NS}/pods/foreign", {"gracePeriodSeconds": 0})
+
+
+def test_a_job_pod_is_counted_once_terminal_and_then_loses_its_finalizer(api: KubeApi) -> None:
+    """podReplacementPolicy Failed: a deleted pod is not replaced while Terminating; once the kubelet
+    writes it Failed, it is recorded, freed of the job-tracking finalizer and counted (backoffLimit 0:
+    the Job fails)."""
+    job = {"metadata": {"name": "once"}, "spec": {"backoffLimit": 0, "podReplacementPolicy": "Failed",
+                                                  "template": {**_template("once"), "spec": {
+                                                      **_template("once")["spec"], "restartPolicy": "Never"}}}}
+    code, made = api.post("/apis/batch/v1/namespaces/default/jobs", job)
+    assert code == 201, made
+    assert made["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": made["metadata"]["uid"]}}
+    pod = wait_for("the job's pod", lambda: _pods(api, "app=once"))[0]
+    assert re.fullmatch(f"once-{SUFFIX}", pod["metadata"]["name"])
+    assert pod["metadata"]["finalizers"] == ["batch.kubernetes.io/job-tracking"]
+    api.delete(f"{NS}/pods/{pod['metadata']['name']}", {})  # bound: Terminating until the kubelet acts
+    jobs = "/apis/batch/v1/namespaces/default/jobs/once"
+    wait_for("status.terminating 1", lambda: api.get(jobs)[1].get("status", {}).get("terminating") == 1)
+    assert [p["metadata"]["name"] for p in _pods(api, "app=once")] == [pod["metadata"]["name"]]  # not replaced
+    _set_phase(api, pod, "Failed")
+    done = wait_for("the job Failed", lambda: (lambda j: j if any(
+        c["type"] == "Failed" for c in j.get("status", {}).get("conditions") or []) else None)(api.get(jobs)[1]))
+    assert done["status"]["failed"] == 1 and done["status"]["uncountedTerminatedPods"] == {}
+    left = _pods(api, "app=once")
+    assert left == [] or left[0]["metadata"].get("finalizers") in (None, [])

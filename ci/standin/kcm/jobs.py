@@ -177,14 +177,18 @@ class Jobs:
         if self._delay(job["metadata"]["uid"], st["failed"]) > 0:
             return live
         new: list[Obj] = []
+        # podReplacementPolicy Failed: a terminating pod is replaced only once it is terminal
+        waiting = [p for p in owned if job["spec"].get("podReplacementPolicy") == "Failed" and pods.deleting(p)
+                   and pods.phase(p) not in pods.TERMINAL]
         if job["spec"].get("completionMode") == "Indexed":
-            busy = {index_of(p) for p in live} | {index_of(p) for p in owned if pods.phase(p) == "Succeeded"}
+            busy = {index_of(p) for p in [*live, *waiting]} | \
+                {index_of(p) for p in owned if pods.phase(p) == "Succeeded"}
             todo = [i for i in range(int(completions or 0)) if i not in done_ix and i not in busy]
-            new = [self._pod(job, i) for i in todo[:max(0, parallelism - len(live))]]
+            new = [self._pod(job, i) for i in todo[:max(0, parallelism - len(live) - len(waiting))]]
         else:
             want = parallelism if completions is None and succeeded_now == 0 else \
                 len(live) if completions is None else min(int(completions) - succeeded_now, parallelism)
-            new = [self._pod(job, None) for _ in range(max(0, want - len(live)))]
+            new = [self._pod(job, None) for _ in range(max(0, want - len(live) - len(waiting)))]
             for p in sorted(live, key=lambda p: p["metadata"]["creationTimestamp"], reverse=True)[:max(0, len(live) - want)]:
                 await pods.delete(self.kube, p)
                 live = [q for q in live if q is not p]
