@@ -282,24 +282,6 @@ def test_an_indexed_job_gives_each_pod_its_index_and_hostname(kube: Kube) -> Non
         assert kube.kubectl("logs", m["name"]).stdout == f"index={i}\n"
 
 
-def test_a_failing_job_is_retried_within_its_backoff_limit_then_fails(kube: Kube) -> None:
-    job = _job_done(kube, "bad", "Failed")
-    st = job["status"]
-    assert (st["failed"], st.get("succeeded", 0), st.get("active", 0)) == (2, 0, 0)  # backoffLimit 1: two tries
-    assert [(c["type"], c["reason"]) for c in st["conditions"]] == [("FailureTarget", "BackoffLimitExceeded"),
-                                                                     ("Failed", "BackoffLimitExceeded")]
-    assert "completionTime" not in st
-    pods = sorted(kube.owned(job["metadata"]["uid"]), key=lambda p: p["metadata"]["creationTimestamp"])
-    assert len(pods) == 2
-    for p in pods:
-        assert p["status"]["phase"] == "Failed" and not p["metadata"].get("finalizers")
-        assert p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
-        assert _slurm_state(p) == "FAILED"
-    # the second try was made only after the first had failed (the controller's back-off)
-    first_end = pods[0]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
-    assert pods[1]["metadata"]["creationTimestamp"] >= first_end
-
-
 def test_a_deployment_scaled_from_three_to_one_stops_two_pods(kube: Kube) -> None:
     def available(n: int) -> Any:
         def probe() -> Any:
@@ -357,6 +339,24 @@ def test_helm_installs_a_chart_with_a_deployment_and_uninstalls_it(kube: Kube) -
     kube.helm("uninstall", "shop", "--wait", "--timeout", "120s", timeout=150)
     kube.wait("the chart's pod to be gone", lambda: kube.pods("app=shop") == [])
     assert _slurm_state(pods[0]) in ("COMPLETED", "CANCELLED", "FAILED")
+
+
+def test_a_failing_job_is_retried_within_its_backoff_limit_then_fails(kube: Kube) -> None:
+    job = _job_done(kube, "bad", "Failed")
+    st = job["status"]
+    assert (st["failed"], st.get("succeeded", 0), st.get("active", 0)) == (2, 0, 0)  # backoffLimit 1: two tries
+    assert [(c["type"], c["reason"]) for c in st["conditions"]] == [("FailureTarget", "BackoffLimitExceeded"),
+                                                                     ("Failed", "BackoffLimitExceeded")]
+    assert "completionTime" not in st
+    pods = sorted(kube.owned(job["metadata"]["uid"]), key=lambda p: p["metadata"]["creationTimestamp"])
+    assert len(pods) == 2
+    for p in pods:
+        assert p["status"]["phase"] == "Failed" and not p["metadata"].get("finalizers")
+        assert p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+        assert _slurm_state(p) == "FAILED"
+    # the second try was made only after the first had failed (the controller's back-off)
+    first_end = pods[0]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
+    assert pods[1]["metadata"]["creationTimestamp"] >= first_end
 
 
 def test_zz_deleting_the_workloads_leaves_no_pod_behind(kube: Kube) -> None:
