@@ -1,7 +1,8 @@
 """``hpkctl status`` of many runs at once, where one odd record never hides the others.
 
 One ``squeue`` (and one batched final-state lookup) answers for every pod and every workload
-element. When that fails, each record is asked on its own, so the Slurm problem shows on the
+element. When that fails (other than Slurm being unreachable, which is everyone's problem and is
+raised), each record is asked on its own, so the Slurm problem shows on the
 line of the record that caused it; a record whose status cannot be read (a workload file that is
 not JSON, a job id Slurm answers strangely) becomes an ``Unknown`` status with the error as its
 message, and every other run is still shown.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hpkctl.errors import HpkError
-from hpkctl.jobs import Slurm
+from hpkctl.jobs import Slurm, SlurmUnavailable
 from hpkctl.local.arrays import ArrayStatus, WorkloadFile, array_status, element_ids
 from hpkctl.local.records import RunRecord
 from hpkctl.local.runs import job_states, run_status
@@ -41,6 +42,8 @@ def run_statuses(slurm: Slurm, records: Sequence[RunRecord],
     problems: dict[str, Exception] = {}
     try:
         jobs = job_states(slurm, [j for r in records for j in _ids(r, arrays)])
+    except SlurmUnavailable:  # Slurm is down or slow for everyone: asking per record would only wait longer
+        raise
     except _PROBLEMS:  # ask per record, so only the one that fails shows the error
         jobs = {}
         for r in records:

@@ -57,3 +57,19 @@ def test_one_squeue_for_all_when_nothing_is_odd(tmp_path: Path) -> None:
     got = run_statuses(slurm, records, {})
     assert [s.job.state if s.job else None for s in got] == ["RUNNING", "RUNNING"]
     assert slurm.calls == [["11", "12"]]
+
+
+def test_slurm_unreachable_is_raised_not_asked_per_record(tmp_path: Path) -> None:
+    import pytest
+
+    from hpkctl.jobs import SlurmUnavailable
+
+    class Down(OddSlurm):
+        def query(self, ids: list[str]) -> dict[str, JobInfo]:
+            self.calls.append(list(ids))
+            raise SlurmUnavailable("squeue cannot reach Slurm: connection refused")
+
+    slurm: Any = Down("x")
+    with pytest.raises(SlurmUnavailable):
+        run_statuses(slurm, [_record(tmp_path, "a", "11"), _record(tmp_path, "b", "12")], {})
+    assert len(slurm.calls) == 1
