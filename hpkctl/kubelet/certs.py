@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from pathlib import Path
 
 from cryptography import x509
@@ -17,10 +16,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from hpkctl.files import private_dirs, write_atomic
+
 
 def self_signed(directory: Path, *, node_name: str, addresses: list[str], days: int = 365) -> tuple[str, str]:
     """Write (or reuse, while valid for another day) ``kubelet.crt``/``kubelet.key`` in ``directory``."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(directory)
     crt, key = directory / "kubelet.crt", directory / "kubelet.key"
     now = datetime.datetime.now(datetime.timezone.utc)
     if crt.exists() and key.exists():
@@ -43,9 +44,8 @@ def self_signed(directory: Path, *, node_name: str, addresses: list[str], days: 
             .not_valid_after(now + datetime.timedelta(days=days))
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)
             .sign(pkey, hashes.SHA256()))
-    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pkey.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption()))
-    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    # whole files or none (a full disk must not leave half a key behind for the next start)
+    write_atomic(key, pkey.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                         serialization.NoEncryption()), mode=0o600)
+    write_atomic(crt, cert.public_bytes(serialization.Encoding.PEM), mode=0o644)
     return str(crt), str(key)

@@ -204,8 +204,14 @@ class Kubelet:
 
 
 def run_kubelet(profile: SiteProfile, opts: KubeletOptions, *, stop: threading.Event) -> int:
-    kubelet = Kubelet(profile, opts, stop=stop)
-    kubelet.start()
+    try:
+        kubelet = Kubelet(profile, opts, stop=stop)
+        kubelet.start()
+    except OSError as e:  # its state directory cannot be written: a full disk, a quota, permissions
+        where = e.filename or os.path.expanduser(profile.pods.state_dir)
+        raise HpkError(f"the kubelet cannot write its state: {where}: {e.strerror or e}",
+                       hint="free space (or quota) on that file system, or give the kubelet another [pods] "
+                            "state_dir in the site profile") from None
     try:
         stop.wait()
     finally:

@@ -377,8 +377,18 @@ class PodManager:
 
     def _submitted(self, t: Tracked, rec: PodRecord, job_id: str, *, event: bool = True) -> None:
         rec.job_id, rec.state = job_id, SUBMITTED
-        self._save(rec)
         t.job_id, t.pod_dir = job_id, Path(rec.pod_dir)
+        try:
+            self._save(rec)
+        except OSError as exc:
+            # the job exists: follow it from memory; after a restart it is found again by the pod's uid
+            # (its job.id, squeue), never submitted a second time (issue 20.7: a full state disk)
+            log.warning("pod %s: Slurm job %s runs, but its record cannot be written (%s); it is followed "
+                        "from memory", t.key, job_id, exc)
+            with self._recs_lock:
+                self._recs[rec.uid] = rec
+            self._event(t, "RecordNotWritten", f"the kubelet cannot write its record of Slurm job {job_id}: "
+                        f"{exc.strerror or exc}; free space in its state directory", warning=True)
         t.extra.pop("backoff", None)
         if event:
             # the scheduler's Scheduled says where the pod went; this is the kubelet's own step

@@ -353,3 +353,30 @@ def test_new_pods_share_one_squeue_listing(mgr: Any) -> None:
     for i in range(5):
         m.sync(f"u-{i}")
     assert (slurm.submitted, slurm.listings) == (5, 1)
+
+
+def test_a_full_disk_between_sbatch_and_the_record_leaves_the_pod_followed_not_pending(
+        mgr: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20.7: the state disk fills after sbatch, before the record's update: the pod is followed
+    from memory (job id, annotation, status polls) instead of staying Pending for ever, with a
+    warning event; nothing is submitted again."""
+    import errno
+
+    m, kube, slurm = mgr
+    real_save = m.records.save
+
+    def save(rec: PodRecord) -> None:
+        if rec.state == SUBMITTED:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(rec)
+
+    monkeypatch.setattr(m.records, "save", save)
+    m.on_sync([_pod()])
+    m.sync("u-1")
+    m.sync("u-1")
+    assert slurm.submitted == 1
+    t = m.table.get("u-1")
+    assert t is not None and t.job_id == "999"
+    assert any(p["metadata"].get("annotations") == {"hpk.io/slurm-job-id": "999"} for p in kube.status_patches())
+    assert any(e["reason"] == "RecordNotWritten" for e in kube.events())
+    assert m.records.load_all()["u-1"].state == SUBMITTING  # on disk: found by uid after a restart

@@ -5,6 +5,7 @@ HTTPS API's authorisation. Real Slurm, the API stand-in, one mini cloud for the 
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import signal
 import subprocess
@@ -147,3 +148,32 @@ def test_status_and_delete_tell_the_kubelets_pods_from_runs(cluster: Cluster) ->
                            check=False).stdout.strip()
     assert state == "RUNNING", state
     delete_and_wait(cluster, name)
+
+
+def test_a_full_state_disk_at_kubelet_start_is_a_clear_error(cluster: Cluster) -> None:
+    """Issue 20.7: the kubelet's state directory on a full file system (a 1 MiB tmpfs, filled) ends its
+    start with a message naming the path and the fix, not a traceback."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    disk = cluster.root / "full-disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(disk)], check=True)
+    try:
+        shutil.chown(disk, "hpk", "hpk")
+        subprocess.run(["runuser", "-u", "hpk", "--", "dd", "if=/dev/zero", f"of={disk / 'filler'}", "bs=64k"],
+                       capture_output=True, check=False)  # until the disk is full
+        site = cluster.root / "full-site.toml"
+        site.write_text(f'extends = "ci"\n\n[pods]\nstate_dir = "{disk / "state"}"\n')
+        site.chmod(0o644)
+        kubelet = cluster._spawn("kubelet-full", "kubelet", "--site", str(site), "--kubeconfig",
+                                 str(cluster.api.state / "kubelet.kubeconfig"), "--node-name", "full-disk",
+                                 "--port", "0", "--address", "127.0.0.1")
+        try:
+            rc = kubelet.wait(timeout=60)
+        finally:
+            cluster.stop_process(kubelet)
+        out = cluster.log("kubelet-full")
+        assert rc == 125 and "the kubelet cannot write its state" in out and "No space left on device" in out, out
+        assert "Traceback" not in out, out
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
