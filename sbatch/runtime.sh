@@ -335,9 +335,8 @@ hpk_restarts() {
 # user.slice:apptainer:PID of the user's systemd manager, outside the job and removed with the
 # container; its slice's counter keeps the kill. HPK_CGROUP_ROOT, HPK_PROC_CGROUP: for tests.
 hpk_oom_kills() {
-  local root=${HPK_CGROUP_ROOT:-/sys/fs/cgroup} ctrl path dir uid
+  local root=${HPK_CGROUP_ROOT:-/sys/fs/cgroup} ctrl path dir
   local -a files=()
-  uid=$(id -u)
   while IFS=: read -r _ ctrl path; do
     [[ $path =~ ^(.*/job_[0-9]+)(/|$) ]] && path=${BASH_REMATCH[1]}
     case $ctrl in
@@ -347,7 +346,7 @@ hpk_oom_kills() {
       "")
         dir=$root
         [ -e "$dir/cgroup.controllers" ] || dir=$root/unified
-        files+=("$dir$path/memory.events" "$dir/user.slice/user-$uid.slice/user@$uid.service/user.slice/memory.events") ;;
+        files+=("$dir$path/memory.events" "$dir/user.slice/user-$UID.slice/user@$UID.service/user.slice/memory.events") ;;
     esac
   done <"${HPK_PROC_CGROUP:-/proc/self/cgroup}"
   cat -- /dev/null ${files[@]+"${files[@]}"} 2>/dev/null | awk '$1 == "oom_kill" { n += $2 } END { print n + 0 }'
