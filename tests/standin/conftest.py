@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.support import ci
+from tests.support import ci, lanes
 from tests.support.ci import HPK_USER
 from tests.support.standin import STANDIN_DIR, STORE, Standin
 
@@ -43,6 +43,7 @@ def _user() -> pwd.struct_passwd:
 @pytest.fixture(scope="session")
 def standin_ready() -> pwd.struct_passwd:
     """The stand-in's requirements: bwrap, unsquashfs, the store with busybox and hpk-parent."""
+    lanes.need("standin")
     user = _user()
     for tool in ("bwrap", "unsquashfs"):
         if not shutil.which(tool):
@@ -55,6 +56,7 @@ def standin_ready() -> pwd.struct_passwd:
 
 @pytest.fixture
 def standin(standin_ready: pwd.struct_passwd) -> Iterator[Standin]:
+    lanes.need("standin")
     d = Path(tempfile.mkdtemp(prefix="standin-test-"))
     d.chmod(0o755)
     if os.geteuid() == 0:

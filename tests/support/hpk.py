@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from tests.support import lanes
 from tests.support.ci import HPK_USER, REPO, missing
 
 STANDIN = REPO / "ci" / "standin"
@@ -76,6 +77,7 @@ def unique(prefix: str) -> str:
 
 
 def require_standin() -> None:
+    lanes.need("standin")
     if shutil.which("bwrap") is None:
         missing("bubblewrap is not installed")
     if not (STANDIN / "apptainer").is_file() or not (STORE / "busybox").exists():

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import requests
 
+from tests.support import lanes
 from tests.support.ci import REPO, missing
 
 KUBE_APISERVER = REPO / "ci" / "standin" / "kube-apiserver"
@@ -26,6 +27,7 @@ HELM = TOOLS / "helm"
 
 def require_modules() -> None:
     """The stand-in runs on the venv: aiohttp, cel-python, cryptography, kubernetes-validate (dev extras)."""
+    lanes.need("standin")
     try:
         import aiohttp  # noqa: F401
         import celpy  # noqa: F401
@@ -36,6 +38,7 @@ def require_modules() -> None:
 
 
 def require_kubectl() -> Path:
+    lanes.need("standin")
     if not os.access(KUBECTL, os.X_OK):
         missing(f"{KUBECTL} is missing", fix="run ci/setup (ci/kube-tools) as root")
     return KUBECTL
@@ -57,6 +60,7 @@ class KubeApi:
 
     # ------------------------------------------------------------------ process
     def start(self) -> "KubeApi":
+        lanes.need("standin")
         (self.state / "port").unlink(missing_ok=True)
         log = open(self.state.parent / f"{self.state.name}.log", "ab")
         self.proc = subprocess.Popen([str(KUBE_APISERVER), "--state-dir", str(self.state), "--port", str(self.port),

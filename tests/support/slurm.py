@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tests.support import lanes
 from tests.support.ci import HPK_USER, missing
 
 SINGLE_CONF = "/etc/slurm/slurm.conf"
@@ -19,6 +20,7 @@ NODE_NOT_USABLE = ("down", "drain", "fail", "unk", "inval", "future", "maint", "
 def as_hpk(argv: list[str], *, slurm_conf: str, cwd: Path | None = None,
            timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run argv as the normal user hpk (via runuser when we are root) with SLURM_CONF set."""
+    lanes.need("slurm")
     env_argv = ["env", f"SLURM_CONF={slurm_conf}", *argv]
     if os.geteuid() == 0:
         env_argv = ["runuser", "-u", HPK_USER, "--", *env_argv]
@@ -29,6 +31,7 @@ def as_hpk(argv: list[str], *, slurm_conf: str, cwd: Path | None = None,
 def require_cluster(conf: str, min_nodes: int) -> None:
     """The cluster of `conf` is up with at least `min_nodes` usable nodes, and jobs can run as hpk
     (else ``missing``)."""
+    lanes.need("slurm")
     if shutil.which("sinfo") is None or not Path(conf).is_file():
         missing(f"Slurm is not installed or {conf} is absent")
     try:
