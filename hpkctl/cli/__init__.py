@@ -9,6 +9,7 @@ command modules are imported lazily so ``hpkctl --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -60,6 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader went away (`hpkctl status | head`): stop quietly as a shell tool does, and keep
+        # Python from failing again when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 __all__ = ["EXIT_ERROR", "Parser", "build_parser", "main"]
