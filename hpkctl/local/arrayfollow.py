@@ -3,8 +3,10 @@
 Logs go out as ``kubectl logs -f --prefix`` prints them, ``[pod/NAME/CONTAINER] line``, beside the
 progress lines. The cost stays that of following one pod per running element: Slurm is asked once
 per due tick for every element (one ``squeue``, the caller's ``states``), and only the log files of
-pods that have started and are not done yet are read, each from where the last read stopped; a
-pod's files are read a last time once its index has a result or its element has ended.
+pods that have started (or whose element runs) and are not done yet are read, each from where the
+last read stopped; a pod's files are read a last time once its index has a result or its element
+has ended. A run too short to be seen between two reads (a retried Job pod that fails at once) may
+be missed; ``hpkctl logs`` and the pod directory's ``attempts/N/`` keep every run's log.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class ArrayLogs:
         """Read what the running pods wrote since the last call; ``st`` (the latest status) says
         which pods run; ``final``: every pod that ran, a last time."""
         for x in st.indexes if st is not None else []:
-            if x.index in self.done or not x.pod.started_at:
+            running = x.pod.job is not None and x.pod.job.state == "RUNNING"  # between a Job pod's runs too
+            if x.index in self.done or not (x.pod.started_at or running):
                 continue
             tail = self._tail(x.index)
             if tail is None:

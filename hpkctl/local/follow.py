@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError
 from hpkctl.jobs.poll import Backoff, poll
@@ -31,37 +31,54 @@ class LogTail:
 
     Each line goes out as it is, or ``[LABEL] line``: ``labels`` maps a container to its label
     (``pod/NAME/CONTAINER`` for a workload's pods, as ``kubectl logs -f --prefix``); without it the
-    containers in ``prefixed`` (default: all) are labelled with their name."""
+    containers in ``prefixed`` (default: all) are labelled with their name.
+
+    A file stays open while it is followed: when a restart moves it away (to ``<c>.previous.log``,
+    or a retried Job pod's ``attempts/N/``) and a new one takes its name, the rest of the old one is
+    still read through the open file first, so no line written just before the restart is lost."""
 
     def __init__(self, logs_dir: Path, names: list[str], out: TextIO, *, prefixed: set[str] | None = None,
                  labels: Mapping[str, str] | None = None) -> None:
         self.files = {n: logs_dir / f"{n}.log" for n in names}
-        self.pos = dict.fromkeys(names, 0)
-        self.inode: dict[str, int] = {}
+        self.open: dict[str, BinaryIO] = {}
         chosen = set(names) if prefixed is None else prefixed
         self.labels = dict(labels) if labels is not None else {n: n for n in names if n in chosen}
         self.out = out
         self.partial = dict.fromkeys(names, b"")
 
     def pump(self, *, final: bool = False) -> None:
+        """Print the lines written since the last call; ``final``: also an unfinished last line, and
+        close the files."""
         for name, path in self.files.items():
+            fh = self.open.get(name)
+            if fh is not None:
+                self._emit(name, fh.read())
             try:
-                with open(path, "rb") as fh:
-                    st = os.fstat(fh.fileno())
-                    if self.inode.get(name) != st.st_ino:  # new file: first time, or rotated by a restart
-                        self.inode[name], self.pos[name] = st.st_ino, 0
-                    fh.seek(self.pos[name])
-                    data = fh.read()
-                    self.pos[name] += len(data)
+                current = os.stat(path).st_ino
             except FileNotFoundError:
-                continue
-            data = self.partial[name] + data
-            lines = data.split(b"\n")
-            self.partial[name] = b"" if final else lines.pop()
-            for line in lines if not final else [x for x in lines if x]:
-                text = line.decode("utf-8", "replace")
-                self.out.write(f"[{self.labels[name]}] {text}\n" if name in self.labels else f"{text}\n")
-            self.out.flush()
+                current = None
+            if current is not None and (fh is None or os.fstat(fh.fileno()).st_ino != current):
+                if fh is not None:  # the old run's file was read to its end above
+                    self._emit(name, b"", flush=True)
+                    fh.close()
+                try:
+                    fh = self.open[name] = open(path, "rb")  # noqa: SIM115 (kept open on purpose)
+                except FileNotFoundError:
+                    self.open.pop(name, None)
+                    continue
+                self._emit(name, fh.read())
+            if final:
+                self._emit(name, b"", flush=True)
+                if name in self.open:
+                    self.open.pop(name).close()
+        self.out.flush()
+
+    def _emit(self, name: str, data: bytes, *, flush: bool = False) -> None:
+        lines = (self.partial[name] + data).split(b"\n")
+        self.partial[name] = b"" if flush else lines.pop()
+        for line in lines if not flush else [x for x in lines if x]:
+            text = line.decode("utf-8", "replace")
+            self.out.write(f"[{self.labels[name]}] {text}\n" if name in self.labels else f"{text}\n")
 
 
 def describe(st: PodStatus, *, with_message: bool | None = None) -> str:

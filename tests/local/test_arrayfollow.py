@@ -68,3 +68,22 @@ def test_running_pods_logs_are_prefixed_read_once_and_pending_pods_are_not_read(
     opened.clear()
     logs.pump(ended)
     assert opened == []
+
+
+def test_a_log_moved_away_by_a_restart_is_read_to_its_end_first(tmp_path: Path) -> None:
+    from hpkctl.local.follow import LogTail
+
+    log = tmp_path / "c.log"
+    log.write_text("one\ntw")
+    out = io.StringIO()
+    tail = LogTail(tmp_path, ["c"], out, prefixed=set())
+    tail.pump()
+    assert out.getvalue() == "one\n"
+    with open(log, "a") as fh:
+        fh.write("o\nlast words")  # written just before the restart, not yet read
+    log.rename(tmp_path / "c.previous.log")
+    log.write_text("second run\n\nend")
+    tail.pump()
+    assert out.getvalue() == "one\ntwo\nlast words\nsecond run\n\n"
+    tail.pump(final=True)
+    assert out.getvalue().endswith("second run\n\nend\n") and tail.open == {}
