@@ -26,6 +26,7 @@ Speed claims come from here, never from timed assertions in tests.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import http.client
 import json
@@ -43,7 +44,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1067,10 +1068,10 @@ def main() -> int:
         print(f"# {line}", flush=True)
     results: dict[str, Any] = {"environment": env_lines + extra, "args": vars(args)}
     started = time.monotonic()
-    bench: Bench | None = None
-    try:
+    with session(cluster, root, keep=args.keep) as made:
         cluster.start()
         bench = Bench(args, root, calls, cluster)
+        made.append(bench)
         bench.rss("kubelet up, Node Ready, no pods yet", 0)
         lat = bench.latency()
         bench.rss("after the latency samples (pods deleted)", 0)
@@ -1107,21 +1108,30 @@ def main() -> int:
         results["load_end"] = os.getloadavg()
         json_path.write_text(json.dumps(results, indent=1, default=str))
         print(f"# results   {json_path}")
+    return 0
+
+
+@contextlib.contextmanager
+def session(cluster: Cluster, root: Path, *, keep: bool) -> Iterator[list[Bench]]:
+    """Around a run: on failure the kubelet's log tail; always cancel what the run left in Slurm (the
+    ``Bench`` appended to the list yielded), stop the cluster, remove (or keep) the temporary directory."""
+    made: list[Bench] = []
+    try:
+        yield made
     except BaseException:
         log(f"failed; kubelet log tail:\n{cluster.log('kubelet')[-3000:]}")
         raise
     finally:
-        if bench is not None:
+        for bench in made:
             try:
                 bench.sweep()
             except Exception as e:  # noqa: BLE001
                 log(f"sweep failed: {e}")
         cluster.stop()
-        if args.keep:
+        if keep:
             log(f"kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":

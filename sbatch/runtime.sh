@@ -16,10 +16,19 @@ HPK_MPI_ENV='
   done
   exec "$@"'
 
+# The kubelet's change log: after a status write the job drops a marker named after the pod's
+# uid (its directory's name) into <state_dir>/changes/, a directory the kubelet creates, which
+# reads that one directory per round instead of every pod's (hpkctl/pod/paths.py, CHANGES_DIR).
+# Without it (hpkctl run, render --out) the marker is not written.
+HPK_CHANGED=${HPK_POD_DIR%/*}
+HPK_CHANGED=${HPK_CHANGED%/*}/changes/${HPK_POD_DIR##*/}
+hpk_changed() { { : >"$HPK_CHANGED"; } 2>/dev/null || :; }
+
 # hpk_put NAME VALUE: atomically write one status file.
 hpk_put() {
   local tmp="$HPK_STATUS/.$1.$$.tmp"
-  printf '%s\n' "$2" >"$tmp" && mv -f "$tmp" "$HPK_STATUS/$1"
+  printf '%s\n' "$2" >"$tmp" && mv -f "$tmp" "$HPK_STATUS/$1" || return
+  hpk_changed
 }
 
 # hpk_fail REASON MESSAGE: the pod failed for a reason other than a container's exit code.
@@ -375,6 +384,7 @@ hpk_run() {
       wait "$HPK_WAITING" || { [ "$HPK_STOPPING" = 1 ] || hpk_stop_container "$name" "$fn" "$HPK_CPID"; }
       HPK_WAITING=''
       rm -f -- "$HPK_STATUS/$name.poststart"
+      hpk_changed
     fi
     probes_pid=''
     if [ "$HPK_STOPPING" = 0 ] && kill -0 "$HPK_CPID" 2>/dev/null; then

@@ -136,7 +136,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
         if rec.is_array:
             return _follow_array(slurm, rec, quiet=args.quiet)
-        st = follow_run(slurm, rec, out=out, log_out=sys.stdout, quiet=args.quiet)
+        st = follow_run(slurm, rec, out=out, log_out=sys.stdout, quiet=args.quiet,
+                        slurm_poll=profile.kubelet.slurm_poll)
     except Interrupted as exc:
         name = "interrupted" if exc.signum == signal.SIGINT else f"got {exc}"
         if rec is None:
@@ -300,7 +301,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if path.exists():
             sys.stdout.buffer.write(path.read_bytes())
         return 0
-    follow_logs(Slurm(profile.slurm), rec, container, out=sys.stdout)
+    follow_logs(Slurm(profile.slurm), rec, container, out=sys.stdout, slurm_poll=profile.kubelet.slurm_poll)
     return 0
 
 

@@ -157,6 +157,7 @@ class Kubelet:
         self.check_identity()
         self.refresh_dns()
         self.pods.load_records()
+        self.pods.changes.ensure()  # before any pod is submitted: its job writes markers from the start
         self._serve()
         self.reporter.thread.start()
         self.lease.thread.start()

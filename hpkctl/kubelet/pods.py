@@ -6,10 +6,10 @@ one worker per pod uid at a time (:class:`~hpkctl.kubelet.workqueue.WorkQueue`).
 for long: a pull, a grace period or a back-off re-queues the pod for later, so one slow pod never
 holds the others up.
 
-Status flows the other way in :meth:`PodManager.poll`: one ``squeue`` call per ``slurm_poll`` for all
-jobs, the pods' status files every ``status_poll`` (a pod is read again only when its ``status/``
-directory changed — every status write is a rename — or Slurm's view of its job did), and a status
-patch only when something changed.
+Status flows the other way in :meth:`PodManager.poll`: one ``squeue`` call per ``slurm_poll`` (10 s)
+for all jobs, the change log every ``status_poll`` (one readdir; a pod's files are read only when it
+left a marker there or Slurm's view of its job changed), and a status patch only when something
+changed.
 
 A per-pod problem never escapes: it becomes the pod's status (a reason and a message) and an event.
 """
@@ -32,6 +32,7 @@ from hpkctl.jobs import JobInfo, Slurm, SlurmError, SlurmTimeout, SubmitError
 from hpkctl.kube import Kube, KubeError, KubeUnavailable, pod_path
 from hpkctl.kube.events import EventRecorder
 from hpkctl.kubelet.adopt import JobFinder, ran_before, terminal_phase
+from hpkctl.kubelet.changes import ChangeLog
 from hpkctl.kubelet.objects import ApiObjects, ServiceCache
 from hpkctl.kubelet.podstatus import api_status, never_regresses, reported_starts, status_patch
 from hpkctl.kubelet.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records
@@ -44,7 +45,7 @@ from hpkctl.local.submit import images_to_pull, job_partition_option, submit_job
 from hpkctl.pod import render_pod, write_pod_dir
 from hpkctl.pod.translate import pod_dir_for
 from hpkctl.pod.lifecycle import grace_period, stop_wait
-from hpkctl.pod.paths import LAST_PROBE_KILL, POD_DONE, PROBE_KILL, PodDir
+from hpkctl.pod.paths import JOB_STARTED, LAST_PROBE_KILL, POD_DONE, PROBE_KILL, PodDir
 from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.runtime import ImageToPull, pull_images
 from hpkctl.sites.schema import SiteProfile
@@ -141,6 +142,8 @@ class PodManager:
         self._stopping_asked = 0.0
         self._stopping_error: SlurmError | None = None
         self._stopping_lock = threading.Lock()
+        self._audited = time.monotonic()  # the first audit one status_audit from now: every pod is read at first
+        self.changes = ChangeLog(Path(os.path.expanduser(profile.pods.state_dir)))
         self.slurm_calls = 0  # squeue rounds (bench: Slurm commands per poll)
         self.stop_queries = 0  # squeue calls of stop sequences (bench: deleting many pods)
 
@@ -462,7 +465,9 @@ class PodManager:
             if not ended(job):
                 pd = PodDir(t.pod_dir) if t.pod_dir else None
                 started = t.extra.get("term_sent")
-                if job is not None and job.state == "RUNNING" and pd is not None and started is None:
+                # Slurm's answer may be slurm_poll old: a job it still called PENDING may have started
+                running = job is not None and (job.state == "RUNNING" or pd is not None and pd.exists(JOB_STARTED))
+                if running and pd is not None and started is None:
                     mark_deleting(pd)
                     self.slurm.cancel(job_id, signal="TERM", batch_only=True)
                     t.extra["term_sent"] = time.monotonic()
@@ -496,12 +501,17 @@ class PodManager:
         return stop_wait(t.pod.get("spec") or {}, grace=None if grace is None else float(grace), margin=5.0)
 
     def _job_now(self, job_id: str) -> JobInfo | None:
-        """A stopping pod's job, at most one re-check interval old. Every pod being stopped re-checks
-        its job twice a second; one squeue answers for all of those at once, so deleting a hundred
-        pods (``kubectl delete pods --all``) costs two squeue calls a second, not two hundred."""
+        """A stopping pod's job as Slurm last said, at most ``slurm_poll`` old. The status round asks
+        about every tracked job, stopping ones included, so a delete usually costs no squeue of its
+        own; a job that round has not asked about (a pod gone while the kubelet was away) is asked
+        about together with every other pod being stopped, by one squeue at most every ``slurm_poll``:
+        ``kubectl delete pods --all`` costs one call, not one per pod or per re-check."""
+        every = self.profile.kubelet.slurm_poll
         with self._stopping_lock:  # one query at a time; the others wait for its answer
             now = time.monotonic()
-            if job_id not in self._stopping_ids or now - self._stopping_asked >= _DELETE_CHECK:
+            if job_id in self._jobs and now - self._jobs_asked < every:
+                return self._jobs[job_id]
+            if job_id not in self._stopping_ids or now - self._stopping_asked >= every:
                 ids = {job_id}
                 for t in self.table.snapshot():  # stopping, or about to be: deleted in the API, or gone
                     if t.deleting or t.uid in self._gone or _meta(t.pod).get("deletionTimestamp"):
@@ -588,48 +598,70 @@ class PodManager:
             self._event(t, "Killing", f"Container {c.name} failed {kind} probe, will be restarted")
 
     def poll(self, *, now: float | None = None) -> int:
-        """One status round: Slurm (if due), then every live pod whose files or job changed.
-        Returns the number of pods whose status was read."""
+        """One status round; returns the number of pods whose status was read.
+
+        Slurm is asked (one ``squeue`` for every tracked job, stopping ones included) at most every
+        ``slurm_poll``: only what status files cannot say comes from there (pending and its reason,
+        killed by Slurm: TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, cancelled). The files of a pod are read
+        when its marker is in the change log (:class:`~hpkctl.kubelet.changes.ChangeLog`: one readdir
+        per round), when Slurm's view of its job changed, and, every ``status_audit``, when the mtime
+        of its ``status/`` moved without a marker (a directory removed by hand, an older runtime)."""
         now = time.monotonic() if now is None else now
-        live = [t for t in self.table.snapshot() if t.job_id and t.pod_dir and not t.extra.get("final")
-                and not t.deleting]
-        if live and now - self._jobs_asked >= self.profile.kubelet.slurm_poll:
-            self._jobs = job_states(self.slurm, [t.job_id for t in live])
-            self._jobs_asked = now
+        k = self.profile.kubelet
+        tracked = [t for t in self.table.snapshot() if t.job_id and t.pod_dir and not t.extra.get("final")]
+        live = [t for t in tracked if not t.deleting]
+        if tracked and now - self._jobs_asked >= k.slurm_poll:
+            with self._stopping_lock:  # the stop sequences read this answer too (_job_now)
+                self._jobs = job_states(self.slurm, [t.job_id for t in tracked])
+                self._jobs_asked = now
             self.slurm_calls += 1
+        audit = bool(live) and now - self._audited >= k.status_audit
+        if audit:
+            self._audited = now
+        changed = self.changes.take({t.uid for t in tracked}) if tracked else set()
         read = 0
         for t in live:
-            job = self._jobs.get(t.job_id)
             assert t.pod_dir is not None
-            try:
-                mtime = os.stat(t.pod_dir / "status").st_mtime_ns
-            except OSError:
-                mtime = 0
-            key = (mtime, _job_key(job), t.job_id in self._jobs)
-            if key == t.extra.get("key"):
+            job = self._jobs.get(t.job_id)
+            key = (_job_key(job), t.job_id in self._jobs)
+            mtime = None
+            if t.uid in changed or key != t.extra.get("key"):
+                t.extra["dirty"] = True
+            elif audit and (mtime := self._status_mtime(t)) != t.extra.get("mtime"):
+                t.extra["dirty"] = True
+            if not t.extra.get("dirty"):
                 continue
             try:
                 if never_starts(job):
                     self._never_starts(t, job)
                     continue
+                t.extra["mtime"] = self._status_mtime(t) if mtime is None else mtime
                 if not t.pod_dir.is_dir():
                     self._dir_missing(t, job, known=t.job_id in self._jobs)
-                    t.extra["key"] = key
+                    t.extra["key"], t.extra["dirty"] = key, False
                     continue
                 st = read_pod_status(t.pod_dir, containers_of(t.pod), job, job_known=t.job_id in self._jobs)
                 self._report(t, st)
             except (KubeError, KubeUnavailable) as exc:
                 log.warning("pod %s: status not sent: %s (next round)", t.key, exc)
-                continue
+                continue  # still dirty: read again next round
             except Exception:  # noqa: BLE001 - a bad pod directory must not stop the others' status
                 log.exception("pod %s: reading its status failed", t.key)
-                t.extra["key"] = key  # not again until something changes
+                t.extra["key"], t.extra["dirty"] = key, False  # not again until something changes
                 continue
-            t.extra["key"] = key
+            t.extra["key"], t.extra["dirty"] = key, False
             read += 1
             if st.finished and (ended(job) or (job is None and t.job_id in self._jobs)):
                 t.extra["final"] = True
         return read
+
+    def _status_mtime(self, t: Tracked) -> int:
+        assert t.pod_dir is not None
+        self.changes.ops += 1
+        try:
+            return os.stat(t.pod_dir / "status").st_mtime_ns
+        except OSError:
+            return 0
 
     def _never_starts(self, t: Tracked, job: JobInfo | None) -> None:
         """Slurm keeps the job pending for a reason waiting cannot clear (no node of the partition can
@@ -703,5 +735,6 @@ class PodManager:
             self.records.remove(rec.uid)
             with self._recs_lock:
                 self._recs.pop(rec.uid, None)
+        self.changes.clean(state / "pods")
         return len(old)
 

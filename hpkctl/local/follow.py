@@ -1,7 +1,10 @@
 """Following a run: its containers' logs and its progress, until the pod ends.
 
-Files are read every ``FILE_POLL`` seconds (local, cheap); Slurm is asked with a back-off
-(:class:`hpkctl.jobs.poll.Backoff`), one ``squeue`` for the run per due tick.
+The run's own files are read every ``FILE_POLL`` seconds (one pod: a handful of metadata
+operations); Slurm is asked once at the start (a job Slurm will never start is pending for that
+reason at once) and then every ``slurm_poll`` seconds (``[kubelet] slurm_poll``, 10 s), only for
+what the files cannot say: pending and why, or the job killed by Slurm. When the files say the pod
+is done, ``settle`` asks a few times more, with back-off, for Slurm's final state (TIMEOUT, OOM).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from hpkctl.pod import paths as f
 from hpkctl.pod.status import PodStatus, container_done, containers_of, read_pod_status, restart_policies
 
 FILE_POLL = 0.2
-SETTLE_POLL = 0.25
+SLURM_POLL = 10.0  # [kubelet] slurm_poll's default: at most one squeue per 10 s while following
+SETTLE_POLL = (0.5, 1.0, 2.0)
 SETTLE_TIMEOUT = 5.0
 
 
@@ -94,7 +98,8 @@ def result_line(rec: RunRecord, st: PodStatus) -> str:
 
 
 def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, quiet: bool = False,
-               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> PodStatus:
+               slurm_poll: float = SLURM_POLL, clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> PodStatus:
     """Stream logs and progress until the pod finishes; return its final status.
 
     ``NeverStarts`` when Slurm keeps the job pending for a reason waiting cannot clear (the caller
@@ -108,7 +113,7 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
     # One main container: its output unprefixed (like kubectl logs); otherwise "[name] line".
     prefixed = {n for n, init in containers if init or len(mains) > 1}
     tail = LogTail(rec.dir.logs_dir, names, log_out, prefixed=prefixed)
-    ask = Backoff(clock=clock)
+    ask = Backoff((slurm_poll,), clock=clock)
     state: dict[str, object] = {"job": None, "asked": False, "line": ""}
 
     def step() -> PodStatus | None:
@@ -169,12 +174,13 @@ def settle(slurm: Slurm, rec: RunRecord, *, sleep: Callable[[float], None] = tim
         return last[0]
 
 
-def follow_logs(slurm: Slurm, rec: RunRecord, container: str, *, out: TextIO,
+def follow_logs(slurm: Slurm, rec: RunRecord, container: str, *, out: TextIO, slurm_poll: float = SLURM_POLL,
                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
-    """``logs -f``: print the container's log as it grows, across restarts, until it will not run again."""
+    """``logs -f``: print the container's log as it grows, across restarts, until it will not run again
+    (its files say so, or Slurm, asked every ``slurm_poll``, says the job ended)."""
     tail = LogTail(rec.dir.logs_dir, [container], out, prefixed=set())
     policy = restart_policies(rec.pod()).get(container, "Never")
-    ask = Backoff(clock=clock)
+    ask = Backoff((slurm_poll,), clock=clock)
 
     def step() -> bool | None:
         tail.pump()

@@ -77,6 +77,20 @@ def pod_dir_for(state_dir: str, uid: str) -> str:
     return posixpath.join(state_dir, "pods", uid)
 
 
+#: The change log under a profile's ``state_dir``: after every status write the job (``hpk_changed``
+#: in sbatch/runtime.sh) creates ``changes/<uid>``, named after its pod directory
+#: (``<state_dir>/pods/<uid>``). The kubelet creates the directory, lists it once per status round
+#: and removes each marker before it reads that pod's files, so a write after the read leaves a new
+#: marker for the next round. One readdir of a small directory instead of a stat per live pod: on
+#: GPFS/Lustre the cost follows the pods that changed, and it works across nodes, where inotify does not.
+CHANGES_DIR = "changes"
+
+
+def changes_dir_for(state_dir: str) -> str:
+    """The change-log directory under a profile's (expanded) ``state_dir``."""
+    return posixpath.join(state_dir, CHANGES_DIR)
+
+
 @dataclass(frozen=True)
 class PodDir:
     """Paths inside one pod directory. Relative names (``rel_*``) are what the job script uses

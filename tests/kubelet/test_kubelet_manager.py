@@ -16,83 +16,7 @@ from hpkctl.kubelet import pods as pods_mod
 from hpkctl.kubelet.pods import PodManager
 from hpkctl.kubelet.records import STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records
 from hpkctl.sites import load_site
-
-
-class FakeKube:
-    host = "https://127.0.0.1:6443"
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, Any]] = []
-
-    def get(self, path: str, **kw: Any) -> Any:
-        self.calls.append(("GET", path, None))
-        return {"items": []}
-
-    def post(self, path: str, body: Any, **kw: Any) -> Any:
-        self.calls.append(("POST", path, body))
-        return {**body, "metadata": {**body.get("metadata", {}), "name": "ev", "namespace": "default"}}
-
-    def patch(self, path: str, body: Any, **kw: Any) -> Any:
-        self.calls.append(("PATCH", path, body))
-        return body
-
-    def delete(self, path: str, body: Any = None, **kw: Any) -> Any:
-        self.calls.append(("DELETE", path, body))
-        return {}
-
-    def status_patches(self) -> list[dict[str, Any]]:
-        return [b for m, p, b in self.calls if m == "PATCH" and p.endswith("/status")]
-
-    def events(self) -> list[dict[str, Any]]:
-        return [b for m, p, b in self.calls if m == "POST" and p.endswith("/events")]
-
-
-class FakeSlurm:
-    def __init__(self) -> None:
-        self.cancelled: list[tuple[str, str | None]] = []
-        self.jobs: dict[str, JobInfo] = {}
-        self.submitted = 0
-        self.queries: list[list[str]] = []
-        self.shortened: list[tuple[str, int]] = []
-        self.max_time: dict[str, int] = {"short": 180}
-        self.listed: list[UserJob] = []  # squeue --me
-        self.accounted: list[UserJob] = []  # sacct
-        self.listings = 0
-
-    def query(self, ids: Any) -> dict[str, JobInfo]:
-        self.queries.append(list(ids))
-        return {j: self.jobs[j] for j in ids if j in self.jobs}
-
-    def cancel(self, job_id: str, *, signal: str | None = None, batch_only: bool = False) -> None:
-        self.cancelled.append((job_id, signal))
-
-    def shorten(self, job_id: str, seconds: int) -> None:
-        self.shortened.append((job_id, seconds))
-
-    def job_partition(self, job_id: str) -> str:
-        return "short"
-
-    def partition_limit(self, partition: str) -> int | None:
-        return self.max_time.get(partition)
-
-    def user_jobs(self) -> list[UserJob]:
-        self.listings += 1
-        return list(self.listed)
-
-    def accounted_jobs(self, *, since: str) -> list[UserJob]:
-        return list(self.accounted)
-
-    def submit(self, *a: Any, **kw: Any) -> str:
-        self.submitted += 1
-        return "999"
-
-
-def _pod(name: str = "p", uid: str = "u-1") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "uid": uid, "resourceVersion": "5"},
-            "spec": {"nodeName": "hpk", "restartPolicy": "Never",
-                     "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]},
-            "status": {"phase": "Pending"}}
+from tests.support.kubelet_fakes import FakeKube, FakeSlurm, _pod
 
 
 @pytest.fixture
@@ -185,10 +109,10 @@ def test_submitting_record_with_a_job_found_by_uid_is_adopted(mgr: Any, tmp_path
 def test_deleting_many_pods_costs_one_squeue_not_one_per_pod(mgr: Any, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """``kubectl delete pods --all``: every pod's stop sequence needs its job's state; the first
-    asks Slurm about all the pods being deleted at once, the others use that answer (fresh for one
-    re-check interval, made long here so a slow machine cannot split the round)."""
+    asks Slurm about all the pods being deleted at once, the others use that answer (fresh for
+    ``slurm_poll``; the clock stands still here so a slow machine cannot split the round)."""
     m, kube, slurm = mgr
-    monkeypatch.setattr(pods_mod, "_DELETE_CHECK", 60.0)
+    monkeypatch.setattr(pods_mod.time, "monotonic", lambda: 1000.0)
     pods = []
     for i in range(40):
         uid, job = f"u-{i}", str(100 + i)
@@ -215,7 +139,8 @@ def test_a_failing_stop_query_is_not_repeated_by_every_waiting_pod(mgr: Any, mon
     from hpkctl.jobs import SlurmError
 
     m, kube, slurm = mgr
-    monkeypatch.setattr(pods_mod, "_DELETE_CHECK", 60.0)
+    now = [1000.0]
+    monkeypatch.setattr(pods_mod.time, "monotonic", lambda: now[0])
 
     def down(ids: Any) -> Any:
         slurm.queries.append(list(ids))
@@ -226,7 +151,11 @@ def test_a_failing_stop_query_is_not_repeated_by_every_waiting_pod(mgr: Any, mon
         with pytest.raises(SlurmError):
             m._job_now(job)
     assert len(slurm.queries) == 1
-    monkeypatch.setattr(pods_mod, "_DELETE_CHECK", 0.0)
+    now[0] += m.profile.kubelet.slurm_poll - 0.1
+    with pytest.raises(SlurmError):
+        m._job_now("1")
+    assert len(slurm.queries) == 1  # at most one squeue per slurm_poll
+    now[0] += 0.1
     with pytest.raises(SlurmError):
         m._job_now("1")
     assert len(slurm.queries) == 2

@@ -419,12 +419,15 @@ def test_vanished_pod_directory_is_reported(launched: Launched) -> None:
     c = launched.cluster
     try:
         _vanish(c, launched, "rc-vanish-status")
-        time.sleep(3)
+
+        def missing() -> dict[str, Any] | None:  # found by the status audit ([kubelet] status_audit, 2 s here)
+            st = c.pod("rc-vanish-status")["status"]  # type: ignore[index]
+            return st if "PodDirectoryMissing" in st.get("reason", "") + st.get("message", "") else None
+
+        wait_for("the pod's status to say PodDirectoryMissing", missing, timeout=30)
         after = launched.history.statuses("rc-vanish-status", uid=launched.uid("rc-vanish-status"))
         ran = next(i for i, s in enumerate(after) if "running" in container(s, "c").get("state", {}))
         assert not [s for s in after[ran:] if "waiting" in container(s, "c").get("state", {})], after[-1]
-        st = c.pod("rc-vanish-status")["status"]  # type: ignore[index]
-        assert "PodDirectoryMissing" in st.get("reason", "") + st.get("message", ""), st
     finally:
         _delete(c, "rc-vanish-status", wait=False)
 

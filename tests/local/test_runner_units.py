@@ -142,3 +142,37 @@ def test_a_refused_time_limit_is_retried_with_the_deadline_itself(tmp_path: Path
         with pytest.raises(TimeLimitTooLong):
             submit_job(Slurm(max_time), tmp_path / "job.sh", workdir=tmp_path, deadline=deadline,  # type: ignore[arg-type]
                        partition="short")
+
+
+def test_following_asks_slurm_once_per_slurm_poll(fp, profile: SiteProfile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``hpkctl run`` follows its pod's files every 0.2 s and asks squeue at once (a job Slurm never
+    starts is refused at once), then every slurm_poll (10 s): 7 calls in a minute, not one per tick;
+    the running phase comes from the files (job.started) between two calls."""
+    pod_dir = tmp_path / "pod"
+    for d in ("job", "status", "logs"):
+        (pod_dir / d).mkdir(parents=True)
+    (pod_dir / "job" / "pod.json").write_text(json.dumps(POD))
+    rec = RunRecord(name="p", namespace="default", uid="u", job_id="42", pod_dir=str(pod_dir), site="t", submitted=0)
+    now = [0.0]
+    asked: list[float] = []
+    fp.register(["/fake/bin/squeue", fp.any()], stdout="42|PENDING|(null)|N/A|N/A|Priority\n", occurrences=100,
+                callback=lambda _p: asked.append(now[0]))
+    fp.register(["/fake/bin/scontrol", fp.any()], returncode=1,
+                stderr="slurm_load_jobs error: Invalid job id specified\n", occurrences=100)
+
+    def sleep(seconds: float) -> None:  # a minute of following; the job starts after 5 s and ends at 60 s
+        now[0] += seconds
+        if now[0] >= 5 and not (pod_dir / "status" / "job.started").exists():
+            (pod_dir / "status" / "job.started").write_text("2026-11-26T10:00:00Z\n")
+        if now[0] >= 60:
+            (pod_dir / "status" / "c.exitcode").write_text("0\n")
+            (pod_dir / "status" / "pod.done").write_text("0\n")
+
+    out = io.StringIO()
+    follow_run(Slurm(profile.slurm), rec, out=out, log_out=io.StringIO(), clock=lambda: now[0], sleep=sleep)
+    following, settling = [t for t in asked if t < 60], [t for t in asked if t >= 60]
+    assert following[0] == 0.0 and len(following) == 6, asked  # at once, then every 10 s (+ a 0.2 s tick)
+    assert all(10 - 1e-6 <= b - a <= 10.4 for a, b in zip(following, following[1:])), asked
+    # then, once, a few asks with back-off for the final state (this fake never gives one): 5 s at most
+    assert 1 <= len(settling) <= 5 and settling[-1] - settling[0] <= 6, settling
+    assert "Running" in out.getvalue()
