@@ -6,10 +6,15 @@ Run as the normal user with the Apptainer stand-in first on PATH: ``sudo bench/r
 The mini cluster is ``bench/kubelet.py``'s (API stand-in, ``hpkctl scheduler``, ``hpkctl kubelet``,
 private profile extending ``--site``); for each K in ``--pods``:
 
-* **idle**: K pods ``sleep 3600`` (Slurm runs as many as fit, the rest pend), created, submitted and
-  settled; then a window of ``--window`` seconds in which nothing of theirs changes.
+* **idle**: K pods, created, submitted and settled; then a window of ``--window`` seconds in which
+  nothing of theirs changes. ``--running`` of them (4) run ``sleep 3600``; the rest wait for a
+  ``--begin`` an hour ahead (pending), so the benchmark never fills a Slurm others share (the
+  kubelet tracks both alike: a pending pod's job may start at any moment).
 * **busy**: K pods ``true`` created at once; the window runs from the first ``POST`` until the last
   pod is seen ``Succeeded`` (every pod is submitted, starts, writes its status files and ends).
+
+Every pod's job gets ``--nice=1000`` (other users' jobs go first), and the kubelet keeps pod
+directories (``keep_pod_dirs``) for the whole run, so no clean-up of earlier pods falls into a window.
 
 In each window: the product's Slurm commands, counted by the logging shims of ``kubelet.py``
 (``squeue`` apart from the rest: ``sbatch``/``scancel`` follow the pods created and deleted, the
@@ -37,10 +42,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kubelet import Bench, Calls, Cluster, count, log, pod_body, session
+from kubelet import FLAGS_ANNOTATION, Bench, Calls, Cluster, count, log, pod_body, session
 from pod_start import environment
 
 TRACE = "%file,getdents64"
+NICE = "--nice=1000"
 
 
 def strace_start(pid: int, out: Path) -> subprocess.Popen[bytes]:
@@ -74,8 +80,9 @@ def strace_stop(p: subprocess.Popen[bytes], out: Path) -> Counter[str]:
 
 
 class Load:
-    def __init__(self, bench: Bench, cluster: Cluster, calls: Calls, root: Path) -> None:
+    def __init__(self, bench: Bench, cluster: Cluster, calls: Calls, root: Path, *, running: int) -> None:
         self.bench, self.cluster, self.calls, self.root = bench, cluster, calls, root
+        self.running = running
 
     def _window(self, what: str, k: int, run: Any) -> dict[str, Any]:
         out = self.root / f"strace-{what}-{k}.txt"
@@ -93,7 +100,10 @@ class Load:
     def idle(self, k: int, seconds: float) -> dict[str, Any]:
         tag = uuid.uuid4().hex[:6]
         names = [f"idle-{k}-{tag}-{i}" for i in range(k)]
-        self.bench.tracked(names, [pod_body(n, ["sleep", "3600"]) for n in names], "sleeping", 1800)
+        bodies = [pod_body(n, ["sleep", "3600"], annotations={FLAGS_ANNOTATION: NICE if i < self.running else
+                                                              f"{NICE} --begin=now+1hour"})
+                  for i, n in enumerate(names)]
+        self.bench.tracked(names, bodies, "idle", 1800)
         time.sleep(self.bench.settle())
         jobs = [s.job_id for n in names if (s := self.bench.watch.get(n)) and s.job_id]
         states = Counter(self.calls.states(jobs).values())
@@ -105,7 +115,7 @@ class Load:
     def busy(self, k: int) -> dict[str, Any]:
         tag = uuid.uuid4().hex[:6]
         names = [f"busy-{k}-{tag}-{i}" for i in range(k)]
-        bodies = [pod_body(n, ["true"]) for n in names]
+        bodies = [pod_body(n, ["true"], annotations={FLAGS_ANNOTATION: NICE}) for n in names]
         w = self.bench.watch
 
         def run() -> None:
@@ -145,6 +155,7 @@ def main() -> int:
     ap.add_argument("--pods", default="1,100,1000", help="K values, comma-separated (default 1,100,1000)")
     ap.add_argument("--busy-pods", default=None, help="K values of the busy runs (default: --pods)")
     ap.add_argument("--window", type=float, default=60, help="seconds of each idle window (default 60)")
+    ap.add_argument("--running", type=int, default=4, help="idle pods that run (the rest pend; default 4)")
     ap.add_argument("--slurm-poll", type=float, default=None, help="override [kubelet] slurm_poll")
     ap.add_argument("--status-poll", type=float, default=None, help="override [kubelet] status_poll")
     ap.add_argument("--history-size", type=int, default=100000)
@@ -167,6 +178,8 @@ def main() -> int:
     for line in environment(args):
         print(f"# {line}", flush=True)
     cluster = Cluster(root, args, hpkctl)
+    text = cluster.profile.read_text()  # keep every pod directory: no clean-up inside a window
+    cluster.profile.write_text(text.replace("keep_pod_dirs = 0", "keep_pod_dirs = 86400"))
     from hpkctl.sites import load_site
 
     kp = load_site(str(cluster.profile)).kubelet
@@ -176,7 +189,7 @@ def main() -> int:
         cluster.start()
         bench = Bench(bench_args, root, calls, cluster)
         made.append(bench)
-        load = Load(bench, cluster, calls, root)
+        load = Load(bench, cluster, calls, root, running=args.running)
         for k in ks:
             rows.append(load.idle(k, args.window))
             print("\n".join(table(rows[-1:], kp)[3:]), flush=True)

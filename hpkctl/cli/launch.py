@@ -4,7 +4,7 @@ for it (:mod:`hpkctl.controlplane.lifecycle`, :mod:`hpkctl.controlplane.doctor`)
 
     hpkctl start --site NAME [--dry-run] [--takeover] [--timeout S]
     hpkctl stop --site NAME [--all]
-    hpkctl doctor --site NAME
+    hpkctl doctor --site NAME [--on-node]
 
 Progress goes to stderr; ``start`` prints only ``export KUBECONFIG=...`` on stdout, so
 ``eval "$(hpkctl start --site NAME)"`` works.
@@ -48,6 +48,12 @@ def register(sub: Any) -> None:
     p = sub.add_parser("doctor", help="check what the site must provide (Slurm, partition, account, Apptainer, "
                                       "fakeroot, CNI, directories, ports, images)")
     add_site(p)
+    p.add_argument("--on-node", action="store_true",
+                   help="also run a short job on the pods' partition that checks a compute node (bash, Apptainer "
+                        "and its features, /dev/fuse, cgroup memory accounting, CNI, image cache, state directory, "
+                        "the control plane's ports)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds the node-check job may wait and run (default 300)")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -137,7 +143,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     site = site_of(args, announce=True)
     profile = load_site(site)
-    checks = run_checks(profile, Slurm(profile.slurm), site=jobs_site(site), python=sys.executable)
+    slurm = Slurm(profile.slurm)
+    checks = run_checks(profile, slurm, site=jobs_site(site), python=sys.executable)
+    if args.on_node:
+        from hpkctl.controlplane.nodedoctor import run_node_checks
+
+        _say(f"hpkctl doctor: submitting the node-check job to {profile.slurm.partition or 'the default partition'}"
+             f" (up to {args.timeout:g} s)")
+        checks += run_node_checks(profile, slurm, site=jobs_site(site), timeout=args.timeout)
     width = max(len(c.name) for c in checks)
     for c in checks:
         print(f"{c.result:4}  {c.name:{width}}  {c.detail}")

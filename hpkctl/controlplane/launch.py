@@ -140,8 +140,16 @@ def job_options(profile: SiteProfile, kind: str, *, cid: str, site: str, strict:
         opts.append(SlurmOption("--mem", mem))
     opts += [SlurmOption("--time", time), SlurmOption("--signal", f"B:TERM@{SIGNAL_SECONDS}"),
              SlurmOption("--dependency", "singleton")]
-    for key, val in (("--partition", cp.job_partition or s.partition), ("--account", s.account),
-                     ("--qos", s.qos)):
+    return with_site_options(profile, opts, partition=cp.job_partition or s.partition, strict=strict)
+
+
+def with_site_options(profile: SiteProfile, opts: list[SlurmOption], *, partition: str,
+                      strict: bool = True) -> list[SlurmOption]:
+    """``opts`` of one of hpkctl's own jobs, then the profile's partition, account, QOS and ``[slurm]
+    extra_directives`` (except ``OWN_OPTIONS``; the site's partition/account/qos wins, as for pods).
+    ``strict``: refuse a profile that requires an account and has none."""
+    s = profile.slurm
+    for key, val in (("--partition", partition), ("--account", s.account), ("--qos", s.qos)):
         if val:
             opts.append(SlurmOption(key, val))
     try:

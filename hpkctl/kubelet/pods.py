@@ -605,7 +605,8 @@ class PodManager:
         killed by Slurm: TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, cancelled). The files of a pod are read
         when its marker is in the change log (:class:`~hpkctl.kubelet.changes.ChangeLog`: one readdir
         per round), when Slurm's view of its job changed, and, every ``status_audit``, when the mtime
-        of its ``status/`` moved without a marker (a directory removed by hand, an older runtime)."""
+        of a running job's ``status/`` moved without a marker (a directory removed by hand, an older
+        runtime; a pending job's start is a change of Slurm's view)."""
         now = time.monotonic() if now is None else now
         k = self.profile.kubelet
         tracked = [t for t in self.table.snapshot() if t.job_id and t.pod_dir and not t.extra.get("final")]
@@ -627,7 +628,8 @@ class PodManager:
             mtime = None
             if t.uid in changed or key != t.extra.get("key"):
                 t.extra["dirty"] = True
-            elif audit and (mtime := self._status_mtime(t)) != t.extra.get("mtime"):
+            elif audit and job is not None and job.state == "RUNNING" and \
+                    (mtime := self._status_mtime(t)) != t.extra.get("mtime"):
                 t.extra["dirty"] = True
             if not t.extra.get("dirty"):
                 continue

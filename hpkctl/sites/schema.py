@@ -206,8 +206,9 @@ class KubeletSection(_JobSection):
                               "pod (also hpkctl run's); only what status files cannot say waits for it")
     status_poll: float = Field(0.5, gt=0, description="seconds between reads of the change log (<state_dir>/changes: "
                                "one readdir, then only the pods that changed)")
-    status_audit: float = Field(60.0, gt=0, description="seconds between stats of every live pod's status directory "
-                                "(a safety net: directories removed by hand, jobs of an hpkctl without the change log)")
+    status_audit: float = Field(60.0, gt=0, description="seconds between stats of every running pod's status "
+                                "directory (a safety net: directories removed by hand, jobs of an hpkctl without the "
+                                "change log)")
     workers: int = Field(8, ge=1, le=64, description="pods submitted, stopped or deleted at the same time")
     max_pods: int = Field(1000, ge=1, description="the node's pod capacity")
     keep_pod_dirs: int = Field(3600, ge=0, description="seconds a deleted pod's directory is kept for debugging")
