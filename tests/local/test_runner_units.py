@@ -164,6 +164,8 @@ def test_following_asks_slurm_once_per_slurm_poll(fp, profile: SiteProfile, tmp_
         now[0] += seconds
         if now[0] >= 5 and not (pod_dir / "status" / "job.started").exists():
             (pod_dir / "status" / "job.started").write_text("2026-11-26T10:00:00Z\n")
+            (pod_dir / "status" / "c.started").write_text("2026-11-26T10:00:01Z\n")
+            (pod_dir / "status" / "c.ready").write_text("1\n")
         if now[0] >= 60:
             (pod_dir / "status" / "c.exitcode").write_text("0\n")
             (pod_dir / "status" / "pod.done").write_text("0\n")
