@@ -423,6 +423,7 @@ hpk_run() {
     HPK_WAITING=''
     if [ "$HPK_STOPPING" = 1 ]; then
       rm -f -- "$HPK_STATUS/$name.backoff"
+      hpk_changed
       return "$rc"
     fi
     delay=$((delay * 2 > HPK_RESTART_BACKOFF_MAX ? HPK_RESTART_BACKOFF_MAX : delay * 2))
