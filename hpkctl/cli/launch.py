@@ -5,6 +5,7 @@ for it (:mod:`hpkctl.controlplane.lifecycle`, :mod:`hpkctl.controlplane.doctor`)
     hpkctl start --site NAME [--dry-run] [--takeover] [--timeout S]
     hpkctl stop --site NAME [--all]
     hpkctl doctor --site NAME [--on-node]
+    hpkctl selftest --site NAME
 
 Progress goes to stderr; ``start`` prints only ``export KUBECONFIG=...`` on stdout, so
 ``eval "$(hpkctl start --site NAME)"`` works.
@@ -55,6 +56,12 @@ def register(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds the node-check job may wait and run (default 300)")
     p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("selftest", help="run a battery of small pods through the site (hello, env and args, volumes, "
+                                        "init order, a probe, delete with grace, MPI on two nodes) and print one table")
+    add_site(p)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds the battery may take (default 600)")
+    p.set_defaults(func=cmd_selftest)
 
 
 def _say(text: str) -> None:
@@ -159,6 +166,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     failed = [c for c in checks if c.result == FAIL]
     print(f"{len(checks) - len(failed)} of {len(checks)} checks passed" + (f"; {len(failed)} failed" if failed else ""))
     return EXIT_ERROR if failed else 0
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from hpkctl.cli import EXIT_ERROR
+    from hpkctl.jobs import Slurm
+    from hpkctl.local.selftest import FAIL, run_selftest, table, work_dir_for
+    from hpkctl.sites import load_site
+
+    profile = load_site(site_of(args, announce=True))
+    results = run_selftest(profile, Slurm(profile.slurm), work_dir=work_dir_for(profile), timeout=args.timeout,
+                           out=sys.stderr)
+    print(table(results))
+    return EXIT_ERROR if any(r.result == FAIL for r in results) else 0
 
 
 # ---------------------------------------------------------------------------- the status table
