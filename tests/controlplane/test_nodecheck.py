@@ -53,6 +53,7 @@ def _run_here(profile: SiteProfile, tmp_path: Path, *, path: str, endpoints: lis
     return r.stdout
 
 
+@pytest.mark.standin
 def test_run_here_it_reports_every_check(tmp_path: Path) -> None:
     """Run outside Slurm with the stand-in: every check that is always made is reported, and a port
     nobody listens on fails with its fix."""
