@@ -141,7 +141,8 @@ def never_regresses(new: Mapping[str, Any], old: Mapping[str, Any] | None, *, sp
 
 
 def reported_starts(status: Mapping[str, Any]) -> dict[str, str]:
-    """Container name → the ``startedAt`` of the run the API already shows (running or terminated).
+    """Container name → the ``startedAt`` of the run the API already shows (running or terminated,
+    or during a restart back-off the one in ``lastState``).
 
     A kubelet that starts again takes these as the starts it has announced: a ``Started`` event
     goes out only for a run that began after them, as the real kubelet emits it once per start."""
@@ -149,7 +150,8 @@ def reported_starts(status: Mapping[str, Any]) -> dict[str, str]:
     for key in ("initContainerStatuses", "containerStatuses"):
         for c in status.get(key) or []:
             state = c.get("state") or {}
-            started = (state.get("running") or state.get("terminated") or {}).get("startedAt")
+            last = (c.get("lastState") or {}).get("terminated") if "waiting" in state else None  # in a back-off
+            started = (state.get("running") or state.get("terminated") or last or {}).get("startedAt")
             if c.get("name") and started:
                 out[str(c["name"])] = str(started)
     return out

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hpkctl.jobs import NodeInfo
 from hpkctl.kubelet.node import NodeState, capacity, micro_time
-from hpkctl.kubelet.podstatus import api_status, forbidden_transitions, never_regresses, status_patch
+from hpkctl.kubelet.podstatus import api_status, forbidden_transitions, never_regresses, reported_starts, status_patch
 from hpkctl.kubelet.records import SUBMITTED, SUBMITTING, PodRecord, Records
 from hpkctl.kubelet.workqueue import WorkQueue
 from hpkctl.pod.status import ContainerStatus, PodStatus
@@ -253,3 +253,13 @@ def test_cluster_dns_is_coredns_on_port_53_from_the_kube_dns_endpoints() -> None
     assert cluster_dns(Kube({"subsets": []})) == ""  # type: ignore[arg-type]
     assert cluster_dns(Kube(KubeError(404, "NotFound", "not found"))) == ""  # type: ignore[arg-type]
     assert cluster_dns(Kube(KubeError(403, "Forbidden", "no"))) == ""  # type: ignore[arg-type]
+
+
+def test_reported_starts_are_the_runs_the_api_shows() -> None:
+    status = {"initContainerStatuses": [{"name": "setup", "state": {"terminated": {"startedAt": "t1"}}}],
+              "containerStatuses": [
+                  {"name": "up", "state": {"running": {"startedAt": "t2"}}},
+                  {"name": "crashing", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                   "lastState": {"terminated": {"startedAt": "t3"}}},
+                  {"name": "new", "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    assert reported_starts(status) == {"setup": "t1", "up": "t2", "crashing": "t3"}
