@@ -39,6 +39,26 @@ hpk_fail() {
   exit 1
 }
 
+# hpk_memory_dir: the pod's private directory on the node's tmpfs (HPK_MEMORY_ROOT, [pods] memory_dir)
+# for its Memory emptyDirs and its /dev/shm (.dev-shm): a fresh `mktemp -d` inside this user's own
+# 0700 directory there. Other users see the pod's uid in squeue and could create a predictable path
+# first, so a parent that is not this user's own 0700 directory is refused. HPK_MEMORY_DIR
+# (run/memory) links to it: binds then name a source outside /dev, which Apptainer would take for a
+# device bind (and skip). Sets HPK_MEMORY_REAL, which the EXIT trap removes.
+hpk_memory_dir() {
+  local parent
+  parent="$HPK_MEMORY_ROOT/hpk-$(id -u)"
+  mkdir -m 0700 -- "$parent" 2>/dev/null
+  if [ -L "$parent" ] || [ ! -d "$parent" ] || [ "$(stat -c %u:%a -- "$parent")" != "$(id -u):700" ]; then
+    hpk_fail MemoryDirRefused "$parent is not a directory of $(id -un) with mode 0700 (another user may have made it); remove it, or set [pods] memory_dir to a private tmpfs directory"
+  fi
+  HPK_MEMORY_REAL=$(mktemp -d -- "$parent/pod.XXXXXXXX") \
+    || hpk_fail MemoryDirRefused "cannot create a directory in $parent"
+  export HPK_MEMORY_REAL
+  mkdir -p -- "$HPK_POD_DIR/run" && ln -sfn -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_DIR" && mkdir -- "$HPK_MEMORY_REAL/.dev-shm" \
+    || hpk_fail MemoryDirRefused "cannot prepare the pod's memory directory $HPK_MEMORY_REAL"
+}
+
 # hpk_hostpath PATH TYPE VOLUME: Kubernetes' hostPath type checks, on the node that mounts it.
 hpk_hostpath() {
   local path=$1 type=$2 volume=$3 ok=0
@@ -73,21 +93,30 @@ hpk_mkdir() {
 hpk_subpath() {
   local mode=$1 pin=$2 root path fd real
   root=$(realpath -m -- "$3") && path=$(realpath -m -- "$4") \
-    || hpk_subpath_refused "$mode" "$6: cannot resolve its subPath" || return
+    || hpk_subpath_refused "$mode" "$6: cannot resolve its path" || return
+  root=${root%/}  # "/" as "", so that "$root"/* matches below it
   case $path/ in
     "$root"/*) ;;
-    *) hpk_subpath_refused "$mode" "$6: the subPath resolves to a path outside its volume $root" || return ;;
+    *) hpk_subpath_refused "$mode" "$6: the path resolves outside its volume (or allowed hostPath prefix) $root" || return ;;
   esac
   if [ "$5" = 1 ] && [ ! -e "$path" ]; then
     mkdir -p -- "$path" || hpk_subpath_refused "$mode" "$6: cannot create its subPath directory" || return
   fi
-  exec {fd}<"$path" || hpk_subpath_refused "$mode" "$6: cannot open its subPath" || return
+  if [ ! -d "$path" ] && [ ! -f "$path" ]; then
+    # a socket or device (a hostPath) cannot be opened to be pinned: its checked real path is bound
+    real=$(realpath -e -- "$path") || hpk_subpath_refused "$mode" "$6: its path does not exist" || return
+    case $real/ in
+      "$root"/*) HPK_SUBPATHS+=("$real"); return 0 ;;
+      *) hpk_subpath_refused "$mode" "$6: the path resolves outside its volume (or allowed hostPath prefix) $root" || return ;;
+    esac
+  fi
+  exec {fd}<"$path" || hpk_subpath_refused "$mode" "$6: cannot open its path" || return
   real=$(readlink -- "/proc/$BASHPID/fd/$fd")
   case $real/ in
     "$root"/*) ;;
     *)
       exec {fd}<&-
-      hpk_subpath_refused "$mode" "$6: the subPath resolves to a path outside its volume $root" || return ;;
+      hpk_subpath_refused "$mode" "$6: the path resolves outside its volume (or allowed hostPath prefix) $root" || return ;;
   esac
   if [ "$pin" = fd ]; then
     HPK_SUBPATHS+=("/proc/self/fd/$fd")
@@ -95,6 +124,22 @@ hpk_subpath() {
     exec {fd}<&-
     HPK_SUBPATHS+=("$real")
   fi
+}
+
+# hpk_unprotected MODE WHAT: the source hpk_subpath added last (a hostPath) must not be at, below or
+# above a path of HPK_PROTECTED (hpkctl's own state), symlinks resolved.
+hpk_unprotected() {
+  local real p
+  real=$(readlink -f -- "${HPK_SUBPATHS[${#HPK_SUBPATHS[@]} - 1]}")
+  real=${real%/}
+  for p in "${HPK_PROTECTED[@]}"; do
+    p=$(realpath -m -- "$p")
+    case $real/ in
+      "$p"/*) ;;
+      *) case $p/ in "$real"/*) ;; *) continue ;; esac ;;
+    esac
+    hpk_subpath_refused "$1" "$2: the hostPath resolves to ${real:-/}, which reaches $p (hpkctl's state, never mountable)" || return
+  done
 }
 
 # hpk_subpath_refused MODE MESSAGE: a subPath that must not be bound. As a container starts, the pod
@@ -159,12 +204,14 @@ hpk_env_add() {
   printf "%s='%s'\n" "$2" "$q" >>"$1"
 }
 
-# hpk_size_limit PATH LIMIT_KIB VOLUME: false (and the pod evicted) when an emptyDir is too big.
+# hpk_size_limit LIMIT_KIB MESSAGE PATH...: false (and the pod evicted, with the kubelet's MESSAGE)
+# when PATH... together use more than LIMIT_KIB on disk.
 hpk_size_limit() {
-  local used
-  used=$(du -sk -- "$1" 2>/dev/null | cut -f1)
-  [ "${used:-0}" -le "$2" ] && return 0
-  hpk_put pod.failed "Evicted"$'\n'"emptyDir volume $3 is over its sizeLimit ($2 KiB)"
+  local limit=$1 message=$2 used
+  shift 2
+  used=$(du -skc -- "$@" 2>/dev/null | tail -n 1 | cut -f1)
+  [ "${used:-0}" -le "$limit" ] && return 0
+  [ -e "$HPK_STATUS/pod.failed" ] || hpk_put pod.failed "Evicted"$'\n'"$message"
   return 1
 }
 
@@ -626,7 +673,7 @@ hpk_host_exit() {
       hpk_put pod.failed "JobFailed"$'\n'"the job ended (exit code $rc) before the pod finished; see $HPK_LOGS/slurm.out"
     hpk_put pod.done "$((rc == 0 ? 1 : rc))"
   fi
-  rm -rf -- "$HPK_MEMORY_DIR"
+  [ -z "${HPK_MEMORY_REAL:-}" ] || rm -rf -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_DIR"
 }
 
 # hpk_in_parent: run the pod part inside the parent container, which owns the pod's network
@@ -710,6 +757,7 @@ hpk_host_part() {
   hpk_put job.id "${SLURM_JOB_ID:-none}"
   HPK_HOST_IP=$(hostname -I 2>/dev/null | cut -d' ' -f1)
   export HPK_HOST_IP
+  hpk_memory_dir
   hpk_host_setup
   if declare -F hpk_parent >/dev/null; then
     hpk_in_parent

@@ -71,6 +71,7 @@ ACTION_FLAGS = {
     "hostname": (None, "str"),
     "uts": (None, "bool"),
     "nv": (None, "bool"),
+    "contain": ("c", "bool"),
     "fakeroot": ("f", "bool"),
     "security": (None, "slice"),
     "userns": ("u", "bool"),
@@ -83,7 +84,7 @@ ACTION_FLAGS = {
 UNIMPLEMENTED_ACTION_FLAGS = {
     "app", "mount", "home", "overlay", "scratch", "workdir", "disable-cache", "shell",
     "network-args", "dns", "apply-cgroups", "containlibs", "fusemount", "tmpdir", "boot",
-    "compat", "contain", "containall", "nvccli", "rocm", "writable", "no-home", "no-init",
+    "compat", "containall", "nvccli", "rocm", "writable", "no-home", "no-init",
     "no-nv", "no-rocm", "pid", "no-pid", "ipc", "keep-privs", "no-privs", "add-caps",
     "drop-caps", "allow-setuid", "env", "no-umask", "dmtcp-launch", "dmtcp-restart",
     "blkio-weight", "blkio-weight-device", "cpu-shares", "cpus", "cpuset-cpus", "cpuset-mems",
@@ -91,7 +92,7 @@ UNIMPLEMENTED_ACTION_FLAGS = {
     "ignore-subuid", "ignore-fakeroot-command", "ignore-userns", "underlay", "sharens",
 }
 UNIMPLEMENTED_SHORT = {"H": "home", "o": "overlay", "S": "scratch", "W": "workdir", "s": "shell",
-                       "c": "contain", "C": "containall", "w": "writable", "p": "pid", "i": "ipc"}
+                       "C": "containall", "w": "writable", "p": "pid", "i": "ipc"}
 PULL_FLAGS = {"force": ("F", "bool"), "arch": (None, "str")}
 UNIMPLEMENTED_PULL_FLAGS = {"name", "dir", "disable-cache", "library", "arch-variant",
                             "platform", "docker-login", "docker-username", "docker-password",
@@ -1101,6 +1102,7 @@ class Options:
         self.writable = values.get("writable-tmpfs", False)
         self.fakeroot = values.get("fakeroot", False)
         self.no_eval = values.get("no-eval", False)
+        self.contain = values.get("contain", False)
         self.hostname = values.get("hostname")
         # launcher_linux.go: "If user wants to set a hostname, it requires the UTS namespace"
         self.uts = values.get("uts", False) or bool(self.hostname)
@@ -1266,10 +1268,10 @@ def plan_mounts(opts, image, *, cwd_host):
     destinations as bwrap must get them; and the --bind destinations (for APPTAINER_BIND)."""
     host_mode = image.kind == "host-rootfs"
     mounts = default_mounts(opts.no_mount, host_mode=host_mode, host_home=opts.host_home,
-                            home_dest=opts.home_dest)
-    user_mounts = bind_mounts(opts.binds)
-    # addCwdMount: the cwd is bound unless it is already visible at the same place
-    if "cwd" not in opts.no_mount and cwd_host != "/" and not host_mode:
+                            home_dest=opts.home_dest, contain=opts.contain)
+    user_mounts = dev_binds(bind_mounts(opts.binds), mounts, no_dev="dev" in opts.no_mount)
+    # addCwdMount: the cwd is bound unless it is already visible at the same place (never with --contain)
+    if "cwd" not in opts.no_mount and cwd_host != "/" and not host_mode and not opts.contain:
         covered = any(src == dst and (cwd_host == dst or cwd_host.startswith(dst + "/"))
                       for _, src, dst in mounts + user_mounts if src)
         if not covered:
@@ -1282,11 +1284,15 @@ def plan_mounts(opts, image, *, cwd_host):
     return mounts, [dst for _, _, dst in user_mounts]
 
 
-def default_mounts(no_mount, *, host_mode, host_home, home_dest):
-    """Apptainer's default mounts (apptainer.conf), less those --no-mount removes."""
+def default_mounts(no_mount, *, host_mode, host_home, home_dest, contain=False):
+    """Apptainer's default mounts (apptainer.conf), less those --no-mount removes; --contain gives
+    a minimal /dev and empty /tmp, /var/tmp and home (container_linux.go addDevMount, addTmpMount,
+    addHomeStagingDir) and no cwd (createCwdDir)."""
     mounts = []
     if "dev" in no_mount:
-        mounts.append(("--dev", None, "/dev"))
+        pass                                                # GetNoDev: no /dev at all, the image's
+    elif contain:
+        mounts.append(("--dev", None, "/dev"))              # staged /dev: null, zero, ..., shm, pts
     else:
         mounts.append(("--dev-bind", "/dev", "/dev"))       # 'mount dev = yes': host /dev
     for fs in ("proc", "sys"):
@@ -1303,11 +1309,63 @@ def default_mounts(no_mount, *, host_mode, host_home, home_dest):
             mounts.append(("--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"))
     if "tmp" not in no_mount:                       # 'mount tmp = yes'
         for p in ("/tmp", "/var/tmp"):
-            if os.path.isdir(p):
+            if contain:
+                mounts.append(("--tmpfs", None, p))  # session directories (no --workdir)
+            elif os.path.isdir(p):
                 mounts.append(("--bind", p, p))
-    if "home" not in no_mount and os.path.isdir(host_home):    # 'mount home = yes'
+    if "home" not in no_mount and contain:
+        mounts.append(("--tmpfs", None, home_dest))   # the session's home
+    elif "home" not in no_mount and os.path.isdir(host_home):    # 'mount home = yes'
         mounts.append(("--bind", host_home, home_dest))
     return mounts
+
+
+# the entries of Apptainer's staged /dev ('mount dev = minimal' or --contain; addDevMount)
+MINIMAL_DEV = ("/dev", "/dev/shm", "/dev/pts", "/dev/ptmx", "/dev/tty", "/dev/null", "/dev/zero",
+               "/dev/random", "/dev/urandom", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr",
+               "/dev/console")
+
+
+def dev_binds(user_mounts, mounts, *, no_dev):
+    """addUserbindsMount's special case for /dev (container_linux.go): a bind whose source and
+    destination both start with "/dev" must name the same path, and under a staged /dev it adds
+    that host device to it (a bind of "/dev" itself brings the host's whole /dev back); any other
+    bind onto the staged /dev needs its destination there already, since the layer that creates
+    missing mount points lies under the /dev mount ("destination ... doesn't exist in container")."""
+    staged = any(opt == "--dev" for opt, _, _ in mounts)
+    out = []
+    for opt, src, dst in user_mounts:
+        if dst.startswith("/dev") and src.startswith("/dev"):
+            if dst != src:
+                warn("Skipping %s bind mount: source and destination must be identical when binding "
+                     "to /dev" % src)
+                continue
+            if no_dev:
+                warn("Skipping %s bind mount: disallowed by configuration" % src)
+                continue
+            if staged:
+                if src == "/dev":
+                    mounts[:] = [m for m in mounts if m[0] != "--dev"] + [("--dev-bind", "/dev", "/dev")]
+                    staged = False
+                elif src in MINIMAL_DEV:
+                    warn("Skipping %s bind mount: already mounted" % src)
+                else:
+                    out.append(("--dev-bind", src, dst))
+                continue
+        elif dst.startswith("/dev/") and not no_dev and not _dev_mount_point(dst, staged, out):
+            raise Fatal("container creation failed: mount hook function failure: mount %s->%s error: "
+                        "while mounting %s: destination %s doesn't exist in container" % (src, dst, src, dst))
+        out.append((opt, src, dst))
+    return out
+
+
+def _dev_mount_point(dst, staged, binds):
+    """Whether a bind can land at dst under /dev: an entry of the staged /dev (or a path below one of
+    its directories or below an earlier bind), or with the host's /dev an existing host path."""
+    if not staged:
+        return os.path.lexists(dst)
+    under = [d for d in MINIMAL_DEV[1:]] + [d for _, _, d in binds]
+    return any(dst == d or dst.startswith(d + "/") for d in under)
 
 
 def bind_mounts(binds):

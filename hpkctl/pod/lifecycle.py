@@ -14,6 +14,7 @@ from typing import Any
 
 from hpkctl.errors import PodError
 from hpkctl.pod.shell import Shell, quote
+from hpkctl.sites.schema import seconds_to_slurm_time, slurm_time_to_seconds
 
 DEFAULT_GRACE = 30  # spec.terminationGracePeriodSeconds
 #: Seconds before the time limit at which Slurm sends the batch shell SIGTERM (--signal=B:TERM@N),
@@ -66,6 +67,24 @@ def time_limit_floor(spec: Mapping[str, Any]) -> int:
     """The shortest time limit that leaves the pod ``MIN_RUN`` seconds of running before the time
     limit's SIGTERM (``--signal=B:TERM@grace+margin``): a shorter one would stop the pod as it starts."""
     return grace_period(spec) + SIGNAL_MARGIN + MIN_RUN
+
+
+def room_for_grace(spec: Mapping[str, Any], limit: int, *, max_time: str) -> tuple[int, str]:
+    """The time limit (seconds), raised so that the time limit's SIGTERM (``--signal``, the grace
+    period plus a margin before it) does not come as the pod starts, and a warning when it was;
+    refused (``PodError``) when the site's ``max_time`` is too short for that."""
+    floor, grace = time_limit_floor(spec), grace_period(spec)
+    if limit >= floor:
+        return limit, ""
+    if max_time and slurm_time_to_seconds(max_time) < floor:
+        raise PodError("GracePeriodTooLong",
+                       f"spec.terminationGracePeriodSeconds: {grace}s leaves no time to run within this site's "
+                       f"maximum time limit {max_time}: the job is told to stop {grace + SIGNAL_MARGIN}s before its limit",
+                       hint=f"lower spec.terminationGracePeriodSeconds to at most "
+                            f"{slurm_time_to_seconds(max_time) - SIGNAL_MARGIN - MIN_RUN}")
+    return floor, (f"spec.terminationGracePeriodSeconds: {grace}s does not fit in the time limit "
+                   f"{seconds_to_slurm_time(limit)}; the job gets {seconds_to_slurm_time(floor)} so that it runs "
+                   "before its stop sequence begins")
 
 
 def signal_option(grace: int) -> str:

@@ -39,3 +39,14 @@ def ceil_int(value: Decimal) -> int:
 def mebibytes(value: Decimal) -> int:
     """Bytes → whole MiB, rounded up (Slurm's ``--mem=<n>M`` means MiB)."""
     return max(1, ceil_int(value / Decimal(2**20)))
+
+
+def format_bytes(value: Decimal) -> str:
+    """A byte count as Kubernetes prints a quantity: the largest binary or decimal suffix that
+    divides it (``1Gi``, ``500M``, ``1500Ki``), else plain bytes."""
+    n = ceil_int(value)
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki", "E", "P", "T", "G", "M", "k"):
+        unit = int(_SUFFIXES[suffix])
+        if n and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)

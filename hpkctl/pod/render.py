@@ -18,6 +18,7 @@ import jinja2
 
 from hpkctl.files import write_atomic
 from hpkctl.pod.flags import sbatch_directive_word
+from hpkctl.pod.hostpaths import protected_paths
 from hpkctl.pod.images import ImageRef
 from hpkctl.pod.lifecycle import hook_command, message_bound, message_file
 from hpkctl.errors import PodError
@@ -25,6 +26,7 @@ from hpkctl.pod.paths import SECRETS_FILE, inside
 from hpkctl.pod.probes import ProbePlan
 from hpkctl.pod.runtimefile import current_runtime, install_runtime, runtime_for
 from hpkctl.pod.shell import RuntimeRef, SecretText, Shell, Value, concat, env_file_line, literal, quote, shell_word
+from hpkctl.pod.storage import size_limits
 from hpkctl.pod.translate import ContainerPlan, PodPlan
 from hpkctl.pod.volumes import Bind
 from hpkctl.resources import data_dir
@@ -181,7 +183,9 @@ def _apptainer_lines(words: ScriptWords, c: ContainerPlan, verb: str) -> list[li
     lines: list[list[str]] = []
     # --no-eval: without it Apptainer runs injected env values (and run's args) through a shell in
     # the container once more, so `$(...)`, backticks and `$VAR` in a manifest would be executed.
-    lines.append(['"$HPK_APPTAINER"', verb, "--cleanenv", "--no-eval", "--no-mount", NO_MOUNT])
+    # --contain: Apptainer's minimal /dev, not the node's (whose /dev/shm every pod shares); the
+    # pod's own /dev/shm is bound over it.
+    lines.append(['"$HPK_APPTAINER"', verb, "--cleanenv", "--no-eval", "--contain", "--no-mount", NO_MOUNT])
     lines += _flag_lines(c.flags)
     lines.append(["--env-file", words.path(posixpath.join(plan.pod_dir, c.run_env_file if c.env_runtime
                                                           else c.env_file))])
@@ -189,6 +193,7 @@ def _apptainer_lines(words: ScriptWords, c: ContainerPlan, verb: str) -> list[li
         literal(f"{plan.pod_dir}/tmp/{c.name}:/tmp"),
         literal(f"{plan.pod_dir}/etc/hosts:/etc/hosts"),
         literal(f"{plan.pod_dir}/etc/resolv.conf:/etc/resolv.conf"),
+        *([] if any(b.dest == "/dev/shm" for b in c.binds) else [literal(f"{plan.memory_dir}/.dev-shm:/dev/shm")]),
         *(literal(b) for b in plan.profile.apptainer.binds),
         *([literal(f"{plan.pod_dir}/{message_file(c.name)}:{c.message_path}")] if message_bound(c.message_path) else []),
         *(concat(_bind_source(c, b), literal(f":{b.dest}" + (":ro" if b.read_only else ""))) for b in c.binds),
@@ -221,9 +226,11 @@ def subpath_checks(words: ScriptWords, c: ContainerPlan, mode: str) -> list[str]
     fail = "exit" if mode == "start" else "return 125"
     lines = ["local -a HPK_SUBPATHS=()"]
     for b in subs:
+        what = quote(f"container {c.name}: volumeMount {b.dest}")
         lines.append(" ".join(["hpk_subpath", mode, pin, words.path(b.root), words.path(b.source),
-                               str(int(b.source in c.subdirs)), quote(f"container {c.name}: volumeMount {b.dest}"),
-                               "||", fail]))
+                               str(int(b.source in c.subdirs)), what, "||", fail]))
+        if b.host:
+            lines.append(" ".join(["hpk_unprotected", mode, what, "||", fail]))
     return lines
 
 
@@ -234,8 +241,6 @@ def _parent(words: ScriptWords) -> dict[str, Shell]:
     image, sif = plan.parent
     # The parent must see every host path a container binds, or the nested binds fail.
     paths = [plan.pod_dir, posixpath.dirname(sif)]
-    if any(d.path.startswith(plan.memory_dir) for d in plan.volumes.job_dirs):
-        paths.append(plan.memory_dir)
     for kind, host, _ in plan.volumes.sources.values():
         if kind in ("hostPath", "persistentVolumeClaim", "emptyDir") and not host.startswith(plan.pod_dir + "/"):
             paths.append(host)
@@ -244,6 +249,8 @@ def _parent(words: ScriptWords) -> dict[str, Shell]:
     lines += [["--bind", words.path(p)] for p in dict.fromkeys(paths)]
     rdir = posixpath.dirname(runtime_for(plan.profile))  # the pod part (and exec) source the runtime in there
     lines.append(["--bind", quote(f"{rdir}:{rdir}:ro")])
+    # run/memory links into the node's /dev/shm, which the parent sees as its /dev (no bind: one under
+    # /dev would reach the containers through APPTAINER_BIND as a device bind)
     lines += _flag_lines(list(app.parent_flags))
     lines += [[quote(sif)], ["/bin/bash", '"$HPK_POD_DIR"/job/job.sh', "pod-part"]]
     return {"sif": quote(sif), "source": quote(image.source), "command": Shell(CONTINUE.join(" ".join(x) for x in lines))}
@@ -296,7 +303,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "network_note": Shell(note),
         "pod_dir": quote(plan.pod_dir),
         "apptainer": quote(profile.apptainer.binary),
-        "memory_dir": quote(plan.memory_dir),
+        "memory_root": quote(profile.pods.memory_dir),
         "image_pull": Shell(profile.apptainer.pull),  # a schema Literal
         "always_pull_window": profile.apptainer.always_pull_window,
         "restart_backoff": profile.pods.restart_backoff,
@@ -308,13 +315,14 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "containers": containers,
         "init_table": Shell(" ".join(f"{c['name']} {c['policy']} {c['function']}" for c in containers if c["init"])),
         "main_table": Shell(" ".join(f"{c['name']} {c['policy']} {c['function']}" for c in containers if not c["init"])),
-        "size_limits": [{"path": words.path(d.path), "limit": d.size_limit_kib, "volume": quote(d.volume)}
-                        for d in plan.volumes.job_dirs if d.size_limit_kib is not None],
+        "size_limits": [{"limit": s.limit_kib, "message": quote(s.message),
+                         "paths": Shell(" ".join(words.path(p) for p in s.paths))} for s in size_limits(plan)],
         "hosts_names": quote(" ".join(names)),
         "host_aliases": [quote(f"{ip}\t{' '.join(hosts)}") for ip, hosts in plan.host_aliases],
         "dns_mode": plan.dns_mode,
         "resolv_conf": quote(plan.resolv_conf),
         "images": [_image_args(words, img, sif, pol) for img, sif, pol in plan.images],
+        "protected": Shell(" ".join(quote(p) for p in protected_paths(profile))) if plan.volumes.hostpath_roots else "",
         "hostpath_checks": [{"path": quote(h.path), "type": quote(h.type), "volume": quote(h.volume)}
                             for h in plan.volumes.hostpath_checks],
         "job_dirs": [{"path": words.path(d.path), "volume": quote(d.volume)} for d in plan.volumes.job_dirs],

@@ -36,8 +36,8 @@ from hpkctl.pod.lifecycle import (
     message_path,
     plan_hooks,
     signal_option,
+    room_for_grace,
     stop_wait,
-    time_limit_floor,
 )
 from hpkctl.pod.model import Pod
 from hpkctl.pod.objects import ObjectSource, StaticObjects
@@ -404,23 +404,10 @@ def _slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list
 
 
 def _room_for_grace(ctx: Ctx, limit: int) -> int:
-    """The time limit, raised so that the time limit's SIGTERM (``--signal``, the grace period plus a
-    margin before it) does not come as the pod starts; refused when the site's max_time is too short."""
-    floor = time_limit_floor(ctx.spec)
-    if limit >= floor:
-        return limit
-    max_time = ctx.profile.slurm.max_time
-    if max_time and slurm_time_to_seconds(max_time) < floor:
-        raise PodError("GracePeriodTooLong",
-                       f"spec.terminationGracePeriodSeconds: {grace_period(ctx.spec)}s leaves no time to run within "
-                       f"this site's maximum time limit {max_time}: the job is told to stop "
-                       f"{floor - 60}s before its limit",
-                       hint="lower spec.terminationGracePeriodSeconds to at most "
-                       f"{slurm_time_to_seconds(max_time) - (floor - grace_period(ctx.spec))}")
-    ctx.warn(f"spec.terminationGracePeriodSeconds: {grace_period(ctx.spec)}s does not fit in the time limit "
-             f"{seconds_to_slurm_time(limit)}; the job gets {seconds_to_slurm_time(floor)} so that it runs before "
-             "its stop sequence begins")
-    return floor
+    limit, warning = room_for_grace(ctx.spec, limit, max_time=ctx.profile.slurm.max_time)
+    if warning:
+        ctx.warn(warning)
+    return limit
 
 
 def _dns(ctx: Ctx) -> tuple[str, str]:

@@ -20,6 +20,7 @@ from hpkctl.errors import PodError
 from hpkctl.pod.context import Ctx
 from hpkctl.pod.env import field_value
 from hpkctl.pod.expansion import expand
+from hpkctl.pod.hostpaths import allowed_root
 from hpkctl.pod.quantity import parse_quantity
 from hpkctl.pod.resources import PodResources, resource_field
 from hpkctl.pod.shell import Value, concat, has_secret, is_static, literal, static_text
@@ -47,6 +48,7 @@ class JobDir:
     volume: str
     path: str
     size_limit_kib: int | None = None
+    size_limit: str = ""  # as the manifest wrote it (the eviction message quotes it)
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class Bind:
     dest: str
     read_only: bool
     root: str = ""  # the volume's directory when subPath/subPathExpr picks a path in it (checked by the job)
+    host: bool = False  # a hostPath: the job also keeps it off hpkctl's state (hpkctl.pod.hostpaths)
 
 
 @dataclass
@@ -70,6 +73,7 @@ class VolumePlan:
     payloads: list[PayloadFile] = field(default_factory=list)
     job_dirs: list[JobDir] = field(default_factory=list)
     hostpath_checks: list[HostPathCheck] = field(default_factory=list)
+    hostpath_roots: dict[str, str] = field(default_factory=dict)  # hostPath volume → its allowed prefix
 
 
 PvcResolver = Callable[[str, str], str]
@@ -125,12 +129,13 @@ def plan_volumes(ctx: Ctx, resources: PodResources, *, pvc_resolver: PvcResolver
             else:
                 raise PodError("UnsupportedVolume", f"{where}.emptyDir.medium: {src.get('medium')!r} is not supported",
                                hint="use medium: Memory or leave it empty")
-            plan.job_dirs.append(JobDir(name, path, kib))
+            plan.job_dirs.append(JobDir(name, path, kib, str(limit or "")))
             plan.sources[name] = (kind, path, False)
         elif kind == "hostPath":
             path = src["path"]  # absolute, and type one of HOSTPATH_TYPES (hpkctl.pod.model)
             htype = src.get("type") or ""
             _check_path(path, where=f"{where}.hostPath.path")
+            plan.hostpath_roots[name] = allowed_root(ctx.profile, path, where=f"{where}.hostPath.path")
             plan.hostpath_checks.append(HostPathCheck(name, path, htype))
             plan.sources[name] = (kind, path, False)
         elif kind == "persistentVolumeClaim":
@@ -272,5 +277,7 @@ def container_binds(ctx: Ctx, plan: VolumePlan, container: Mapping[str, Any], *,
         if is_static(source):
             _check_path(static_text(source), where=f"{mw}.subPath")
         ro = bool(mount.get("readOnly")) or kind in _READ_ONLY_KINDS or intrinsic_ro
-        binds.append(Bind(source, dest, ro, root=host if sub else ""))
+        # a hostPath is checked (resolved, at the job) against its allowed prefix, with or without subPath
+        root = plan.hostpath_roots.get(vname) or (host if sub else "")
+        binds.append(Bind(source, dest, ro, root=root, host=kind == "hostPath"))
     return binds, subdirs

@@ -28,6 +28,7 @@ PATH_KEYS: tuple[tuple[str, str], ...] = (
     ("apptainer", "binds"),
     ("pods", "state_dir"),
     ("pods", "memory_dir"),
+    ("pods", "hostpath_allow"),
     ("controlplane", "state_dir"),
     ("controlplane", "bin_dir"),
 )

@@ -167,7 +167,11 @@ class PodsSection(_Section):
     dns_server: str = Field("", description="nameserver for ClusterFirst pods; empty: the cluster's CoreDNS when "
                             "it answers on port 53 (hpkctl kubelet), else the host's resolv.conf")
     cluster_domain: str = Field("cluster.local", description="DNS domain of the cluster's Services")
-    memory_dir: str = Field("/dev/shm", description="node-local tmpfs for emptyDir medium: Memory")
+    memory_dir: str = Field("/dev/shm", description="node-local tmpfs for emptyDir medium: Memory (each pod gets "
+                            "a private directory in the user's own 0700 hpk-<uid> there)")
+    hostpath_allow: list[str] = Field(default_factory=list, description="absolute path prefixes a hostPath volume "
+                                      "may name (or what is below them); empty: hostPath volumes are refused. The "
+                                      "state directories, the image cache, ~/.kube and ~/.config/hpk never are")
     default_cpu: str = Field("1", description="CPUs when a pod requests none")
     default_memory: str = Field("", description="memory when a pod requests none; empty: Slurm's default")
     restart_backoff: int = Field(10, ge=1, description="seconds before a container's first restart; doubles each time")

@@ -3,12 +3,21 @@ the Apptainer stand-in: what one container, pod or user must not reach, and boun
 
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 import pytest
 
+from tests.support.ci import HPK_USER, missing
 from tests.support.hpk import Hpk, pod, unique
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 BUSYBOX = "busybox:1.36"
+OTHER_USER = "hpk2"  # the second user of the node (issue 20's attacker)
 
 
 def c(name: str, script: str, **kw) -> dict:  # type: ignore[no-untyped-def]
@@ -29,7 +38,8 @@ def test_a_sub_path_an_init_container_swaps_for_a_symlink_is_not_bound(hpk: Hpk,
     assert "LISTING" not in r.stdout, r.output  # the main container never ran with the host's /
     st = hpk.status(name)["status"]
     assert st["phase"] == "Failed" and st["reason"] == "CreateContainerConfigError", st
-    assert "outside its volume" in st["message"] and "volumeMount /escape" in st["message"], st
+    assert "resolves outside its volume" in st["message"] and st["message"].endswith("/volumes/work"), st
+    assert "volumeMount /escape" in st["message"], st
 
 
 def test_a_sub_path_inside_the_volume_is_bound_after_an_init_container_made_it(hpk: Hpk) -> None:
@@ -53,3 +63,125 @@ def test_a_grace_period_slurm_cannot_signal_is_refused_before_submission(hpk: Hp
     r = hpk.run(pod(unique("grace"), [c("main", "echo never")], terminationGracePeriodSeconds=65526))
     assert r.rc != 0, r.output
     assert "spec.terminationGracePeriodSeconds" in r.stderr and "at most 65525" in r.stderr, r.output
+
+
+@pytest.mark.parametrize("site", ["ci", "ci-cni"])
+def test_a_container_sees_its_pods_own_dev_shm_not_the_nodes(hpk: Hpk, site: str) -> None:
+    """Every container used to get the node's /dev, so any pod could read and write every pod's
+    Memory emptyDirs under /dev/shm/hpk-<uid>. Now /dev is Apptainer's minimal one (--contain) with
+    the pod's own directory at /dev/shm, shared by its containers only."""
+    marker = Path("/dev/shm") / unique("hpk-other-pod")
+    marker.mkdir(mode=0o755)
+    try:
+        first = c("first", "echo mine > /dev/shm/note; ls -a /dev/shm; echo DEV; ls /dev")
+        second = c("second", "i=0; until [ -e /dev/shm/note ] || [ $i -ge 300 ]; do sleep 0.1; i=$((i+1)); done; "
+                             "grep -qx mine /dev/shm/note")  # the pod's containers share it
+        r = hpk.run(pod(unique("shm"), [first, second]), site=site)
+        assert r.rc == 0, r.output
+        out = r.stdout.replace("[first] ", "")  # several containers: hpkctl run prefixes their lines
+        shm, dev = out.split("DEV\n")
+        assert marker.name not in r.stdout and "hpk-" not in shm, r.stdout
+        assert sorted(shm.split()) == [".", "..", "note"], shm
+        assert "null" in dev.split() and "tty0" not in dev.split() and "mem" not in dev.split(), dev
+        assert not (Path("/dev/shm") / "note").exists()
+    finally:
+        marker.rmdir()
+
+
+def _second_user() -> str:
+    """A second Unix user of the node (created here, as root, when absent)."""
+    if os.geteuid() != 0:
+        missing("a second Unix user needs root to create", fix="run the tests as root, as .ci/run does")
+    try:
+        pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", OTHER_USER], check=True, capture_output=True, timeout=30)
+    return OTHER_USER
+
+
+def test_another_user_cannot_plant_the_pods_memory_directory(hpk: Hpk) -> None:
+    """The pod's uid is in squeue for every user; a predictable /dev/shm/hpk-<uid> made first by
+    someone else was accepted. Now the job refuses a parent that is not its user's own 0700
+    directory, and the pod's directory in it is a fresh mktemp -d."""
+    other = _second_user()
+    root = Path(tempfile.mkdtemp(prefix="hpk-shm-", dir="/dev/shm"))  # a world-writable tmpfs of the test's own
+    root.chmod(0o1777)
+    try:
+        profile = hpk.workdir / "shm.toml"
+        profile.write_text(f'extends = "ci"\n[pods]\nmemory_dir = "{root}"\n')
+        profile.chmod(0o644)
+        planted = root / f"hpk-{pwd.getpwnam(HPK_USER).pw_uid}"
+        subprocess.run(["runuser", "-u", other, "--", "mkdir", "-m", "0777", str(planted)], check=True, timeout=30)
+        vols = [{"name": "cache", "emptyDir": {"medium": "Memory"}}]
+        writer = c("writer", "echo secret > /cache/data; echo wrote", volumeMounts=[{"name": "cache", "mountPath": "/cache"}])
+        name = unique("plant")
+        r = hpk.run(pod(name, [writer], volumes=vols), site=str(profile))
+        assert r.rc != 0 and "wrote" not in r.stdout, r.output
+        st = hpk.status(name, site=str(profile))["status"]
+        assert st["reason"] == "MemoryDirRefused" and str(planted) in st["message"], st
+        assert list(planted.iterdir()) == []  # nothing of the pod's reached the other user's directory
+        planted.rmdir()
+        r = hpk.run(pod(unique("plant"), [writer], volumes=vols), site=str(profile))
+        assert r.rc == 0 and r.stdout == "wrote\n", r.output
+        mine = root / f"hpk-{pwd.getpwnam(HPK_USER).pw_uid}"
+        assert (mine.stat().st_uid, mine.stat().st_mode & 0o7777) == (pwd.getpwnam(HPK_USER).pw_uid, 0o700)
+        assert list(mine.iterdir()) == []  # the pod's own directory went with the job
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_hostpath_is_allowed_only_below_the_profiles_prefixes_and_never_into_hpkctls_state(hpk: Hpk) -> None:
+    """ci allows /tmp. /etc is refused before submission; a symlink under /tmp that leads into the
+    pods' directories (other pods' Secrets) passes that check and is refused by the job, resolved."""
+    mount = [{"name": "h", "mountPath": "/h"}]
+    r = hpk.run(pod(unique("hostetc"), [c("main", "ls /h", volumeMounts=mount)],
+                    volumes=[{"name": "h", "hostPath": {"path": "/etc"}}]))
+    assert r.rc != 0 and "spec.volumes[0].hostPath.path" in r.stderr and "hostpath_allow" in r.stderr, r.output
+    # a symlink under /tmp into the pods' directories: outside /tmp once resolved
+    link = hpk.workdir / "to-state"
+    link.symlink_to(hpk.home / ".hpk" / "pods")
+    name = unique("hostlink")
+    r = hpk.run(pod(name, [c("main", "echo LISTING; ls /h", volumeMounts=mount)],
+                    volumes=[{"name": "h", "hostPath": {"path": str(link), "type": "Directory"}}]))
+    assert r.rc != 0 and "LISTING" not in r.stdout, r.output
+    st = hpk.status(name)["status"]
+    assert st["reason"] == "CreateContainerConfigError" and st["message"].endswith("prefix) /tmp"), st
+    # a profile that allows the home directory: a symlink there into ~/.hpk is still refused
+    profile = hpk.workdir / "home.toml"
+    profile.write_text(f'extends = "ci"\n[pods]\nhostpath_allow = ["{hpk.home}"]\n')
+    profile.chmod(0o644)
+    home_link = hpk.home / unique("to-state")
+    home_link.symlink_to(hpk.home / ".hpk")
+    try:
+        name = unique("hostlink")
+        r = hpk.run(pod(name, [c("main", "echo LISTING; ls /h", volumeMounts=mount)],
+                        volumes=[{"name": "h", "hostPath": {"path": str(home_link)}}]), site=str(profile))
+        assert r.rc != 0 and "LISTING" not in r.stdout, r.output
+        st = hpk.status(name, site=str(profile))["status"]
+        assert st["reason"] == "CreateContainerConfigError" and "hpkctl's state" in st["message"], st
+    finally:
+        home_link.unlink()
+
+
+def test_ephemeral_storage_limits_and_size_limits_evict_the_pod(hpk: Hpk) -> None:
+    """What a tenant writes to its container's /tmp or an emptyDir lands on the state disk: over the
+    container's ephemeral-storage limit or the emptyDir's sizeLimit, the pod is evicted, as the
+    kubelet does (checked every [pods] size_check_interval seconds, here 1)."""
+    profile = hpk.workdir / "sizes.toml"
+    profile.write_text('extends = "ci"\n[pods]\nsize_check_interval = 1\n')
+    profile.chmod(0o644)
+    fill = "dd if=/dev/zero of={} bs=1024 count=4096 2>/dev/null; echo filled; sleep 60"
+    tmp_hog = c("tmphog", fill.format("/tmp/fill"), resources={"limits": {"ephemeral-storage": "2Mi"}})
+    name = unique("evict")
+    # (ephemeral-storage also asks Slurm for --tmp, which these nodes (TmpDisk=0) cannot give)
+    r = hpk.run(pod(name, [tmp_hog], annotations={"slurm-job.hpk.io/flags": "--tmp=0"}), site=str(profile))
+    assert r.rc != 0, r.output
+    st = hpk.status(name, site=str(profile))["status"]
+    assert (st["reason"], st["message"]) == ("Evicted", 'Container tmphog exceeded its local ephemeral storage '
+                                                         'limit "2Mi". '), st
+    vol_hog = c("volhog", fill.format("/scratch/fill"), volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}])
+    name = unique("evict")
+    r = hpk.run(pod(name, [vol_hog], volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]), site=str(profile))
+    assert r.rc != 0, r.output
+    st = hpk.status(name, site=str(profile))["status"]
+    assert (st["reason"], st["message"]) == ("Evicted", 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". '), st

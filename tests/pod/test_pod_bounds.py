@@ -53,3 +53,32 @@ def test_a_deadline_clamped_to_max_time_still_leaves_room_for_the_grace_period()
     with pytest.raises(PodError) as err:
         plan_pod(_pod(800, activeDeadlineSeconds=60), make_profile(slurm={"max_time": "00:15:00"}))
     assert err.value.reason == "GracePeriodTooLong"
+
+
+def _host_pod(path: str) -> dict[str, Any]:
+    return pod_doc({"restartPolicy": "Never", "volumes": [{"name": "h", "hostPath": {"path": path}}],
+                    "containers": [{"name": "c", "image": "busybox:1.36", "command": ["true"],
+                                    "volumeMounts": [{"name": "h", "mountPath": "/h"}]}]})
+
+
+def _host_refusal(path: str, **pods: Any) -> PodError:
+    with pytest.raises(PodError) as err:
+        plan_pod(_host_pod(path), make_profile(pods={"state_dir": "/home/u/.hpk", **pods}))
+    assert err.value.reason == "HostPathNotAllowed" and "spec.volumes[0].hostPath.path" in str(err.value)
+    return err.value
+
+
+def test_hostpath_is_refused_unless_the_profile_allows_its_prefix() -> None:
+    err = _host_refusal("/etc", hostpath_allow=[])
+    assert "none" in str(err) and "hostpath_allow" in str(err.hint)
+    err = _host_refusal("/data-other/x", hostpath_allow=["/data"])  # a prefix is a directory, not a string
+    assert "/data" in str(err)
+    plan = plan_pod(_host_pod("/data/x/../y"), make_profile(pods={"hostpath_allow": ["/data"]}))
+    assert plan.volumes.hostpath_roots == {"h": "/data"}
+
+
+@pytest.mark.parametrize("path", ["/home/u/.hpk", "/home/u/.hpk/pods/other-uid/volumes", "/home/u", "/",
+                                  "/home/u/.hpk/images", "/home/u/x/../.hpk/pods"])
+def test_hpkctls_own_state_is_never_mountable_even_under_an_allowed_prefix(path: str) -> None:
+    err = _host_refusal(path, hostpath_allow=["/"])
+    assert "never mountable" in str(err)

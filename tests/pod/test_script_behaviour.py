@@ -125,7 +125,7 @@ def test_empty_dir_over_its_size_limit_evicts_the_pod(stub_env) -> None:  # type
     (root / "volumes" / "s" / "big").write_bytes(b"x" * 300_000)
     proc.communicate(timeout=60)
     reason, message = _read(root, "pod.failed").split("\n", 1)
-    assert reason == "Evicted" and "sizeLimit" in message
+    assert reason == "Evicted" and message.startswith('Usage of EmptyDir volume "s" exceeds the limit "64Ki".')
     assert _read(root, "pod.done") == "143"
 
 

@@ -229,8 +229,8 @@ def test_volume_payloads_modes_and_read_only_mounts() -> None:
     # pod directory; sizeLimit in KiB, for the job's watch
     uid = pod["metadata"]["uid"]
     assert {d.volume: d for d in r.plan.volumes.job_dirs} == {
-        "shm": JobDir("shm", f"/dev/shm/hpk-{uid}/shm", 64 * 1024),
-        "scratch": JobDir("scratch", f"{r.plan.pod_dir}/volumes/scratch", 500 * 1024),
+        "shm": JobDir("shm", f"/dev/shm/hpk-{uid}/shm", 64 * 1024, "64Mi"),
+        "scratch": JobDir("scratch", f"{r.plan.pod_dir}/volumes/scratch", 500 * 1024, "500Mi"),
         "claim": JobDir("claim", "/hpk-state/pvc/default/results", None),  # a PVC: a directory, unwatched
     }
     src = {b.dest: static_text(b.source) for b in c.binds}

@@ -42,7 +42,8 @@ def test_sub_path_expr_that_leaves_the_volume_fails_the_pod(tmp_path: Path, sub:
     root, runs, script = _run(tmp_path, _pod({"subPathExpr": "$(SUB)"}), sub)
     assert runs == []  # the container never started
     reason, message = (root / "status" / "pod.failed").read_text().split("\n", 1)
-    assert reason == "CreateContainerConfigError" and "outside its volume" in message
+    assert reason == "CreateContainerConfigError" and "resolves outside its volume" in message
+    assert message.endswith(f" {root}/volumes/scratch")
     assert not (tmp_path / "outside").exists() and not Path("/b").exists()
     assert f"scratch/{sub}" not in script and f"/{sub}" not in script.split("# ==== hpkctl runtime")[0]
 

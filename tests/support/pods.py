@@ -101,7 +101,8 @@ def make_profile(tmp: Path | None = None, **sections: dict[str, Any]) -> SitePro
     base: dict[str, Any] = {
         "name": "test",
         "slurm": {"partition": "debug", "default_time": "00:10:00"},
-        "pods": {"state_dir": str(tmp / "state") if tmp else "/hpk-state"},
+        "pods": {"state_dir": str(tmp / "state") if tmp else "/hpk-state",
+                 "hostpath_allow": ["/srv", "/run", "/tmp"]},  # what the test pods' hostPaths name
         "apptainer": {"image_cache": str(tmp / "images") if tmp else "/hpk-images"},
     }
     for key, val in sections.items():

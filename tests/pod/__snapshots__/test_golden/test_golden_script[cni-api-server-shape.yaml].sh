@@ -19,11 +19,12 @@ set -uo pipefail
 umask 077
 
 HPK_POD_DIR=/hpk-state/pods/8f1c2a44-5b6d-4e7f-8a9b-0c1d2e3f4a5b
-HPK_MEMORY_DIR=/dev/shm/hpk-8f1c2a44-5b6d-4e7f-8a9b-0c1d2e3f4a5b
+HPK_MEMORY_ROOT=/dev/shm
+HPK_MEMORY_DIR="$HPK_POD_DIR"/run/memory
 HPK_APPTAINER=apptainer
 HPK_STATUS="$HPK_POD_DIR/status"
 HPK_LOGS="$HPK_POD_DIR/logs"
-export HPK_POD_DIR HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
+export HPK_POD_DIR HPK_MEMORY_ROOT HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
 
 # hpk_refuse REASON MESSAGE [MODE]: this job cannot run here: the pod fails at once (status/pod.failed
 # says why); "job.sh exec" only says so (exit 125) and leaves the pod alone.
@@ -61,26 +62,28 @@ HPK_MAIN=(web Always hpk_main_0)
 
 # main container web, image docker.io/library/nginx:1.25
 hpk_main_0() {
-  exec setsid "$HPK_APPTAINER" run --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" run --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname web \
     --env-file "$HPK_POD_DIR"/env/web.env \
     --bind "$HPK_POD_DIR"/tmp/web:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     --bind "$HPK_POD_DIR"/volumes/kube-api-access-7xk2p:/var/run/secrets/kubernetes.io/serviceaccount:ro \
     /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif
 }
 
 # run "$@" in web's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_0_exec() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname web \
     --env-file "$HPK_POD_DIR"/env/web.env \
     --bind "$HPK_POD_DIR"/tmp/web:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     --bind "$HPK_POD_DIR"/volumes/kube-api-access-7xk2p:/var/run/secrets/kubernetes.io/serviceaccount:ro \
     /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif \
     "$@"

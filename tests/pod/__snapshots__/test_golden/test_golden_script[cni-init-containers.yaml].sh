@@ -20,11 +20,12 @@ set -uo pipefail
 umask 077
 
 HPK_POD_DIR=/hpk-state/pods/22222222-2222-3333-4444-555555555555
-HPK_MEMORY_DIR=/dev/shm/hpk-22222222-2222-3333-4444-555555555555
+HPK_MEMORY_ROOT=/dev/shm
+HPK_MEMORY_DIR="$HPK_POD_DIR"/run/memory
 HPK_APPTAINER=apptainer
 HPK_STATUS="$HPK_POD_DIR/status"
 HPK_LOGS="$HPK_POD_DIR/logs"
-export HPK_POD_DIR HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
+export HPK_POD_DIR HPK_MEMORY_ROOT HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
 
 # hpk_refuse REASON MESSAGE [MODE]: this job cannot run here: the pod fails at once (status/pod.failed
 # says why); "job.sh exec" only says so (exit 125) and leaves the pod alone.
@@ -62,13 +63,14 @@ HPK_MAIN=(main OnFailure hpk_main_0)
 
 # init container fetch, image docker.io/library/busybox:1.36
 hpk_init_0() {
-  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/fetch.env \
     --bind "$HPK_POD_DIR"/tmp/fetch:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     --bind "$HPK_POD_DIR"/volumes/work:/work \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     sh -c 'echo data > /work/in.txt'
@@ -76,13 +78,14 @@ hpk_init_0() {
 
 # run "$@" in fetch's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_init_0_exec() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/fetch.env \
     --bind "$HPK_POD_DIR"/tmp/fetch:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     --bind "$HPK_POD_DIR"/volumes/work:/work \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     "$@"
@@ -90,13 +93,14 @@ hpk_init_0_exec() {
 
 # init container check, image docker.io/library/busybox:1.36
 hpk_init_1() {
-  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/check.env \
     --bind "$HPK_POD_DIR"/tmp/check:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     --bind "$HPK_POD_DIR"/volumes/work:/work \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     test -s /work/in.txt
@@ -104,13 +108,14 @@ hpk_init_1() {
 
 # run "$@" in check's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_init_1_exec() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/check.env \
     --bind "$HPK_POD_DIR"/tmp/check:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     --bind "$HPK_POD_DIR"/volumes/work:/work \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     "$@"
@@ -118,13 +123,14 @@ hpk_init_1_exec() {
 
 # main container main, image docker.io/library/busybox:1.36
 hpk_main_0() {
-  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/main.env \
     --bind "$HPK_POD_DIR"/tmp/main:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     --bind "$HPK_POD_DIR"/volumes/work:/work \
     --pwd /work \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
@@ -133,13 +139,14 @@ hpk_main_0() {
 
 # run "$@" in main's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_0_exec() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname init-demo \
     --env-file "$HPK_POD_DIR"/env/main.env \
     --bind "$HPK_POD_DIR"/tmp/main:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     --bind "$HPK_POD_DIR"/volumes/work:/work \
     --pwd /work \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \

@@ -20,11 +20,12 @@ set -uo pipefail
 umask 077
 
 HPK_POD_DIR=/hpk-state/pods/11111111-2222-3333-4444-555555555555
-HPK_MEMORY_DIR=/dev/shm/hpk-11111111-2222-3333-4444-555555555555
+HPK_MEMORY_ROOT=/dev/shm
+HPK_MEMORY_DIR="$HPK_POD_DIR"/run/memory
 HPK_APPTAINER=apptainer
 HPK_STATUS="$HPK_POD_DIR/status"
 HPK_LOGS="$HPK_POD_DIR/logs"
-export HPK_POD_DIR HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
+export HPK_POD_DIR HPK_MEMORY_ROOT HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
 
 # hpk_refuse REASON MESSAGE [MODE]: this job cannot run here: the pod fails at once (status/pod.failed
 # says why); "job.sh exec" only says so (exit 125) and leaves the pod alone.
@@ -62,51 +63,55 @@ HPK_MAIN=(server Always hpk_main_0 sidecar Always hpk_main_1)
 
 # main container server, image docker.io/library/nginx:1.25
 hpk_main_0() {
-  exec setsid "$HPK_APPTAINER" run --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" run --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname web \
     --env-file "$HPK_POD_DIR"/env/server.env \
     --bind "$HPK_POD_DIR"/tmp/server:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif
 }
 
 # run "$@" in server's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_0_exec() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname web \
     --env-file "$HPK_POD_DIR"/env/server.env \
     --bind "$HPK_POD_DIR"/tmp/server:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif \
     "$@"
 }
 
 # main container sidecar, image ghcr.io/example/sidecar@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 hpk_main_1() {
-  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname web \
     --env-file "$HPK_POD_DIR"/env/sidecar.env \
     --bind "$HPK_POD_DIR"/tmp/sidecar:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/ghcr.io_example_sidecar_sha256_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef-4119baf25aec.sif \
     /bin/sidecar --upstream=http://localhost:8080 --name=web '$(literal)'
 }
 
 # run "$@" in sidecar's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_1_exec() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname web \
     --env-file "$HPK_POD_DIR"/env/sidecar.env \
     --bind "$HPK_POD_DIR"/tmp/sidecar:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/ghcr.io_example_sidecar_sha256_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef-4119baf25aec.sif \
     "$@"
 }

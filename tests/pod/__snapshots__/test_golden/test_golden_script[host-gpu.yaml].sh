@@ -21,11 +21,12 @@ set -uo pipefail
 umask 077
 
 HPK_POD_DIR=/hpk-state/pods/55555555-2222-3333-4444-555555555555
-HPK_MEMORY_DIR=/dev/shm/hpk-55555555-2222-3333-4444-555555555555
+HPK_MEMORY_ROOT=/dev/shm
+HPK_MEMORY_DIR="$HPK_POD_DIR"/run/memory
 HPK_APPTAINER=apptainer
 HPK_STATUS="$HPK_POD_DIR/status"
 HPK_LOGS="$HPK_POD_DIR/logs"
-export HPK_POD_DIR HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
+export HPK_POD_DIR HPK_MEMORY_ROOT HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
 
 # hpk_refuse REASON MESSAGE [MODE]: this job cannot run here: the pod fails at once (status/pod.failed
 # says why); "job.sh exec" only says so (exit 125) and leaves the pod alone.
@@ -63,7 +64,7 @@ HPK_MAIN=(trainer Never hpk_main_0 monitor Never hpk_main_1)
 
 # main container trainer, image nvcr.io/nvidia/pytorch:24.01-py3
 hpk_main_0() {
-  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --nv \
     --hostname train \
@@ -71,13 +72,14 @@ hpk_main_0() {
     --bind "$HPK_POD_DIR"/tmp/trainer:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/nvcr.io_nvidia_pytorch_24.01-py3-640976d80276.sif \
     python train.py
 }
 
 # run "$@" in trainer's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_0_exec() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --nv \
     --hostname train \
@@ -85,32 +87,35 @@ hpk_main_0_exec() {
     --bind "$HPK_POD_DIR"/tmp/trainer:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/nvcr.io_nvidia_pytorch_24.01-py3-640976d80276.sif \
     "$@"
 }
 
 # main container monitor, image docker.io/library/busybox:1.36
 hpk_main_1() {
-  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname train \
     --env-file "$HPK_POD_DIR"/env/monitor.env \
     --bind "$HPK_POD_DIR"/tmp/monitor:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     sh -c 'while true; do date; sleep 60; done'
 }
 
 # run "$@" in monitor's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_1_exec() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname train \
     --env-file "$HPK_POD_DIR"/env/monitor.env \
     --bind "$HPK_POD_DIR"/tmp/monitor:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     "$@"
 }

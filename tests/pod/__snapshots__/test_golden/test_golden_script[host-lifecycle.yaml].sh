@@ -19,11 +19,12 @@ set -uo pipefail
 umask 077
 
 HPK_POD_DIR=/hpk-state/pods/99999999-2222-3333-4444-555555555555
-HPK_MEMORY_DIR=/dev/shm/hpk-99999999-2222-3333-4444-555555555555
+HPK_MEMORY_ROOT=/dev/shm
+HPK_MEMORY_DIR="$HPK_POD_DIR"/run/memory
 HPK_APPTAINER=apptainer
 HPK_STATUS="$HPK_POD_DIR/status"
 HPK_LOGS="$HPK_POD_DIR/logs"
-export HPK_POD_DIR HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
+export HPK_POD_DIR HPK_MEMORY_ROOT HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
 
 # hpk_refuse REASON MESSAGE [MODE]: this job cannot run here: the pod fails at once (status/pod.failed
 # says why); "job.sh exec" only says so (exit 125) and leaves the pod alone.
@@ -61,26 +62,28 @@ HPK_MAIN=(app Never hpk_main_0)
 
 # init container proxy, image docker.io/library/busybox:1.36
 hpk_init_0() {
-  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname lifecycle-demo \
     --env-file "$HPK_POD_DIR"/env/proxy.env \
     --bind "$HPK_POD_DIR"/tmp/proxy:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     sh -c 'exec httpd -f -p 8081'
 }
 
 # run "$@" in proxy's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_init_0_exec() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname lifecycle-demo \
     --env-file "$HPK_POD_DIR"/env/proxy.env \
     --bind "$HPK_POD_DIR"/tmp/proxy:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     "$@"
 }
@@ -92,13 +95,14 @@ hpk_init_0_pre_stop() {
 
 # main container app, image docker.io/library/busybox:1.36
 hpk_main_0() {
-  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname lifecycle-demo \
     --env-file "$HPK_POD_DIR"/env/app.env \
     --bind "$HPK_POD_DIR"/tmp/app:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     --bind "$HPK_POD_DIR"/run/app.termination-log:/tmp/termination-log \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     sh -c 'echo working; sleep 5'
@@ -106,13 +110,14 @@ hpk_main_0() {
 
 # run "$@" in app's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_0_exec() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname lifecycle-demo \
     --env-file "$HPK_POD_DIR"/env/app.env \
     --bind "$HPK_POD_DIR"/tmp/app:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     --bind "$HPK_POD_DIR"/run/app.termination-log:/tmp/termination-log \
     /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif \
     "$@"

@@ -21,11 +21,12 @@ set -uo pipefail
 umask 077
 
 HPK_POD_DIR=/hpk-state/pods/66666666-2222-3333-4444-555555555555
-HPK_MEMORY_DIR=/dev/shm/hpk-66666666-2222-3333-4444-555555555555
+HPK_MEMORY_ROOT=/dev/shm
+HPK_MEMORY_DIR="$HPK_POD_DIR"/run/memory
 HPK_APPTAINER=apptainer
 HPK_STATUS="$HPK_POD_DIR/status"
 HPK_LOGS="$HPK_POD_DIR/logs"
-export HPK_POD_DIR HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
+export HPK_POD_DIR HPK_MEMORY_ROOT HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
 
 # hpk_refuse REASON MESSAGE [MODE]: this job cannot run here: the pod fails at once (status/pod.failed
 # says why); "job.sh exec" only says so (exit 125) and leaves the pod alone.
@@ -64,24 +65,26 @@ HPK_MAIN=(ranks Never hpk_main_0)
 # main container ranks, image docker.io/library/debian:bookworm
 hpk_main_0() {
   exec setsid srun --mpi=pmix --label /bin/bash -c "$HPK_MPI_ENV" hpk-mpi \
-    "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --env-file "$HPK_POD_DIR"/env/ranks.env \
     --bind "$HPK_POD_DIR"/tmp/ranks:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif \
     sh -c 'echo "rank $SLURM_PROCID on $(hostname)"'
 }
 
 # run "$@" in ranks's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_0_exec() {
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --env-file "$HPK_POD_DIR"/env/ranks.env \
     --bind "$HPK_POD_DIR"/tmp/ranks:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif \
     "$@"
 }

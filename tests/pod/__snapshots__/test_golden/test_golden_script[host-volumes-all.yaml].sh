@@ -21,11 +21,12 @@ set -uo pipefail
 umask 077
 
 HPK_POD_DIR=/hpk-state/pods/33333333-2222-3333-4444-555555555555
-HPK_MEMORY_DIR=/dev/shm/hpk-33333333-2222-3333-4444-555555555555
+HPK_MEMORY_ROOT=/dev/shm
+HPK_MEMORY_DIR="$HPK_POD_DIR"/run/memory
 HPK_APPTAINER=apptainer
 HPK_STATUS="$HPK_POD_DIR/status"
 HPK_LOGS="$HPK_POD_DIR/logs"
-export HPK_POD_DIR HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
+export HPK_POD_DIR HPK_MEMORY_ROOT HPK_MEMORY_DIR HPK_APPTAINER HPK_STATUS HPK_LOGS
 
 # hpk_refuse REASON MESSAGE [MODE]: this job cannot run here: the pod fails at once (status/pod.failed
 # says why); "job.sh exec" only says so (exit 125) and leaves the pod alone.
@@ -54,6 +55,8 @@ HPK_SIZE_CHECK_INTERVAL=10
 # terminationMessagePolicy is FallbackToLogsOnError.
 HPK_GRACE=30
 HPK_LOG_FALLBACK=()
+# No hostPath may reach these (hpkctl's state: pods' directories, PKI, kubeconfigs, images, profiles).
+HPK_PROTECTED=(/hpk-state /hpk-images /root/.kube /root/.config/hpk)
 # spec.activeDeadlineSeconds (0: none): seconds from the pod's start until it is stopped.
 HPK_ACTIVE_DEADLINE=0
 
@@ -64,9 +67,14 @@ HPK_MAIN=(app Never hpk_main_0)
 # main container app, image docker.io/library/debian:bookworm
 hpk_main_0() {
   local -a HPK_SUBPATHS=()
-  hpk_subpath start fd /srv/data /srv/data/sub/dir 1 'container app: volumeMount /data-sub' || exit
+  hpk_subpath start fd /srv /srv/data 0 'container app: volumeMount /data' || exit
+  hpk_unprotected start 'container app: volumeMount /data' || exit
+  hpk_subpath start fd /srv /srv/data/sub/dir 1 'container app: volumeMount /data-sub' || exit
+  hpk_unprotected start 'container app: volumeMount /data-sub' || exit
   hpk_subpath start fd "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr' || exit
-  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  hpk_subpath start fd /run /run/x.sock 0 'container app: volumeMount /var/run/x.sock' || exit
+  hpk_unprotected start 'container app: volumeMount /var/run/x.sock' || exit
+  exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname volumes \
     --env-file "$HPK_POD_DIR"/env/app.env \
@@ -75,15 +83,15 @@ hpk_main_0() {
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
     --bind "$HPK_POD_DIR"/volumes/scratch:/scratch \
     --bind "$HPK_MEMORY_DIR"/shm:/dev/shm \
-    --bind /srv/data:/data:ro \
-    --bind "${HPK_SUBPATHS[0]}":/data-sub \
-    --bind "${HPK_SUBPATHS[1]}":/expr \
+    --bind "${HPK_SUBPATHS[0]}":/data:ro \
+    --bind "${HPK_SUBPATHS[1]}":/data-sub \
+    --bind "${HPK_SUBPATHS[2]}":/expr \
     --bind "$HPK_POD_DIR"/volumes/config:/etc/app:ro \
     --bind "$HPK_POD_DIR"/volumes/secret:/etc/secret:ro \
     --bind "$HPK_POD_DIR"/volumes/info:/etc/podinfo:ro \
     --bind "$HPK_POD_DIR"/volumes/all-in-one:/projected:ro \
     --bind /hpk-state/pvc/default/results:/claim \
-    --bind /run/x.sock:/var/run/x.sock \
+    --bind "${HPK_SUBPATHS[3]}":/var/run/x.sock \
     /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif \
     sleep 1
 }
@@ -91,9 +99,14 @@ hpk_main_0() {
 # run "$@" in app's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_0_exec() {
   local -a HPK_SUBPATHS=()
-  hpk_subpath exec fd /srv/data /srv/data/sub/dir 1 'container app: volumeMount /data-sub' || return 125
+  hpk_subpath exec fd /srv /srv/data 0 'container app: volumeMount /data' || return 125
+  hpk_unprotected exec 'container app: volumeMount /data' || return 125
+  hpk_subpath exec fd /srv /srv/data/sub/dir 1 'container app: volumeMount /data-sub' || return 125
+  hpk_unprotected exec 'container app: volumeMount /data-sub' || return 125
   hpk_subpath exec fd "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr' || return 125
-  "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+  hpk_subpath exec fd /run /run/x.sock 0 'container app: volumeMount /var/run/x.sock' || return 125
+  hpk_unprotected exec 'container app: volumeMount /var/run/x.sock' || return 125
+  "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --hostname volumes \
     --env-file "$HPK_POD_DIR"/env/app.env \
@@ -102,15 +115,15 @@ hpk_main_0_exec() {
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
     --bind "$HPK_POD_DIR"/volumes/scratch:/scratch \
     --bind "$HPK_MEMORY_DIR"/shm:/dev/shm \
-    --bind /srv/data:/data:ro \
-    --bind "${HPK_SUBPATHS[0]}":/data-sub \
-    --bind "${HPK_SUBPATHS[1]}":/expr \
+    --bind "${HPK_SUBPATHS[0]}":/data:ro \
+    --bind "${HPK_SUBPATHS[1]}":/data-sub \
+    --bind "${HPK_SUBPATHS[2]}":/expr \
     --bind "$HPK_POD_DIR"/volumes/config:/etc/app:ro \
     --bind "$HPK_POD_DIR"/volumes/secret:/etc/secret:ro \
     --bind "$HPK_POD_DIR"/volumes/info:/etc/podinfo:ro \
     --bind "$HPK_POD_DIR"/volumes/all-in-one:/projected:ro \
     --bind /hpk-state/pvc/default/results:/claim \
-    --bind /run/x.sock:/var/run/x.sock \
+    --bind "${HPK_SUBPATHS[3]}":/var/run/x.sock \
     /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif \
     "$@"
 }
@@ -135,10 +148,12 @@ hpk_pod_setup() {
   hpk_watch_sizes "$$" &
 }
 
-# hpk_size_limits: emptyDir volumes with a sizeLimit (KiB).
+# hpk_size_limits: emptyDirs with a sizeLimit, containers with an ephemeral-storage limit (KiB, the
+# kubelet's eviction message, what counts: a container's /tmp and logs).
 hpk_size_limits() {
-  hpk_size_limit "$HPK_POD_DIR"/volumes/scratch 512000 scratch || return 1
-  hpk_size_limit "$HPK_MEMORY_DIR"/shm 65536 shm || return 1
+  hpk_size_limit 512000 'Usage of EmptyDir volume "scratch" exceeds the limit "500Mi". ' "$HPK_POD_DIR"/volumes/scratch || return 1
+  hpk_size_limit 65536 'Usage of EmptyDir volume "shm" exceeds the limit "64Mi". ' "$HPK_MEMORY_DIR"/shm || return 1
+  hpk_size_limit 2097152 'Container app exceeded its local ephemeral storage limit "2Gi". ' "$HPK_POD_DIR"/tmp/app "$HPK_POD_DIR"/logs/app.log "$HPK_POD_DIR"/logs/app.previous.log || return 1
 }
 
 # ==== the hpkctl runtime: the same for every pod (status files, image pulls, restarts, probes, the
