@@ -60,6 +60,18 @@ def test_a_translation_refusal_is_failed_with_its_reason(mgr: Any) -> None:
     assert slurm.submitted == 0
 
 
+def test_a_hostpath_outside_the_profiles_prefixes_is_failed_naming_the_field_and_the_fix(mgr: Any) -> None:
+    m, kube, slurm = mgr
+    pod = _pod()
+    pod["spec"]["volumes"] = [{"name": "x", "hostPath": {"path": "/etc"}}]
+    m.on_sync([pod])
+    m.sync("u-1")
+    (patch,) = kube.status_patches()
+    assert patch["status"]["reason"] == "HostPathNotAllowed", patch
+    assert "spec.volumes[0].hostPath.path" in patch["status"]["message"] and "hostpath_allow" in patch["status"]["message"]
+    assert slurm.submitted == 0
+
+
 def test_recorded_pod_is_adopted_not_resubmitted(mgr: Any, tmp_path: Path) -> None:
     m, kube, slurm = mgr
     m.records.save(PodRecord(uid="u-1", namespace="default", name="p", pod_dir=str(tmp_path / "d"),
