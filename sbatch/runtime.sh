@@ -132,7 +132,7 @@ hpk_unprotected() {
   local real p
   real=$(readlink -f -- "${HPK_SUBPATHS[${#HPK_SUBPATHS[@]} - 1]}")
   real=${real%/}
-  for p in "${HPK_PROTECTED[@]}"; do
+  for p in ${HPK_PROTECTED[@]+"${HPK_PROTECTED[@]}"}; do
     p=$(realpath -m -- "$p")
     case $real/ in
       "$p"/*) ;;
