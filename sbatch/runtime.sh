@@ -138,7 +138,7 @@ hpk_unprotected() {
       "$p"/*) ;;
       *) case $p/ in "$real"/*) ;; *) continue ;; esac ;;
     esac
-    hpk_subpath_refused "$1" "$2: the hostPath resolves to ${real:-/}, which reaches $p (hpkctl's state, never mountable)" || return
+    hpk_subpath_refused "$1" "$2: the hostPath reaches $p (hpkctl's state, never mountable)" || return
   done
 }
 
