@@ -43,7 +43,7 @@ def test_sub_path_expr_that_leaves_the_volume_fails_the_pod(tmp_path: Path, sub:
     assert runs == []  # the container never started
     reason, message = (root / "status" / "pod.failed").read_text().split("\n", 1)
     assert reason == "CreateContainerConfigError" and "resolves outside its volume" in message
-    assert message.endswith(f" {root}/volumes/scratch")
+    assert message.rstrip("\n").endswith(f" {root}/volumes/scratch")
     assert not (tmp_path / "outside").exists() and not Path("/b").exists()
     assert f"scratch/{sub}" not in script and f"/{sub}" not in script.split("# ==== hpkctl runtime")[0]
 
