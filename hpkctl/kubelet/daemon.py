@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,9 +96,20 @@ class Kubelet:
                              "the API server's kubelet client certificate)")
         self.server = KubeletServer(self.pods.table, slurm=self.slurm, node_name=self.opts.node_name,
                                     host=self.address, port=self.opts.port, cert_file=cert, key_file=key,
-                                    client_ca_file=ca, clients=self.profile.kubelet.api_clients)
+                                    client_ca_file=ca, clients=self.profile.kubelet.api_clients,
+                                    review=self.access_review)
         self.server.start()
         self.node_state.port = self.server.port
+
+    def access_review(self, user: str, groups: Sequence[str], verb: str, subresource: str) -> bool:
+        """Whether the API server lets ``user`` do ``verb`` on this node's ``subresource`` (the real
+        kubelet's webhook authorisation: a SubjectAccessReview, which the Node authorizer lets a
+        kubelet create)."""
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"user": user, "groups": list(groups), "resourceAttributes": {
+                    "verb": verb, "resource": "nodes", "subresource": subresource, "name": self.opts.node_name}}}
+        out = self.kube.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", body, timeout=(5, 10))
+        return bool(((out or {}).get("status") or {}).get("allowed"))
 
     def check_identity(self) -> str:
         """Who the kubeconfig authenticates as (SelfSubjectReview); a node credential for another node

@@ -5,8 +5,8 @@
 Who gets in: TLS with a client certificate signed by the cluster CA (``ssl.CERT_REQUIRED``), as
 the API server presents its kubelet-client certificate; without one the handshake fails. Then each
 request is authorised on the certificate's identity (:mod:`hpkctl.kubelet.authz`): the API
-server's kubelet-client identity and ``system:masters`` only, since the same CA signs the
-scheduler's and every approved CSR's certificates. The server listens on the node's configured
+server's kubelet-client identity and ``system:masters`` at once, anyone else only as the API server's
+SubjectAccessReview allows (the same CA signs the scheduler's and every approved CSR's certificates). The server listens on the node's configured
 address only.
 
 The server runs its own asyncio loop in a daemon thread, so the daemon's threads are never blocked
@@ -46,7 +46,7 @@ from hpkctl.errors import HpkError
 from hpkctl.jobs import Slurm, Step
 from hpkctl.kubelet import logs, remotecommand
 from hpkctl.kubelet.apistatus import ApiError, status
-from hpkctl.kubelet.authz import authoriser
+from hpkctl.kubelet.authz import Review, authoriser
 from hpkctl.kubelet.remotecommand import Channels
 from hpkctl.kubelet.stats import CGROUP_ROOT, CpuRates, job_usage, pod_usage
 from hpkctl.kubelet.table import PodTable, Tracked
@@ -100,11 +100,12 @@ class KubeletServer:
     port, then in ``.port``); :meth:`stop` closes it, ends follows and cancels running execs.
 
     ``clients``: the certificate common names served besides ``system:masters`` (the API server's
-    kubelet-client identity). ``cgroup_root`` and ``follow_poll`` exist for tests."""
+    kubelet-client identity); ``review``: asks the API server about anyone else (SubjectAccessReview). ``cgroup_root`` and ``follow_poll`` exist for tests."""
 
     def __init__(self, table: PodTable, *, slurm: Slurm, node_name: str, host: str, port: int, cert_file: str,
                  key_file: str, client_ca_file: str, clients: Collection[str] = (API_CLIENT,),
-                 cgroup_root: Path = CGROUP_ROOT, follow_poll: float = logs.FOLLOW_POLL) -> None:
+                 review: Review | None = None, cgroup_root: Path = CGROUP_ROOT,
+                 follow_poll: float = logs.FOLLOW_POLL) -> None:
         self.table = table
         self.slurm = slurm
         self.node_name = node_name
@@ -114,6 +115,7 @@ class KubeletServer:
         self.key_file = key_file
         self.client_ca_file = client_ca_file
         self.clients = tuple(clients)
+        self.review = review
         self.cgroup_root = cgroup_root
         self.follow_poll = follow_poll
         self.started_at = _now()
@@ -153,7 +155,7 @@ class KubeletServer:
         log.info("kubelet API listening on https://%s:%d", self.host, self.port)
 
     async def _listen(self, ctx: ssl.SSLContext) -> None:
-        app = web.Application(middlewares=[_statuses, authoriser(self.clients)])
+        app = web.Application(middlewares=[_statuses, authoriser(self.clients, review=self.review)])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/pods", self._pods)
         app.router.add_get("/runningpods/", self._running_pods)

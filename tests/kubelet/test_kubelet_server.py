@@ -136,6 +136,41 @@ def _status(r: requests.Response, code: int) -> str:
 # ---------------------------------------------------------------------------- TLS and the simple routes
 
 
+def test_anyone_else_is_asked_about_once_per_cache_time(certs: Certs, tmp_path: Path) -> None:
+    """Identities the kubelet does not serve at once are asked about (SubjectAccessReview, the real
+    kubelet's webhook authorisation); answers are kept for the kubelet's cache times."""
+    from hpkctl.kubelet.authz import ALLOWED_TTL, DENIED_TTL, Decisions
+
+    asked: list[tuple[str, tuple[str, ...], str, str]] = []
+
+    def review(user: str, groups: Any, verb: str, sub: str) -> bool:
+        asked.append((user, tuple(groups), verb, sub))
+        return sub == "stats"
+
+    server = KubeletServer(PodTable(), slurm=Slurm(SlurmSection()), node_name="hpk", host="127.0.0.1", port=0,
+                           cert_file=certs.server[0], key_file=certs.server[1], client_ca_file=certs.ca,
+                           review=review, cgroup_root=tmp_path / "cgroup")
+    server.start()
+    try:
+        url = f"https://127.0.0.1:{server.port}"
+        for _ in range(2):
+            assert requests.get(f"{url}/stats/summary", cert=certs.scheduler, verify=certs.ca,
+                                timeout=20).status_code == 200
+            assert requests.get(f"{url}/pods", cert=certs.scheduler, verify=certs.ca, timeout=20).status_code == 403
+        assert requests.get(f"{url}/pods", cert=certs.client, verify=certs.ca, timeout=20).status_code == 200
+    finally:
+        server.stop()
+    assert asked == [("system:kube-scheduler", (), "get", "stats"), ("system:kube-scheduler", (), "get", "proxy")]
+    now = [0.0]
+    d = Decisions(review, clock=lambda: now[0])
+    assert d.allowed("u", [], "get", "proxy") is False
+    now[0] = DENIED_TTL + 1
+    assert d.allowed("u", [], "get", "proxy") is False and len(asked) == 4
+    assert d.allowed("u", [], "get", "stats") is True
+    now[0] += ALLOWED_TTL - 1
+    assert d.allowed("u", [], "get", "stats") is True and len(asked) == 5
+
+
 @pytest.mark.parametrize("method, path, subresource", [
     ("GET", "/pods", "proxy"), ("POST", "/exec/default/p/c?command=id&stdout=1", "proxy"),
     ("GET", "/containerLogs/default/p/c", "proxy"), ("GET", "/stats/summary", "stats"), ("GET", "/healthz", "healthz")])

@@ -249,3 +249,37 @@ def test_what_a_real_node_authorizer_also_allows(kube: KubeApi, node: Node) -> N
     assert code == 404, out  # allowed (the graph knows the claim), and there is none
     code, out = node.call("GET", f"{NS}/persistentvolumeclaims/eph-scratch/status")
     assert code == 403 and out["message"].endswith("can only update or patch a persistentvolumeclaim status")
+
+
+def test_subject_access_review_is_rbac_over_the_stored_cluster_role_bindings() -> None:
+    """What the kubelet asks about a client it does not serve at once (issue 20.9): system:masters
+    may, a binding to a ClusterRole with nodes/proxy (or nodes/*) lets a user or group in, nothing
+    else does."""
+    from ci.standin.kubeapi import rbac
+
+    class Store:
+        def __init__(self, objects: dict[str, list[dict[str, Any]]]) -> None:
+            self.objects = objects
+
+        def list(self, key: str) -> list[dict[str, Any]]:
+            return self.objects.get(key, [])
+
+    def spec(user: str, sub: str = "proxy", groups: tuple[str, ...] = ()) -> dict[str, Any]:
+        return {"user": user, "groups": list(groups),
+                "resourceAttributes": {"verb": "get", "resource": "nodes", "subresource": sub, "name": "hpk"}}
+
+    store = Store({
+        "clusterroles.rbac.authorization.k8s.io": [
+            {"metadata": {"name": "proxy"}, "rules": [{"apiGroups": [""], "resources": ["nodes/proxy"],
+                                                       "verbs": ["get", "create"]}]},
+            {"metadata": {"name": "all-node"}, "rules": [{"apiGroups": [""], "resources": ["nodes/*"],
+                                                          "verbs": ["*"]}]}],
+        "clusterrolebindings.rbac.authorization.k8s.io": [
+            {"metadata": {"name": "a"}, "roleRef": {"name": "proxy"}, "subjects": [{"kind": "User", "name": "alice"}]},
+            {"metadata": {"name": "b"}, "roleRef": {"name": "all-node"},
+             "subjects": [{"kind": "Group", "name": "ops"}]}]})
+    assert rbac.review(store, spec("system:kube-scheduler"))["allowed"] is False
+    assert rbac.review(store, spec("anyone", groups=("system:masters",)))["allowed"] is True
+    assert rbac.review(store, spec("alice"))["allowed"] is True
+    assert rbac.review(store, spec("alice", "stats"))["allowed"] is False
+    assert rbac.review(store, spec("bob", "stats", ("ops",)))["allowed"] is True

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable
 import yaml
 from aiohttp import web
 
-from . import nodeauth, openapi, protobuf, proxy, resources, subresources, tables, watch
+from . import nodeauth, openapi, protobuf, proxy, rbac, resources, subresources, tables, watch
 from .api import Api
 from .certs import Pki
 from .errors import ApiError, bad_request
@@ -267,6 +267,8 @@ class Server:
         if rt.kind == "SelfSubjectReview":
             user, groups = self.user(request) or "", self.groups(request)
             out["status"] = {"userInfo": {"username": user, "groups": [*groups, "system:authenticated"]}}
+        elif rt.kind == "SubjectAccessReview":  # someone else's rights: RBAC over the stored bindings
+            out["status"] = rbac.review(self.api.store, dict(out.get("spec") or {}))
         else:
             out["status"] = {"allowed": True, "reason": "the stand-in has no RBAC: every authenticated user may"}
         return out

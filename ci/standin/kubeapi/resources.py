@@ -111,6 +111,8 @@ TYPES: list[ResourceType] = [
     # answered, never stored (kubectl auth can-i / whoami)
     _t("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", namespaced=False,
        verbs=("create",), extra={"virtual": True}),
+    _t("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", namespaced=False,
+       verbs=("create",), extra={"virtual": True}),
     _t("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", namespaced=False,
        verbs=("create",), extra={"virtual": True}),
     _t("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", namespaced=False, short_names=("pc",),
