@@ -562,3 +562,21 @@ def test_user_jobs_failure_is_typed(fp, section) -> None:
                 returncode=1)
     with pytest.raises(SlurmUnavailable):
         Slurm(section()).user_jobs()
+
+
+def test_accounted_jobs_lists_this_users_jobs_with_comments_since_a_time(fp, section) -> None:
+    """Issue 22.15: a job slurmctld forgot (MinJobAge) is found by its pod uid in sacct, where
+    accounting runs; where it is off, no call is repeated and nothing is found."""
+    rec = fp.register(cmd(fp, "sacct"), stdout="40|COMPLETED|hpk-uid=u1 hpk-pod=default/a\n"
+                                                "41|FAILED|\n42|CANCELLED by 1001|hpk-uid=u2 hpk-pod=x/b my|words\n")
+    jobs = Slurm(section()).accounted_jobs(since="2026-11-26T10:00:00")
+    assert [(j.job_id, j.state, j.comment) for j in jobs] == [
+        ("40", "COMPLETED", "hpk-uid=u1 hpk-pod=default/a"), ("41", "FAILED", ""),
+        ("42", "CANCELLED", "hpk-uid=u2 hpk-pod=x/b my|words")]
+    assert rec.calls[0].args[1:] == ["--noheader", "--parsable2", "--allocations", "--starttime=2026-11-26T10:00:00",
+                                     "--format=JobID,State,Comment"]
+    fp.register(cmd(fp, "sacct"), stderr=errtext("sacct_disabled.txt"), returncode=1)
+    off = Slurm(section())
+    assert off.accounted_jobs(since="2026-11-26T10:00:00") == [] and off.accounting is False
+    assert off.accounted_jobs(since="2026-11-26T10:00:00") == []  # learned once: no second call
+    assert fp.call_count([fp.program("sacct"), fp.any()]) == 2
