@@ -8,6 +8,7 @@ The script-behaviour tests can also run under a real bash 4.2: put one first on 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,10 @@ from typing import Any
 import pytest
 
 from hpkctl.pod import render_pod, write_pod_dir
+from hpkctl.pod.objects import StaticObjects
 from tests.support.bashcompat import CONSTRUCTS, UNGUARDED_ARRAY, scan
 from tests.support.ci import REPO
-from tests.support.pods import PODS, load_pod, make_profile, pod_doc, records, stub_environment
+from tests.support.pods import PODS, load_pod, make_profile, make_stub, pod_doc, records, stub_environment
 
 PROFILES = {
     "host": make_profile(),
@@ -122,3 +124,44 @@ def test_the_stop_clock_counts_hundredths_without_epochrealtime(tmp_path: Path) 
     r = subprocess.run(["bash", "-uc", fallback], capture_output=True, text=True, timeout=10, check=True)
     a, b = (int(x) for x in r.stdout.split())
     assert 25 <= b - a < 300
+
+
+BASH42 = Path("/opt/bash-4.2/bin/bash")  # a build of bash 4.2 (the docstring's way to run tests/pod under it)
+needs_bash42 = pytest.mark.skipif(not BASH42.exists(), reason=f"no bash 4.2 build at {BASH42}")
+
+
+@needs_bash42
+def test_the_script_tests_run_under_the_bash_first_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the scripts' PATH starts with the stub's directory and /usr/bin: the bash on the tests' own PATH
+    # must still be the one that runs them, or PATH=/opt/bash-4.2/bin:$PATH tests a newer bash
+    monkeypatch.setenv("PATH", f"{BASH42.parent}:{os.environ['PATH']}")
+    stub = make_stub(tmp_path)
+    r = subprocess.run(["bash", "-c", 'echo "$BASH_VERSION"'], env=stub_environment(stub, tmp_path / "record"),
+                       capture_output=True, text=True, timeout=30, check=True)
+    assert r.stdout.startswith("4.2."), r.stdout
+
+
+@needs_bash42
+def test_a_pod_with_every_container_kind_runs_under_bash_4_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # set -u, empty arrays, the secrets read loop, subPath checks, sequential starts: under a real 4.2
+    monkeypatch.setenv("PATH", f"{BASH42.parent}:{os.environ['PATH']}")
+    stub = make_stub(tmp_path)
+    mount = [{"name": "scratch", "mountPath": "/m", "subPath": "a/b"}]
+    secret_env = [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+    spec = {"restartPolicy": "Never", "volumes": [{"name": "scratch", "emptyDir": {}}],
+            "initContainers": [{"name": "init", "image": "b:1", "command": ["i"], "volumeMounts": mount},
+                               {"name": "side", "image": "b:1", "command": ["s"], "restartPolicy": "Always"}],
+            "containers": [{"name": "one", "image": "b:1", "command": ["x"], "env": secret_env,
+                            "lifecycle": {"postStart": {"exec": {"command": ["true"]}}}},
+                           {"name": "two", "image": "b:1", "command": ["y"], "volumeMounts": mount}]}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "default"},
+              "data": {"k": "czNjcjN0"}}
+    root = write_pod_dir(render_pod(pod_doc(spec), stub["profile"], objects=StaticObjects.of([secret])))
+    record = tmp_path / "record.jsonl"
+    r = subprocess.run(["bash", str(root / "job" / "job.sh")], env=stub_environment(stub, record),
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert "unbound variable" not in r.stderr and "bad substitution" not in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
+    assert (root / "status" / "pod.done").read_text() == "0\n"
+    ran = [run["args"][-1] for run in records(record) if run["args"] != ["true"]]
+    assert ran[0] == "i" and set(ran) == {"i", "s", "x", "y"}, ran  # the sidecar may start again meanwhile

@@ -8,6 +8,7 @@ see, reading ``--env-file`` with bash exactly as a shell-syntax env file is read
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import textwrap
 from pathlib import Path
@@ -122,6 +123,11 @@ def make_stub(tmp_path: Path) -> dict[str, Any]:
     for name, text in (("apptainer", STUB), ("srun", SRUN_STUB)):
         (bindir / name).write_text(text)
         (bindir / name).chmod(0o755)
+    # the scripts run under the bash first on the tests' own PATH (/opt/bash-4.2/bin: test_bash42.py),
+    # although their PATH starts with this directory and /usr/bin
+    outer = shutil.which("bash")
+    if outer and Path(outer).resolve() != Path("/bin/bash").resolve():
+        (bindir / "bash").symlink_to(outer)
     app = bindir / "apptainer"
     profile = make_profile(tmp_path, apptainer={"binary": str(app)})
     return {"bin": bindir, "apptainer": app, "profile": profile, "tmp": tmp_path}
