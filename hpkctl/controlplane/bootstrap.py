@@ -28,35 +28,29 @@ on its own is logged, the rest stopped, and :class:`ControlPlaneError` raised (t
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import errno
-import fcntl
 import functools
-import ipaddress
 import json
 import logging
 import os
-import re
-import shutil
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from hpkctl.files import write_atomic
 from hpkctl.controlplane import components as comp
 from hpkctl.controlplane import objects
 from hpkctl.controlplane.health import Probe
-from hpkctl.controlplane.pki import Pki, ensure_pki, write_kubeconfig
+from hpkctl.controlplane.kubeconfig import token_kubeconfig, write_kubeconfig
+from hpkctl.controlplane.pki import Pki, ensure_pki
+from hpkctl.controlplane.statedir import Layout, layout_of, lock_state, private_dir, read_endpoint, utc_now, write_status
+from hpkctl.controlplane.steps import (ControlPlaneError, Stopped, call_api, check_ports, find_binary, indent,
+                                       wait_healthy)
 from hpkctl.errors import HpkError
-from hpkctl.kube import Kube, KubeError, KubeUnavailable
-from hpkctl.kube.address import host_address
+from hpkctl.files import write_atomic
+from hpkctl.kube import Kube
+from hpkctl.kube.address import host_address, is_ip, node_hosts
 from hpkctl.runtime.supervise import Child, Supervisor, describe_status
 from hpkctl.sites.schema import SiteProfile
 
@@ -72,128 +66,10 @@ SCHEDULER_JOIN = 10.0
 #: lifetime of CoreDNS's service-account token (asked again at every start; a job never runs this long)
 COREDNS_TOKEN_SECONDS = 365 * 24 * 3600
 SCHEDULER = "hpk-scheduler"
-POLL = 0.25
-
-
-class ControlPlaneError(HpkError):
-    """A component did not start, did not become healthy, or ended; names it, its log and the fix."""
-
-
-class _Stopped(Exception):
-    """``stop`` was set while starting."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where everything lives under ``[controlplane] state_dir``."""
-
-    root: Path
-
-    @property
-    def pki(self) -> Path:
-        return self.root / "pki"
-
-    @property
-    def etcd_data(self) -> Path:
-        return self.root / "etcd"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def run(self) -> Path:
-        """Files of this run only: the Corefile and the components' own (loopback) kubeconfigs."""
-        return self.root / "run"
-
-    @property
-    def endpoint(self) -> Path:
-        return self.root / "endpoint"
-
-    @property
-    def status(self) -> Path:
-        return self.root / "status"
-
-    @property
-    def lock(self) -> Path:
-        return self.root / ".lock"
-
-    def kubeconfig(self, user: str) -> Path:
-        """A published kubeconfig: ``admin``, ``kubelet`` or ``scheduler``."""
-        return self.root / f"{user}.kubeconfig"
-
-    def log(self, component: str) -> Path:
-        return self.logs / f"{component}.log"
-
-
-def layout_of(profile: SiteProfile) -> Layout:
-    return Layout(Path(profile.controlplane.state_dir))
-
-
-def read_endpoint(state_dir: Path) -> dict[str, Any] | None:
-    """The published ``endpoint`` of a running control plane, or None when there is none."""
-    try:
-        data = json.loads((state_dir / "endpoint").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-_DNS = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
-
-
-def node_hosts(address: str) -> list[str]:
-    """What the API server's certificate must name for this node: its host names and ``address``."""
-    hosts = []
-    for name in (socket.gethostname(), socket.getfqdn(), address):
-        if name and (_is_ip(name) or _DNS.fullmatch(name)) and name not in hosts:
-            hosts.append(name)
-    return hosts
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _private_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-
-
-def token_kubeconfig(path: Path, *, server: str, ca: Path, token: str, user: str) -> Path:
-    """A kubeconfig with a bearer token (CoreDNS's), CA embedded, 0600, written atomically."""
-    doc = {"apiVersion": "v1", "kind": "Config", "preferences": {},
-           "clusters": [{"name": "hpk", "cluster": {"server": server,
-                                                    "certificate-authority-data": base64.b64encode(ca.read_bytes()).decode()}}],
-           "users": [{"name": user, "user": {"token": token}}],
-           "contexts": [{"name": f"{user}@hpk", "context": {"cluster": "hpk", "user": user}}],
-           "current-context": f"{user}@hpk"}
-    write_atomic(path, yaml.safe_dump(doc, sort_keys=False).encode())
-    return path
-
-
-def _port_free(port: int, host: str, *, udp: bool = False) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM) as s:
-        if not udp:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 class Bootstrap:
@@ -232,7 +108,7 @@ class Bootstrap:
         try:
             try:
                 self._start()
-            except _Stopped:
+            except Stopped:
                 log.info("stopped before the control plane was ready")
                 return 0
             self._publish()
@@ -254,28 +130,10 @@ class Bootstrap:
     def _prepare(self) -> None:
         root = self.layout.root
         for d in (root, self.layout.logs, self.layout.run, self.layout.etcd_data):
-            _private_dir(d)
-        self._lock()
+            private_dir(d)
+        self._lock_fd = lock_state(self.layout)
         self.layout.endpoint.unlink(missing_ok=True)  # a stale one from a run that was killed
         self._status("starting", "")
-
-    def _lock(self) -> None:
-        fd = os.open(self.layout.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP):
-                log.warning("%s: no file locks on this file system; make sure one control plane at a time uses %s",
-                            self.layout.lock, self.layout.root)
-            else:
-                holder = os.read(fd, 200).decode(errors="replace").strip()
-                os.close(fd)
-                raise ControlPlaneError(
-                    f"another control plane runs with state directory {self.layout.root} ({holder or 'unknown'})",
-                    hint="stop it first (hpkctl stop), or give this one its own [controlplane] state_dir and ports") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
-        self._lock_fd = fd
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:
@@ -283,12 +141,7 @@ class Bootstrap:
             self._lock_fd = None
 
     def _status(self, phase: str, message: str) -> None:
-        doc = {"phase": phase, "message": message, "time": _now(), "pid": os.getpid(), "host": socket.gethostname(),
-               "slurm_job_id": self.env.get("SLURM_JOB_ID", "")}
-        try:
-            write_atomic(self.layout.status, (json.dumps(doc, indent=1) + "\n").encode())
-        except OSError as e:
-            log.warning("cannot write %s: %s", self.layout.status, e)
+        write_status(self.layout, phase, message, slurm_job_id=self.env.get("SLURM_JOB_ID", ""))
 
     def _server(self) -> str:
         return f"https://{_url_host(self.address)}:{self.ports.apiserver}"
@@ -306,7 +159,7 @@ class Bootstrap:
         log.info("PKI in %s for %s", self.layout.pki, ", ".join(hosts))
         pki = self.pki = ensure_pki(self.layout.pki, hosts=hosts, node_name=self.node_name,
                                     service_cidr=self.cp.service_cidr, cluster_domain=self.domain)
-        advertise = self.address if _is_ip(self.address) else self._resolve(self.address)
+        advertise = self.address if is_ip(self.address) else self._resolve(self.address)
 
         self._status("etcd", "")
         self._check_ports("etcd", (("etcd_client_port", self.ports.etcd_client, "127.0.0.1", False),
@@ -408,7 +261,7 @@ class Bootstrap:
         t.start()
         log.info("%s: started (thread in pid %d, kubeconfig %s)", SCHEDULER, os.getpid(), kubeconfig)
         if self.stop.wait(0.5):
-            raise _Stopped()
+            raise Stopped()
         if not t.is_alive():
             raise ControlPlaneError(f"{SCHEDULER} ended at once ({self._scheduler_outcome()})",
                                     hint="read the log above (this job's stderr)")
@@ -417,15 +270,7 @@ class Bootstrap:
     # ------------------------------------------------------------------ helpers of the start
 
     def _binary(self, name: str) -> str:
-        path = self.cp.bin_dir or self.env.get("PATH", os.defpath)
-        found = shutil.which(name, path=path)
-        if found is None:
-            where = f"[controlplane] bin_dir {self.cp.bin_dir}" if self.cp.bin_dir else f"PATH ({path})"
-            raise ControlPlaneError(f"{name}: not found in {where}",
-                                    hint="run the control plane from its image (hpkctl build, then hpkctl start), "
-                                         "or set [controlplane] bin_dir to where etcd, kube-apiserver, "
-                                         "kube-controller-manager and coredns are")
-        return found
+        return find_binary(name, bin_dir=self.cp.bin_dir, env=self.env)
 
     def _spawn(self, name: str, argv: list[str]) -> Child:
         log.info("%s: starting: %s", name, " ".join(argv))
@@ -437,55 +282,14 @@ class Bootstrap:
                                     hint=f"check that {argv[0]} is an executable for this machine") from None
 
     def _check_ports(self, name: str, ports: tuple[tuple[str, int, str, bool], ...]) -> None:
-        for key, port, host, udp in ports:
-            if not _port_free(port, host, udp=udp):
-                raise ControlPlaneError(
-                    f"{name}: {'UDP' if udp else 'TCP'} port {port} ([controlplane] {key}) is in use on this node "
-                    f"(another user's control plane, or another program)",
-                    hint=f"choose another [controlplane] {key} in your site profile (~/.config/hpk/sites/"
-                         f"{self.profile.name}.toml): every user on a shared node needs ports of their own")
+        check_ports(name, ports, profile=self.profile.name)
 
     def _wait(self, name: str, child: Child, probe: Probe, *, fix: str) -> None:
-        """Until ``probe`` passes: ControlPlaneError if ``child`` ends or ``start_timeout`` passes first."""
-        t0 = time.monotonic()
-        deadline = t0 + self.timeout
-        detail = "not probed yet"
-        while True:
-            if self.stop.is_set():
-                raise _Stopped()
-            status = child.poll()
-            if status is not None:
-                raise ControlPlaneError(
-                    f"{name} ended ({describe_status(status)}) before it was healthy; its log {child.log} ends:\n"
-                    f"{_indent(child.tail())}", hint=fix)
-            ok, detail = probe()
-            if ok:
-                log.info("%s: healthy after %.1f s (%s)", name, time.monotonic() - t0, probe.url)
-                return
-            if time.monotonic() >= deadline:
-                raise ControlPlaneError(
-                    f"{name} did not become healthy within {self.timeout:.0f} s ({probe.url}: {detail}); "
-                    f"its log {child.log} ends:\n{_indent(child.tail())}",
-                    hint=fix + f"; a slow node: raise [controlplane] start_timeout ({self.timeout:.0f} s)")
-            self.stop.wait(POLL)
+        wait_healthy(name, child, probe, fix=fix, timeout=self.timeout, stop=self.stop)
 
     def _api(self, what: str, call: Callable[[], Any]) -> Any:
-        """One API call of the bootstrap, retried while the API server is briefly unavailable."""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            if self.stop.is_set():
-                raise _Stopped()
-            try:
-                return call()
-            except KubeUnavailable as e:
-                if time.monotonic() >= deadline:
-                    raise ControlPlaneError(f"{what}: the API server did not answer: {e}",
-                                            hint=f"read {self.layout.log('kube-apiserver')}") from None
-            except KubeError as e:
-                raise ControlPlaneError(f"{what}: the API server refused: {e}",
-                                        hint=f"read {self.layout.log('kube-apiserver')}; this kube-apiserver may "
-                                             "not have the API (Kubernetes 1.36 or newer is needed)") from None
-            self.stop.wait(1.0)
+        return call_api(what, call, timeout=self.timeout, stop=self.stop,
+                        apiserver_log=self.layout.log("kube-apiserver"))
 
     def _resolve(self, name: str) -> str:
         try:
@@ -495,7 +299,7 @@ class Bootstrap:
                                     hint="give an IP address, or a name this node resolves") from None
 
     def _dns_address(self) -> str:
-        return self.address if _is_ip(self.address) else self._resolve(self.address)
+        return self.address if is_ip(self.address) else self._resolve(self.address)
 
     # ------------------------------------------------------------------ publish, watch, stop
 
@@ -510,7 +314,7 @@ class Bootstrap:
         doc = {"server": server, "address": self.address, "port": self.ports.apiserver,
                "host": socket.gethostname(), "node_name": self.node_name, "ca": str(pki.ca.cert),
                "kubeconfigs": paths, "pid": os.getpid(), "slurm_job_id": self.env.get("SLURM_JOB_ID", ""),
-               "started": _now()}
+               "started": utc_now()}
         write_atomic(self.layout.endpoint, (json.dumps(doc, indent=1) + "\n").encode())
         log.info("published %s and the kubeconfigs %s", self.layout.endpoint, ", ".join(paths.values()))
 
@@ -526,7 +330,7 @@ class Bootstrap:
                           child.name, child.pid, describe_status(status), up)
                 return ControlPlaneError(
                     f"{child.name} ended ({describe_status(status)}) after running {up:.0f} s; the control plane "
-                    f"was stopped. Its log {child.log} ends:\n{_indent(child.tail())}",
+                    f"was stopped. Its log {child.log} ends:\n{indent(child.tail())}",
                     hint="read the log; then start the control plane again (hpkctl start): it resumes from "
                          f"{self.layout.root}")
             t = self._scheduler_thread
@@ -556,15 +360,12 @@ class Bootstrap:
         self.supervisor.stop_all(self.stop_timeout)
 
 
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines()) or "    (empty)"
-
-
 def run_controlplane(profile: SiteProfile, *, stop: threading.Event, scheduler: SchedulerFn | None,
                      env: Mapping[str, str] | None = None) -> int:
     """``hpkctl controlplane run``: the control plane of ``profile`` until ``stop`` (see the module docstring)."""
     return Bootstrap(profile, stop=stop, scheduler=scheduler, env=env).run()
 
 
-__all__ = ["Bootstrap", "ControlPlaneError", "Layout", "SchedulerFn", "STOP_TIMEOUT", "host_address", "layout_of",
-           "node_hosts", "read_endpoint", "run_controlplane", "token_kubeconfig"]
+# Layout and read_endpoint live in statedir.py; lifecycle.py still imports them from here (to move with its split)
+__all__ = ["Bootstrap", "ControlPlaneError", "Layout", "SchedulerFn", "STOP_TIMEOUT", "host_address", "read_endpoint",
+           "run_controlplane"]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpkctl.controlplane.bootstrap import read_endpoint
+from hpkctl.controlplane.statedir import read_endpoint
 from hpkctl.controlplane.image import host_arch, image_path
 from hpkctl.controlplane.launch import render_jobs
 from hpkctl.errors import HpkError

@@ -27,28 +27,20 @@ signing key is RSA 2048 (RS256, which every token consumer understands). Files a
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import errno
-import fcntl
 import ipaddress
-import os
 import re
-import stat
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
-from hpkctl.files import write_atomic
-from hpkctl.errors import HpkError
+from hpkctl.controlplane.pkifiles import PkiError, load_cert, load_key, locked, pem_key, read_checked, write_private
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -68,10 +60,6 @@ LOOPBACK_DNS = ("localhost",)
 LOOPBACK_IPS: tuple[IPAddress, ...] = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-
-
-class PkiError(HpkError):
-    """A PKI file is unusable (names the file and how to fix it)."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +132,7 @@ def ensure_pki(directory: Path, *, hosts: Iterable[str], node_name: str = "hpk",
         _Leaf("controller-manager", "ca", "system:kube-controller-manager"),
         _Leaf("services-hook", "ca", "hpk:services-hook"),
     ]
-    with _locked(directory):
+    with locked(directory):
         cas = {name: _ensure_ca(directory, name, cn) for name, cn in
                (("ca", "hpk-ca"), ("front-proxy-ca", "hpk-front-proxy-ca"), ("etcd/ca", "hpk-etcd-ca"))}
         got = {leaf.name: _ensure_leaf(directory, leaf, *cas[leaf.ca]) for leaf in leaves}
@@ -172,7 +160,7 @@ def ensure_serving_cert(directory: Path, *, hosts: Iterable[str], service_cidr: 
     For a control plane that moved to another node; the CA (and so every client) stays.
     """
     leaf = _serving_leaf(hosts, service_cidr=service_cidr, cluster_domain=cluster_domain)
-    with _locked(directory):
+    with locked(directory):
         crt, key = _paths(directory, "ca")
         if not crt.exists():
             raise PkiError(f"no cluster CA in {directory}",
@@ -209,35 +197,6 @@ def serving_names(hosts: Iterable[str], *, service_cidr: str = "10.96.0.0/12",
     return tuple(dict.fromkeys(dns)), tuple(dict.fromkeys(ips))
 
 
-def write_kubeconfig(path: Path, *, server: str, ca: Path, cert: Path, key: Path, user: str) -> Path:
-    """A self-contained kubeconfig (CA, certificate and key embedded), 0600, written atomically.
-
-    Embedded rather than referring to files, so it can be copied to a laptop or into a pod and keeps
-    working; it holds a private key, hence 0600 like the key itself.
-    """
-    if not server.startswith("https://"):
-        raise PkiError(f"kubeconfig {path}: server {server!r} is not an https:// URL",
-                       hint="give the API server's address as https://HOST:PORT")
-    if not user:
-        raise PkiError(f"kubeconfig {path}: empty user name", hint="name the user the certificate is for")
-
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
-
-    doc = {
-        "apiVersion": "v1", "kind": "Config", "preferences": {},
-        "clusters": [{"name": "hpk", "cluster": {"server": server,
-                                                 "certificate-authority-data": b64(_read(ca))}}],
-        "users": [{"name": user, "user": {"client-certificate-data": b64(_read(cert)),
-                                          "client-key-data": b64(_read(key, private=True))}}],
-        "contexts": [{"name": f"{user}@hpk", "context": {"cluster": "hpk", "user": user}}],
-        "current-context": f"{user}@hpk",
-    }
-    _private_dir(path.parent, check=False)  # the file is 0600; where it goes is the caller's choice
-    _write(path, yaml.safe_dump(doc, sort_keys=False).encode())
-    return path
-
-
 # ------------------------------------------------------------------------------ CAs and leaves
 
 
@@ -254,7 +213,7 @@ def _ensure_ca(directory: Path, name: str, cn: str) -> tuple[x509.Certificate, e
     if crt.exists():
         if not key.exists():
             raise PkiError(f"CA certificate {crt} has no key {key}", hint=fix)
-        cert, pkey = _load_cert(crt), _load_key(key)
+        cert, pkey = load_cert(crt), load_key(key)
         if cert is None or not isinstance(pkey, ec.EllipticCurvePrivateKey):
             raise PkiError(f"CA {crt} or {key} is not a PEM certificate / ECDSA key", hint=fix)
         if cert.public_key() != pkey.public_key():
@@ -274,8 +233,8 @@ def _ensure_ca(directory: Path, name: str, cn: str) -> tuple[x509.Certificate, e
                .add_extension(_key_usage(ca=True), critical=True)
                .add_extension(x509.SubjectKeyIdentifier.from_public_key(pkey.public_key()), critical=False))
     cert = builder.sign(pkey, hashes.SHA256())
-    _write(key, _pem_key(pkey))
-    _write(crt, cert.public_bytes(serialization.Encoding.PEM))
+    write_private(key, pem_key(pkey))
+    write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return cert, pkey
 
 
@@ -301,8 +260,8 @@ def _ensure_leaf(directory: Path, leaf: _Leaf, ca: x509.Certificate, ca_key: ec.
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     # key first: a crash in between leaves a pair that does not match, which the next call replaces
-    _write(key, _pem_key(pkey))
-    _write(crt, cert.public_bytes(serialization.Encoding.PEM))
+    write_private(key, pem_key(pkey))
+    write_private(crt, cert.public_bytes(serialization.Encoding.PEM))
     return CertKey(crt, key)
 
 
@@ -311,7 +270,7 @@ def _is_current(crt: Path, key: Path, leaf: _Leaf, ca: x509.Certificate) -> bool
     and not near its end. A private key others can read is an error, not something to paper over."""
     if not (crt.exists() and key.exists()):
         return False
-    pkey, cert = _load_key(key), _load_cert(crt)
+    pkey, cert = load_key(key), load_cert(crt)
     if cert is None or pkey is None or cert.public_key() != pkey.public_key():
         return False
     try:
@@ -340,18 +299,18 @@ def _ensure_service_account_key(directory: Path) -> tuple[Path, Path]:
     """
     key, pub = directory / "sa.key", directory / "sa.pub"
     if key.exists():
-        pkey = _load_key(key)
+        pkey = load_key(key)
         if not isinstance(pkey, rsa.RSAPrivateKey):
             raise PkiError(f"{key} is not a PEM RSA private key",
                            hint=f"restore it from a backup, or remove {key} and {pub} to make a new one "
                                 "(service-account tokens already issued then stop working until renewed)")
     else:
         pkey = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        _write(key, _pem_key(pkey))
+        write_private(key, pem_key(pkey))
     pub_pem = pkey.public_key().public_bytes(serialization.Encoding.PEM,
                                              serialization.PublicFormat.SubjectPublicKeyInfo)
-    if not pub.exists() or _read(pub) != pub_pem:
-        _write(pub, pub_pem)
+    if not pub.exists() or read_checked(pub) != pub_pem:
+        write_private(pub, pub_pem)
     return key, pub
 
 
@@ -396,87 +355,3 @@ def _dns_name(name: str, what: str) -> str:
                        hint="use letters, digits and '-' in dot-separated labels of at most 63 characters, "
                             "no trailing dot (an internationalised name as its xn-- form)")
     return name
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def _load_cert(path: Path) -> x509.Certificate | None:
-    try:
-        return x509.load_pem_x509_certificate(_read(path))
-    except ValueError:
-        return None
-
-
-def _load_key(path: Path) -> ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | None:
-    try:
-        key = serialization.load_pem_private_key(_read(path, private=True), None)
-    except (ValueError, TypeError):
-        return None
-    return key if isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) else None
-
-
-def _read(path: Path, *, private: bool = False) -> bytes:
-    """The file's bytes; a private one must be a regular file of ours that nobody else can read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if private else 0))
-    except OSError as e:
-        raise PkiError(f"cannot read {path}: {e.strerror}",
-                       hint=f"it must be a regular file owned by this user (uid {os.geteuid()}), "
-                            f"not a symlink: chown/chmod 600 {path}") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise PkiError(f"{path} is not a regular file", hint=f"remove {path}; it is made again if it can be")
-        if private and st.st_uid != os.geteuid():
-            raise PkiError(f"private key {path} belongs to uid {st.st_uid}, not to this user ({os.geteuid()})",
-                           hint=f"chown {os.geteuid()} {path} if it is yours; nobody else may own your keys")
-        if private and st.st_mode & 0o077:
-            raise PkiError(f"private key {path} has mode {stat.S_IMODE(st.st_mode):04o}: others may read it",
-                           hint=f"chmod 600 {path}; if others could have read it, remove {path.parent} "
-                                "and start a new cluster (a leaked key stays valid until it expires)")
-        return fh.read()
-
-
-def _private_dir(directory: Path, *, check: bool = True) -> None:
-    """Create ``directory`` and its missing parents 0700; with ``check``, refuse an existing one that
-    is not ours or that others can enter (they could swap the CA for their own)."""
-    missing = [p for p in (directory, *directory.parents) if not p.exists()]
-    for p in reversed(missing):
-        p.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(p, 0o700)
-    if not check:
-        return
-    st = os.stat(directory)
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise PkiError(f"PKI directory {directory} is owned by uid {st.st_uid} with mode "
-                       f"{stat.S_IMODE(st.st_mode):04o}; it must be yours and private",
-                       hint=f"chmod 700 {directory} (and chown it to uid {os.geteuid()})")
-
-
-@contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """Hold ``directory/.lock`` exclusively, so two bootstraps never make two different CAs.
-
-    A file system without ``flock`` (Lustre mounted ``noflock``) is used unlocked: every write is
-    still atomic, and two bootstraps of one user at the same instant are the rare case.
-    """
-    _private_dir(directory)
-    _private_dir(directory / "etcd")
-    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as e:
-            if e.errno not in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP):
-                raise
-        yield
-    finally:
-        os.close(fd)
-
-
-def _write(path: Path, data: bytes) -> None:
-    """0600, whole, durable (file and rename): keys and kubeconfigs outlive the job that wrote them."""
-    write_atomic(path, data, mode=0o600, sync_dir=True)

@@ -25,21 +25,18 @@ Callbacks run on the reflector's thread, one at a time, in order; they should no
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import urllib3
-
 from hpkctl.kube.client import Kube, KubeError, KubeUnavailable
+from hpkctl.kube.watchstream import Obj, WatchStream
 
 log = logging.getLogger("hpkctl.kube.reflect")
 
-Obj = dict[str, Any]
 OnEvent = Callable[[str, Obj], None]
 OnSync = Callable[[list[Obj]], None]
 
@@ -78,73 +75,6 @@ class _Expired(Exception):
 
 def _rv(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
-
-
-class _Stream:
-    """One watch request whose blocking read another thread can end (:meth:`cancel`).
-
-    :meth:`Kube.stream` cannot be interrupted: a quiet watch blocks in ``recv`` until the server
-    writes or the read timeout passes. Shutting the socket's read side wakes that ``recv`` at once,
-    which is what lets a daemon stop promptly on SIGTERM.
-    """
-
-    def __init__(self, kube: Kube, path: str, query: Sequence[tuple[str, Any]], *, read_timeout: float,
-                 connect_timeout: float = 5.0) -> None:
-        self._kube = kube
-        self._path = path
-        self._query = list(query)
-        self._timeout = (connect_timeout, read_timeout)
-        self._lock = threading.Lock()
-        self._resp: Any = None
-        self._cancelled = False
-
-    def cancel(self) -> None:
-        with self._lock:
-            self._cancelled = True
-            resp = self._resp
-        if resp is not None:
-            try:
-                resp.response.shutdown()
-            except (ValueError, RuntimeError, OSError):
-                pass  # already closed or released: the reader is not blocked on it
-
-    def events(self) -> Generator[Obj, None, None]:
-        resp = self._kube._send("GET", self._path, query=self._query, body=None, content_type=None,
-                                timeout=self._timeout)
-        with self._lock:
-            self._resp = resp
-            cancelled = self._cancelled
-        try:
-            if cancelled:
-                return
-            if resp.status >= 400:
-                raise Kube._error(resp, "GET", self._path)
-            buf = b""
-            for chunk in resp.response.stream(64 * 1024, decode_content=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        yield _decode(line)
-            if buf.strip():
-                yield _decode(buf)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            if not self._cancelled:
-                raise KubeUnavailable(f"watch {self._path}: {exc}") from exc
-        finally:
-            with self._lock:
-                self._resp = None
-            resp.response.close()  # a watch left early has unread data: the connection cannot be reused
-
-
-def _decode(line: bytes) -> Obj:
-    try:
-        ev = json.loads(line)
-    except ValueError as exc:
-        raise KubeUnavailable(f"watch stream: undecodable line {line[:120]!r}") from exc
-    if not isinstance(ev, dict):
-        raise KubeUnavailable(f"watch stream: not an event: {line[:120]!r}")
-    return ev
 
 
 def _typed(page: Obj) -> list[Obj]:
@@ -194,7 +124,7 @@ class Reflector:
         self.resource_version = ""
         #: successful lists so far (the first one, then one per 410 or unrecoverable error)
         self.lists = 0
-        self._stream: _Stream | None = None
+        self._stream: WatchStream | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -313,7 +243,7 @@ class Reflector:
         or lasted longer than a quick close."""
         q = [("watch", "true"), *self._selectors(), ("resourceVersion", self.resource_version),
              ("allowWatchBookmarks", "true"), ("timeoutSeconds", self.timeout_seconds)]
-        stream = _Stream(self.kube, self.path, q, read_timeout=self.timeout_seconds + self.read_margin)
+        stream = WatchStream(self.kube, self.path, q, read_timeout=self.timeout_seconds + self.read_margin)
         with self._lock:
             self._stream = stream
         if self.stop.is_set():  # set between the loop's check and here: _cancel_on_stop may have missed it

@@ -36,8 +36,9 @@ from pydantic import ValidationError
 
 from hpkctl.controlplane import components as comp
 from hpkctl.controlplane import objects
-from hpkctl.controlplane.bootstrap import Layout, node_hosts, read_endpoint
 from hpkctl.controlplane.pki import ensure_pki
+from hpkctl.controlplane.statedir import Layout, read_endpoint
+from hpkctl.kube.address import node_hosts
 from hpkctl.runtime.supervise import Supervisor
 from hpkctl.sites.schema import ControlPlaneSection, SiteProfile
 from tests.support.ci import REPO, missing

@@ -36,6 +36,7 @@ from kubernetes import client as kclient
 from kubernetes import config as kconfig
 
 from hpkctl.controlplane import pki as pkimod
+from hpkctl.controlplane.kubeconfig import write_kubeconfig
 from hpkctl.controlplane.pki import (
     CertKey,
     Pki,
@@ -43,7 +44,6 @@ from hpkctl.controlplane.pki import (
     ensure_pki,
     ensure_serving_cert,
     serving_names,
-    write_kubeconfig,
 )
 
 HOSTS = ("node-a", "node-a.cluster.example", "10.1.2.3", "fd00::17")

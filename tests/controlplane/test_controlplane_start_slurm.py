@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
-from hpkctl.controlplane.bootstrap import host_address, read_endpoint
 from hpkctl.controlplane.launch import cluster_id
+from hpkctl.controlplane.statedir import read_endpoint
+from hpkctl.kube.address import host_address
 from tests.support.ci import HPK_USER, REPO, missing
 from tests.support.cluster import make_root, remove_root
 from tests.support.hpk import STANDIN, VENV_BIN, require_standin
