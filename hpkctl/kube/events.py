@@ -16,6 +16,7 @@ adding another, so a retried failure shows as "x12 over 5m" and not as twelve li
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -148,3 +149,38 @@ class EventRecorder:
         with self._lock:
             for key in [k for k in self._seen if k[3] == uid]:
                 del self._seen[key]
+
+
+class EventBroadcaster:
+    """Records events on a thread of its own, as client-go's broadcaster does, so the work an event
+    is about (a bind) never waits for the event's POST. Best effort like client-go's: a full buffer
+    (``size`` events behind) drops the new event with a warning rather than blocking the caller.
+    :meth:`close` posts what is still queued, up to ``timeout`` seconds."""
+
+    def __init__(self, recorder: EventRecorder, *, size: int = 1000, name: str = "events") -> None:
+        self.recorder = recorder
+        self._queue: queue.Queue[tuple[Obj, str, str, str] | None] = queue.Queue(maxsize=size)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal") -> None:
+        try:
+            self._queue.put_nowait((obj, reason, message, type))
+        except queue.Full:
+            meta = obj.get("metadata") or {}
+            log.warning("event %s %s about %s/%s dropped: %d events are waiting to be posted", type, reason,
+                        meta.get("namespace", ""), meta.get("name", ""), self._queue.maxsize)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            obj, reason, message, type = item
+            self.recorder.record(obj, reason=reason, message=message, type=type)
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Stop after the queued events; False if they were not all posted within ``timeout``."""
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            return False
+        self._thread.join(timeout)
+        return not self._thread.is_alive()

@@ -9,24 +9,26 @@ Node changes (a label added, a taint removed) and every ``retry_interval`` (kube
 5 minutes for unschedulable pods), which bumps the event's count instead of adding events.
 
 Two reflectors feed it (:mod:`hpkctl.kube.reflect`): unbound pods (``spec.nodeName=``) and the
-one Node (``metadata.name=<node>``). One loop does the work, keyed by pod UID, so a pod is never
-handled twice at once and a pod deleted and re-created under its name is another pod.
+one Node (``metadata.name=<node>``). A small pool of workers does the work, keyed by pod UID
+(:class:`hpkctl.kubelet.workqueue.WorkQueue`), so pods are bound several at a time yet a pod is
+never handled twice at once, and a pod deleted and re-created under its name is another pod. The
+``Scheduled`` event is posted off that path by an :class:`~hpkctl.kube.events.EventBroadcaster`,
+as kube-scheduler's broadcaster does: a bind never waits for its event.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import logging
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from hpkctl.kube import Kube, KubeError, KubeUnavailable, node_path, pod_path
-from hpkctl.kube.events import EventRecorder, rfc3339
+from hpkctl.kube.events import EventBroadcaster, EventRecorder, rfc3339
 from hpkctl.kube.reflect import Backoff, ObjectCache, Reflector
 from hpkctl.kubelet import fit
+from hpkctl.kubelet.workqueue import WorkQueue
 
 log = logging.getLogger("hpkctl.scheduler")
 
@@ -38,57 +40,8 @@ RETRY_INTERVAL = 300.0
 WATCH_TIMEOUT = 300
 #: how long ``run`` waits for its reflector threads after ``stop``
 JOIN_TIMEOUT = 5.0
-
-
-class PodQueue:
-    """Keys (pod UIDs) to handle, each at most once in the queue, plus delayed retries. Thread-safe."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._ready: deque[str] = deque()
-        self._queued: set[str] = set()
-        self._later: list[tuple[float, str]] = []
-        self._closed = False
-
-    def add(self, key: str) -> None:
-        with self._cond:
-            if key not in self._queued:
-                self._queued.add(key)
-                self._ready.append(key)
-                self._cond.notify()
-
-    def add_after(self, key: str, delay: float) -> None:
-        with self._cond:
-            heapq.heappush(self._later, (time.monotonic() + delay, key))
-            self._cond.notify()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-    def get(self, timeout: float | None = None) -> str | None:
-        """The next key; ``None`` once closed or after ``timeout`` seconds without one."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while not self._closed:
-                now = time.monotonic()
-                while self._later and self._later[0][0] <= now:
-                    _, key = heapq.heappop(self._later)
-                    if key not in self._queued:
-                        self._queued.add(key)
-                        self._ready.append(key)
-                if self._ready:
-                    key = self._ready.popleft()
-                    self._queued.discard(key)
-                    return key
-                wait = self._later[0][0] - now if self._later else None
-                if deadline is not None:
-                    if now >= deadline:
-                        return None
-                    wait = deadline - now if wait is None else min(wait, deadline - now)
-                self._cond.wait(wait)
-            return None
+#: pods handled (bound) at once: a bind is one round trip to the API server, mostly waiting
+WORKERS = 8
 
 
 def _uid(obj: Obj) -> str:
@@ -112,7 +65,7 @@ class Scheduler:
 
     def __init__(self, kube: Kube, *, node_name: str, scheduler_names: list[str], stop: threading.Event,
                  retry_interval: float = RETRY_INTERVAL, watch_timeout: int = WATCH_TIMEOUT,
-                 backoff: tuple[float, float] = (0.8, 30.0)) -> None:
+                 backoff: tuple[float, float] = (0.8, 30.0), workers: int = WORKERS) -> None:
         if not node_name:
             raise ValueError("the scheduler needs a node name")
         if not scheduler_names:
@@ -123,13 +76,19 @@ class Scheduler:
         self.stop = stop
         self.retry_interval = retry_interval
         self._backoff = backoff
-        self.queue = PodQueue()
-        self.events = EventRecorder(kube, component=COMPONENT)
+        self.queue = WorkQueue(self._handle_safely, workers=workers, name="schedule")
+        # binds and events each on their own connections: a burst of events never delays a bind
+        self._bind_kube = kube.clone(pool_size=workers)
+        self._events_kube = kube.clone(pool_size=1)
+        self.events = EventRecorder(self._bind_kube, component=COMPONENT)
+        self.scheduled_events = EventBroadcaster(EventRecorder(self._events_kube, component=COMPONENT),
+                                                 name="scheduler-events")
+        self._state_lock = threading.Lock()  # _tried and _retries, shared by the workers
         self.pods = ObjectCache(self._pod_changed)
         self._node: Obj | None = None
         self._node_lock = threading.Lock()
         self._node_missing_logged = False
-        # owned by the work loop: per pod UID, the inputs of the last failed attempt and when it was
+        # per pod UID (each handled by one worker at a time): the inputs of the last failed attempt and when
         self._tried: dict[str, tuple[str, float]] = {}
         self._retries: dict[str, Backoff] = {}
         # each watch pins a connection for minutes: its own pool, not the one the writes use
@@ -172,52 +131,59 @@ class Scheduler:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        """Until ``stop``: start the reflectors, then handle queued pods one at a time."""
-        threading.Thread(target=self._close_on_stop, name="scheduler-stop", daemon=True).start()
+        """Until ``stop``: start the reflectors, then, once the Node was read, the workers; every
+        ``retry_interval`` queue the unschedulable pods again."""
         self.node_reflector.start()
         self.pod_reflector.start()
         log.info("scheduling pods of %s to node %s", ", ".join(sorted(self.scheduler_names)), self.node_name)
+        while not self.stop.is_set() and not self.node_reflector.synced.is_set():
+            self.node_reflector.synced.wait(0.2)  # judging pods against a node not yet read is wrong
+        if not self.stop.is_set():
+            self.queue.start()
         next_sweep = time.monotonic() + self.retry_interval
-        while not self.stop.is_set():
-            if not self.node_reflector.synced.is_set():
-                self.node_reflector.synced.wait(0.2)  # judging pods against a node not yet read is wrong
-                continue
-            uid = self.queue.get(timeout=max(0.05, min(1.0, next_sweep - time.monotonic())))
-            if uid is not None and not self.stop.is_set():
-                try:
-                    self._handle(uid)
-                except Exception:  # one pod's surprise must not stop the scheduler
-                    log.exception("pod uid %s: unexpected error", uid)
-                    self.queue.add_after(uid, self._retry_delay(uid))
+        while not self.stop.wait(max(0.05, min(1.0, next_sweep - time.monotonic()))):
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + self.retry_interval
                 self._sweep()
+        self.queue.stop(timeout=JOIN_TIMEOUT)
         for r in (self.pod_reflector, self.node_reflector):
             if not r.join(JOIN_TIMEOUT):
                 log.warning("reflector %s did not stop within %.0f s", r.name, JOIN_TIMEOUT)
-        for k in self._watch_clients:
+        if not self.scheduled_events.close(JOIN_TIMEOUT):
+            log.warning("Scheduled events still queued after %.0f s were not posted", JOIN_TIMEOUT)
+        for k in [*self._watch_clients, self._bind_kube, self._events_kube]:
             k.close()
         log.info("scheduler stopped")
 
-    def _close_on_stop(self) -> None:
-        self.stop.wait()
-        self.queue.close()
+    def _handle_safely(self, uid: str) -> None:
+        if self.stop.is_set():
+            return
+        try:
+            self._handle(uid)
+        except Exception:  # one pod's surprise must not stop the scheduler
+            log.exception("pod uid %s: unexpected error", uid)
+            self.queue.add_after(uid, self._retry_delay(uid))
 
     def _sweep(self) -> None:
         """Unschedulable pods whose last attempt is older than ``retry_interval`` are tried again."""
         now = time.monotonic()
-        for uid, (_, at) in list(self._tried.items()):
+        with self._state_lock:
+            tried = list(self._tried.items())
+        for uid, (_, at) in tried:
             if now - at >= self.retry_interval:
                 self.queue.add(uid)
 
     def _retry_delay(self, uid: str) -> float:
-        b = self._retries.setdefault(uid, Backoff(initial=self._backoff[0], cap=self._backoff[1]))
-        return b.next()
+        with self._state_lock:
+            b = self._retries.setdefault(uid, Backoff(initial=self._backoff[0], cap=self._backoff[1]))
+            return b.next()
 
     def _forget(self, uid: str) -> None:
-        self._tried.pop(uid, None)
-        self._retries.pop(uid, None)
+        with self._state_lock:
+            self._tried.pop(uid, None)
+            self._retries.pop(uid, None)
         self.events.forget(uid)
+        self.scheduled_events.recorder.forget(uid)
 
     def wants(self, pod: Obj) -> bool:
         """A pod this scheduler should place: ours by schedulerName, unbound, not being deleted, not
@@ -243,7 +209,8 @@ class Scheduler:
             return  # the node's arrival queues every pod again
         self._node_missing_logged = False
         inputs = json.dumps([_pod_inputs(pod), _node_inputs(node)], sort_keys=True)
-        tried = self._tried.get(uid)
+        with self._state_lock:
+            tried = self._tried.get(uid)
         if tried is not None and tried[0] == inputs and time.monotonic() - tried[1] < self.retry_interval:
             return  # nothing it depends on changed (e.g. our own status patch came back)
         reason = fit.unfit_reason(pod, node)
@@ -251,11 +218,12 @@ class Scheduler:
         if done is None:
             self.queue.add_after(uid, self._retry_delay(uid))
             return
-        self._retries.pop(uid, None)
         if done:
             self._forget(uid)
         else:
-            self._tried[uid] = (inputs, time.monotonic())
+            with self._state_lock:
+                self._retries.pop(uid, None)
+                self._tried[uid] = (inputs, time.monotonic())
 
     # ------------------------------------------------------------------ writes
     def _bind(self, pod: Obj) -> bool | None:
@@ -266,7 +234,7 @@ class Scheduler:
                 "metadata": {"name": name, "namespace": ns, **({"uid": uid} if uid else {})},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name}}
         try:
-            self.kube.post(pod_path(ns, name, "binding"), body)
+            self._bind_kube.post(pod_path(ns, name, "binding"), body)
         except KubeUnavailable as exc:
             log.warning("pod %s/%s: cannot bind (API server unreachable): %s", ns, name, exc)
             return None
@@ -281,7 +249,8 @@ class Scheduler:
                       "pods/binding)", ns, name, exc)
             return False
         log.info("pod %s/%s bound to %s", ns, name, self.node_name)
-        self.events.record(pod, reason="Scheduled", message=f"Successfully assigned {ns}/{name} to {self.node_name}")
+        self.scheduled_events.record(pod, reason="Scheduled",
+                                     message=f"Successfully assigned {ns}/{name} to {self.node_name}")
         return True
 
     def _unschedulable(self, pod: Obj, message: str) -> bool | None:
@@ -298,7 +267,7 @@ class Scheduler:
                      "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                                 "message": message, "lastTransitionTime": since or rfc3339()}]}}
             try:
-                self.kube.patch(pod_path(ns, name, "status"), patch)
+                self._bind_kube.patch(pod_path(ns, name, "status"), patch)
             except KubeUnavailable as exc:
                 log.warning("pod %s/%s: cannot record that it is unschedulable: %s", ns, name, exc)
                 return None

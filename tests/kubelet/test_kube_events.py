@@ -5,6 +5,7 @@ once the remembered one is gone, and events about cluster-scoped objects (Nodes)
 from __future__ import annotations
 
 import re
+import threading
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -14,8 +15,9 @@ from typing import Any
 import pytest
 
 from hpkctl.kube import Kube, namespaced, pod_path
-from hpkctl.kube.events import EventRecorder, event_body, post_event
+from hpkctl.kube.events import EventBroadcaster, EventRecorder, event_body, post_event
 from tests.support.kubeapi import KubeApi, pod, require_kubectl, start
+from tests.support.waiting import wait_for
 
 Obj = dict[str, Any]
 
@@ -117,3 +119,34 @@ def test_event_body_refuses_what_the_server_would() -> None:
     assert len(long["message"]) == 1024 and long["message"].endswith("...")
     assert len(event_body(obj={**obj, "metadata": {"name": "n" * 253}}, reason="R", message="m",
                           component="c")["metadata"]["name"]) == 253
+
+
+class Held(EventRecorder):
+    """A recorder whose posts wait until ``release`` is set, and that remembers what it was given."""
+
+    def __init__(self, kube: Kube) -> None:
+        super().__init__(kube, component="test")
+        self.release = threading.Event()
+        self.got: list[str] = []
+
+    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal") -> Obj | None:
+        assert self.release.wait(10), "the test never released the recorder"
+        self.got.append(message)
+        return None
+
+
+def test_broadcaster_returns_before_the_post_drops_when_full_and_flushes_on_close(kube: Kube) -> None:
+    """What the scheduler's binds rely on: ``record`` never waits for the API server; a full
+    buffer drops the newest event (client-go's DropIfChannelFull) instead of blocking; ``close``
+    posts everything still queued, in order."""
+    held = Held(kube)
+    b = EventBroadcaster(held, size=3)
+    obj = {"kind": "Pod", "metadata": {"name": "p", "namespace": "default", "uid": "u"}}
+    for i in range(5):  # the thread takes the first and waits in record(); 3 fit; the 5th is dropped
+        b.record(obj, reason="Scheduled", message=f"m{i}")
+        if i == 0:
+            wait_for("the first event taken off the queue", lambda: b._queue.empty())
+    assert held.got == []  # nothing posted yet: every record() above returned without the post
+    held.release.set()
+    assert b.close(10)
+    assert held.got == ["m0", "m1", "m2", "m3"]

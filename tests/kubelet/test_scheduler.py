@@ -142,6 +142,22 @@ def test_default_and_hpk_scheduler_pods_are_bound(h: Harness) -> None:
 
 
 @pytest.mark.standin
+def test_pods_created_before_the_scheduler_starts_are_all_bound_once(h: Harness) -> None:
+    """A backlog is bound by several workers at once (issue 23.2): every pod bound to the node, each
+    with exactly one Scheduled event, posted off the bind path."""
+    h.create_node()
+    names = [f"backlog-{i}" for i in range(24)]
+    for name in names:
+        h.create(name)
+    h.thread.start()
+    for name in names:
+        h.wait_bound(name)
+    for name in names:
+        (ev,) = wait_for(f"{name}'s Scheduled event", lambda n=name: h.events(n, "Scheduled"))
+        assert ev["message"] == f"Successfully assigned {NS}/{name} to {h.node}" and ev["count"] == 1
+
+
+@pytest.mark.standin
 def test_pod_for_another_scheduler_is_left_alone(h: Harness) -> None:
     started(h)
     h.create("for-volcano", schedulerName="volcano")
