@@ -5,6 +5,8 @@ This is the one package that runs Slurm commands (``Slurm`` in ``slurm.py``; how
 lists the kinds), never Slurm's text formats.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from hpkctl.jobs.errors import (
     InvalidAccount,
     InvalidPartition,
@@ -20,7 +22,20 @@ from hpkctl.jobs.info import JobInfo, UserJob
 from hpkctl.jobs.nodes import NodeInfo
 from hpkctl.jobs.slurm import Slurm
 from hpkctl.jobs.states import TERMINAL_STATES
-from hpkctl.jobs.step import Step
+
+if TYPE_CHECKING:
+    from hpkctl.jobs.step import Step
+
+
+def __getattr__(name: str) -> Any:
+    """``Step`` on first use: it brings asyncio and the pty machinery, which only exec and attach
+    need, not every ``hpkctl run`` (issue 23.2: the CLI imports only what its command needs)."""
+    if name == "Step":
+        from hpkctl.jobs.step import Step
+
+        return Step
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "InvalidAccount",

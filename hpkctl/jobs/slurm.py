@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpkctl.jobs.cancel import scancel, shorten
 from hpkctl.jobs.command import Commands
@@ -27,9 +28,11 @@ from hpkctl.jobs.nodes import NodeInfo, sinfo_nodes
 from hpkctl.jobs.poll import DEFAULT_BACKOFF, poll
 from hpkctl.jobs.query import squeue, unique_ids, user_jobs
 from hpkctl.jobs.states import TERMINAL_STATES
-from hpkctl.jobs.step import Step, start_step
 from hpkctl.jobs.submit import sbatch, sbatch_test_only
 from hpkctl.sites.schema import SlurmSection
+
+if TYPE_CHECKING:  # asyncio and the pty machinery only when a step is started (exec, attach)
+    from hpkctl.jobs.step import Step
 
 Snapshot = Mapping[str, JobInfo | None]
 
@@ -161,6 +164,8 @@ class Slurm:
         Returns once srun runs; the caller streams its output, feeds its input and awaits
         ``Step.wait()`` for the exit code. Only the job's owner can do this. ``SlurmUnavailable``
         when srun cannot be started at all."""
+        from hpkctl.jobs.step import start_step
+
         return await start_step(self._commands, job_id=job_id, pod_dir=pod_dir, container=container,
                                 command=command, tty=tty, stdin=stdin)
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from hpkctl import __version__
 from hpkctl.pod.flags import SlurmOption, job_comment, sbatch_directive_word
-from hpkctl.pod.render import _comment, _environment
+from hpkctl.pod.render import _comment
+from hpkctl.pod.template import environment
 from hpkctl.pod.shell import Shell, quote
 from hpkctl.resources import data_dir
 from hpkctl.sites.schema import SiteProfile
@@ -88,7 +89,7 @@ def render_array(plan: ArrayPlan) -> str:
         "restart_backoff_max": pods.restart_backoff_max,
         "runtime": _array_runtime(),
     }
-    return _environment().get_template("array.sh.j2").render(**context)
+    return environment().get_template("array.sh.j2").render(**context)
 
 
 __all__ = ["NO_LIMIT", "ArrayPlan", "array_options", "render_array"]

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from hpkctl.files import write_atomic
 from hpkctl.pod.flags import sbatch_directive_word
 from hpkctl.pod.hostpaths import protected_paths
@@ -25,11 +23,11 @@ from hpkctl.errors import PodError
 from hpkctl.pod.paths import SECRETS_FILE, inside
 from hpkctl.pod.probes import ProbePlan
 from hpkctl.pod.runtimefile import current_runtime, install_runtime, runtime_for
+from hpkctl.pod.template import environment
 from hpkctl.pod.shell import RuntimeRef, SecretText, Shell, Value, concat, env_file_line, literal, quote, shell_word
 from hpkctl.pod.storage import size_limits
 from hpkctl.pod.translate import ContainerPlan, PodPlan
 from hpkctl.pod.volumes import Bind
-from hpkctl.resources import data_dir
 
 NO_MOUNT = "home,cwd,tmp"
 CONTINUE = " \\\n    "  # a script line continued, indented under the command it belongs to
@@ -48,30 +46,6 @@ class RenderedPod:
     @property
     def warnings(self) -> list[str]:
         return self.plan.warnings
-
-
-def _finalize(value: Any) -> Any:
-    if isinstance(value, Shell) or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    raise TypeError(f"template got an unquoted value {value!r}; wrap it with shell.quote()")
-
-
-_ENV: jinja2.Environment | None = None
-
-
-def _environment() -> jinja2.Environment:
-    global _ENV
-    if _ENV is None:
-        _ENV = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(str(data_dir("sbatch"))),
-            autoescape=False,
-            keep_trailing_newline=True,
-            trim_blocks=True,
-            lstrip_blocks=True,
-            undefined=jinja2.StrictUndefined,
-            finalize=_finalize,
-        )
-    return _ENV
 
 
 class ScriptWords:
@@ -330,7 +304,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "runtime_path": quote(runtime_for(profile)),
         "runtime_sha256": Shell(current_runtime().sha256),  # hex digits
     }
-    script = _environment().get_template("pod.sh.j2").render(**context)
+    script = environment().get_template("pod.sh.j2").render(**context)
     rendered = RenderedPod(plan=plan, script=script, runtime=runtime_for(profile))
     _pod_files(plan, rendered)
     if words.secrets:

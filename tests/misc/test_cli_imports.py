@@ -1,0 +1,75 @@
+"""What the CLI imports, per command (issue 23.2: ``hpkctl run`` within +0.2 s of bare sbatch).
+
+Each command runs in a fresh interpreter under ``python -X importtime``; the slowest imports are
+PRINTED to the terminal (shown with ``-s``, or in the report with ``-rA``), never asserted on:
+speed is measured by bench/, against bare sbatch in the same run. What is asserted is which heavy
+libraries a command pulls in at all: ``--help`` needs none of them, and importing the Slurm layer
+does not bring asyncio (only exec and attach start steps).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.ci import REPO
+
+HEAVY = ("pydantic", "plumbum", "jinja2", "yaml", "asyncio", "kubernetes")
+LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$")
+
+
+def importtime(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], list[tuple[int, int, int, str]]]:
+    """Run ``python -X importtime ARGS``; its result and (self µs, cumulative µs, depth, module) per import."""
+    r = subprocess.run([sys.executable, "-X", "importtime", *args], cwd=cwd, capture_output=True, text=True,
+                       timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(cwd)})
+    rows = [(int(m[1]), int(m[2]), len(m[3]) // 2, m[4]) for m in map(LINE.match, r.stderr.splitlines()) if m]
+    return r, rows
+
+
+def report(title: str, rows: list[tuple[int, int, int, str]], top: int = 12) -> None:
+    total = sum(s for s, _, _, _ in rows)
+    lines = [f"-X importtime: {title}: {len(rows)} modules, {total / 1e6:.3f} s of imports (self times summed)"]
+    lines += ["  top by cumulative (module and what it imports):"]
+    lines += [f"    {c / 1e6:7.3f} s  {m}" for _, c, _, m in sorted(rows, key=lambda r: -r[1])[:top]]
+    lines += ["  top by self time:"]
+    lines += [f"    {s / 1e6:7.3f} s  {m}" for s, _, _, m in sorted(rows, key=lambda r: -r[0])[:top]]
+    print("\n".join(lines))  # on the terminal with -s, in the report's PASSES section with -rA
+
+
+def loaded(rows: list[tuple[int, int, int, str]]) -> set[str]:
+    return {m.split(".")[0] for _, _, _, m in rows}
+
+
+def test_help_imports_no_heavy_library(tmp_path: Path) -> None:
+    r, rows = importtime(["-m", "hpkctl", "run", "--help"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report("hpkctl run --help", rows)
+    assert not loaded(rows) & set(HEAVY), "hpkctl run --help imports " + ", ".join(sorted(loaded(rows) & set(HEAVY)))
+
+
+def test_render_imports_print_the_slowest(tmp_path: Path) -> None:
+    """``hpkctl render`` of a one-container pod: the profile, the pod model and the template, the same
+    imports and work as ``hpkctl run`` up to its sbatch; twice, so the second shows the warm caches
+    (the compiled template is kept between processes)."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "imports"},
+           "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36", "command": ["true"]}]}}
+    (tmp_path / "pod.json").write_text(json.dumps(pod))
+    for round_ in ("first", "second"):
+        r, rows = importtime(["-m", "hpkctl", "render", "-f", "pod.json", "--site", "ci"], tmp_path)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "#SBATCH" in r.stdout
+        report(f"hpkctl render --site ci ({round_} run)", rows)
+
+
+def test_the_slurm_layer_does_not_import_asyncio(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-c", "import sys, hpkctl.jobs, hpkctl.local.submit; "
+                        "print(sorted(m for m in ('asyncio', 'pty', 'termios') if m in sys.modules))"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+    r = subprocess.run([sys.executable, "-c", "from hpkctl.jobs import Step; print(Step.__module__)"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(REPO)})
+    assert r.stdout.strip() == "hpkctl.jobs.step", r.stderr
