@@ -676,7 +676,10 @@ class Bench:
         w = self.watch
         cpu0 = self.cluster.cpu()
         t0 = time.time()
-        uids = [self.create(b) for b in bodies]
+        uids, created = [], []
+        for b in bodies:
+            uids.append(self.create(b))
+            created.append(time.time())  # the POST returned: the pod exists
         submitted = time.time()
         w.wait(f"{n} burst pods to end", lambda: all((s := w.pods.get(nm)) and s.terminal() for nm in names), 900)
         cpu = {k: v - cpu0.get(k, 0.0) for k, v in self.cluster.cpu().items()}
@@ -693,6 +696,11 @@ class Bench:
              "started": last(mtime(self.cluster.pod_dir(u) / "status" / "job.started") for u in uids),
              "finished": last(mtime(self.cluster.pod_dir(u) / "status" / "pod.done") for u in uids),
              "succeeded": last(s.phases.get("Succeeded") for s in seen)}
+        # per pod, from its own creation: how far behind the burst the scheduler and the kubelet are
+        lag_bound = [s.bound - c for s, c in zip(seen, created) if s.bound is not None]
+        lag_annotated = [s.annotated - c for s, c in zip(seen, created) if s.annotated is not None]
+        firsts = [s.bound for s in seen if s.bound is not None]
+        t["first_bound"] = min(firsts) - t0 if firsts else None
         succeeded = sum(1 for s in seen if s.terminal() == "Succeeded")
         durations = []
         for u in uids:
@@ -701,7 +709,8 @@ class Bench:
             if a is not None and f is not None:
                 durations.append(f - a)
         jobs, cl = self.delete(names, 600)
-        return {"n": n, "ok": succeeded, "t": t, "calls": dict(count(timed)), "calls_cleanup": dict(count(cl)),
+        return {"n": n, "ok": succeeded, "t": t, "lag_bound": lag_bound, "lag_annotated": lag_annotated,
+                "calls": dict(count(timed)), "calls_cleanup": dict(count(cl)),
                 "jobs": len(set(jobs)), "job_duration_median": statistics.median(durations) if durations else None,
                 "cpu_s": cpu}
 
@@ -931,6 +940,17 @@ def burst_table(bursts: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]
         lines.append(f"  {'median job script duration (started->end)':42} {b:9.3f} {h:9.3f} {h / b if b else float('nan'):7.1f}")
     lines.append(f"  {'(hpkctl) all bound by the scheduler':42} {'':9} {med('hpk', 'bound'):9.2f}")
     lines.append(f"  {'(hpkctl) all job ids annotated':42} {'':9} {med('hpk', 'annotated'):9.2f}")
+    for what, key in (("bound", "lag_bound"), ("submitted (job id annotated)", "lag_annotated")):
+        lags = [x for b in bursts for x in b["hpk"].get(key) or []]
+        if lags:
+            lines.append(f"  (hpkctl) each pod, its creation -> {what}: median {statistics.median(lags):.2f} s, "
+                         f"p90 {p90(lags):.2f} s, max {max(lags):.2f} s   goal: max <= 1 s: "
+                         f"{'met' if max(lags) <= 1.0 else 'NOT met'}")
+    span = med("hpk", "annotated") - med("hpk", "first_bound")
+    bare_loop = med("bare", "submitted")
+    lines.append(f"  (hpkctl) submitting: first bound -> last job id annotated {span:.2f} s, against the bare sbatch loop "
+                 f"{bare_loop:.2f} s: ratio {span / bare_loop:.2f}   goal <= 1.2: "
+                 f"{'met' if span <= 1.2 * bare_loop else 'NOT met'} (both include the API's or Slurm's own pace)")
     bf, hs, hf = med("bare", "finished"), med("hpk", "succeeded"), med("hpk", "finished")
     lines.append(f"  throughput (jobs/s): bare {n / bf:.1f} (to all finished); hpkctl {n / hs:.1f} (to all Succeeded "
                  f"in the API), {n / hf:.1f} (to all job scripts finished)")
