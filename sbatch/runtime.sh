@@ -80,50 +80,44 @@ hpk_mkdir() {
   mkdir -p -- "$1" || hpk_fail CreateContainerError "cannot create the directory of volume $2 at $1"
 }
 
-# hpk_subpath MODE PIN ROOT PATH CREATE WHAT: a volumeMount's subPath or subPathExpr, checked as
+# hpk_subpath MODE ROOT PATH CREATE WHAT: a volumeMount's subPath or subPathExpr, checked as
 # the container (MODE start) or an exec, probe or hook in it (MODE exec) starts: expanded and with
 # symlinks resolved it must stay inside its volume (Kubernetes' rule); CREATE=1 makes the directory.
-# An earlier container may have swapped the path for a symlink, so the check runs on the open
-# directory and what is bound is that directory, never the path again (PIN fd: /proc/self/fd/N;
-# Apptainer inherits the descriptor, and mount(2) binds what it refers to; /proc/PID of another
-# process is out of reach from Apptainer's user namespace); PIN path: its checked real path (MPI
-# tasks on other nodes have no such descriptor). Adds the source to HPK_SUBPATHS. A refusal fails
-# the pod (start) or the exec (exec, status 125). Messages never show the expanded subPath: a
-# subPathExpr may expand a Secret's value, and the message becomes the pod's status (issue 20.18).
+# An earlier container may have swapped the path for a symlink, so the path is opened and the check
+# runs on what was opened; what is bound is its checked real path, which has no symlink left. The
+# descriptor is closed again: Apptainer hands every open descriptor on to the container's process,
+# and /proc/self/fd/N/.. of a host directory is the host's file system. (A container that runs
+# meanwhile can still swap a directory of that real path between the check and Apptainer's mount.)
+# Adds the source to HPK_SUBPATHS. A refusal fails the pod (start) or the exec (exec, status 125).
+# Messages never show the expanded subPath: a subPathExpr may expand a Secret's value, and the
+# message becomes the pod's status (issue 20.18).
 hpk_subpath() {
-  local mode=$1 pin=$2 root path fd real
-  root=$(realpath -m -- "$3") && path=$(realpath -m -- "$4") \
-    || hpk_subpath_refused "$mode" "$6: cannot resolve its path" || return
+  local mode=$1 root path fd real
+  root=$(realpath -m -- "$2") && path=$(realpath -m -- "$3") \
+    || hpk_subpath_refused "$mode" "$5: cannot resolve its path" || return
   root=${root%/}  # "/" as "", so that "$root"/* matches below it
   case $path/ in
     "$root"/*) ;;
-    *) hpk_subpath_refused "$mode" "$6: the path resolves outside its volume (or allowed hostPath prefix) $root" || return ;;
+    *) hpk_subpath_refused "$mode" "$5: the path resolves outside its volume (or allowed hostPath prefix) $root" || return ;;
   esac
-  if [ "$5" = 1 ] && [ ! -e "$path" ]; then
-    mkdir -p -- "$path" || hpk_subpath_refused "$mode" "$6: cannot create its subPath directory" || return
+  if [ "$4" = 1 ] && [ ! -e "$path" ]; then
+    mkdir -p -- "$path" || hpk_subpath_refused "$mode" "$5: cannot create its subPath directory" || return
   fi
   if [ ! -d "$path" ] && [ ! -f "$path" ]; then
-    # a socket or device (a hostPath) cannot be opened to be pinned: its checked real path is bound
-    real=$(realpath -e -- "$path") || hpk_subpath_refused "$mode" "$6: its path does not exist" || return
+    # a socket or device (a hostPath) is not opened: its real path is checked
+    real=$(realpath -e -- "$path") || hpk_subpath_refused "$mode" "$5: its path does not exist" || return
     case $real/ in
       "$root"/*) HPK_SUBPATHS+=("$real"); return 0 ;;
-      *) hpk_subpath_refused "$mode" "$6: the path resolves outside its volume (or allowed hostPath prefix) $root" || return ;;
+      *) hpk_subpath_refused "$mode" "$5: the path resolves outside its volume (or allowed hostPath prefix) $root" || return ;;
     esac
   fi
-  exec {fd}<"$path" || hpk_subpath_refused "$mode" "$6: cannot open its path" || return
+  exec {fd}<"$path" || hpk_subpath_refused "$mode" "$5: cannot open its path" || return
   real=$(readlink -- "/proc/$BASHPID/fd/$fd")
+  exec {fd}<&-
   case $real/ in
-    "$root"/*) ;;
-    *)
-      exec {fd}<&-
-      hpk_subpath_refused "$mode" "$6: the path resolves outside its volume (or allowed hostPath prefix) $root" || return ;;
+    "$root"/*) HPK_SUBPATHS+=("$real") ;;
+    *) hpk_subpath_refused "$mode" "$5: the path resolves outside its volume (or allowed hostPath prefix) $root" || return ;;
   esac
-  if [ "$pin" = fd ]; then
-    HPK_SUBPATHS+=("/proc/self/fd/$fd")
-  else
-    exec {fd}<&-
-    HPK_SUBPATHS+=("$real")
-  fi
 }
 
 # hpk_unprotected MODE WHAT: the source hpk_subpath added last (a hostPath) must not be at, below or

@@ -190,18 +190,16 @@ def _bind_source(c: ContainerPlan, b: Bind) -> Value:
 def subpath_checks(words: ScriptWords, c: ContainerPlan, mode: str) -> list[str]:
     """The lines that check the container's subPaths right before Apptainer binds them (issue 20:
     an earlier container may have replaced a checked directory with a symlink). ``hpk_subpath``
-    opens each one and binds the open directory (``/proc/self/fd/N``, inherited by Apptainer), so
-    what was checked is what is bound; an MPI container's tasks may run on other nodes, so it gets
-    the checked real path."""
+    opens each one, checks what it opened and binds its real path; the descriptor is closed, since
+    Apptainer would hand it to the container, where ``/proc/self/fd/N/..`` is the host's file system."""
     subs = [b for b in c.binds if b.root]
     if not subs:
         return []
-    pin = "path" if c.mpi and mode == "start" else "fd"
     fail = "exit" if mode == "start" else "return 125"
     lines = ["local -a HPK_SUBPATHS=()"]
     for b in subs:
         what = quote(f"container {c.name}: volumeMount {b.dest}")
-        lines.append(" ".join(["hpk_subpath", mode, pin, words.path(b.root), words.path(b.source),
+        lines.append(" ".join(["hpk_subpath", mode, words.path(b.root), words.path(b.source),
                                str(int(b.source in c.subdirs)), what, "||", fail]))
         if b.host:
             lines.append(" ".join(["hpk_unprotected", mode, what, "||", fail]))

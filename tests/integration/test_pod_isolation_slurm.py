@@ -43,10 +43,13 @@ def test_a_sub_path_an_init_container_swaps_for_a_symlink_is_not_bound(hpk: Hpk,
 
 
 def test_a_sub_path_inside_the_volume_is_bound_after_an_init_container_made_it(hpk: Hpk) -> None:
+    """... and the container holds no descriptor of a host directory (the job's check opened one:
+    through /proc/self/fd/N/.. the container would reach the host's file system)."""
     name = unique("subok")
     work = [{"name": "work", "mountPath": "/work"}]
     make = c("make", "mkdir -p /work/real/d && echo inside > /work/real/d/f && ln -s real /work/link", volumeMounts=work)
-    main = c("main", "cat /in/f", volumeMounts=[{"name": "work", "mountPath": "/in", "subPath": "link/d"}])
+    dir_fds = 'for f in /proc/self/fd/*; do [ ! -d "$f" ] || echo "directory descriptor $f"; done'
+    main = c("main", f"cat /in/f; {dir_fds}", volumeMounts=[{"name": "work", "mountPath": "/in", "subPath": "link/d"}])
     r = hpk.run(pod(name, [main], initContainers=[make], volumes=[{"name": "work", "emptyDir": {}}]))
     assert r.rc == 0, r.output
     assert r.stdout == "inside\n"

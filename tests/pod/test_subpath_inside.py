@@ -63,9 +63,17 @@ def test_sub_path_expr_inside_the_volume_is_created_and_bound(tmp_path: Path) ->
     [run] = runs
     binds = [run["flags"][i + 1] for i, f in enumerate(run["flags"]) if f == "--bind"]
     [k] = [i for i, b in enumerate(binds) if b.endswith(":/m")]
-    assert binds[k].startswith("/proc/")  # the directory the check opened, not its path again
-    assert run["resolved"][k] == str(root / "volumes" / "scratch" / "y" / "z")
+    assert binds[k] == str(root / "volumes" / "scratch" / "y" / "z") + ":/m"  # the checked real path
     assert (root / "volumes" / "scratch" / "y" / "z").is_dir()
+
+
+def test_the_container_inherits_no_descriptor_of_a_host_directory(tmp_path: Path) -> None:
+    """A directory descriptor the job opened for the check and left open (bound as /proc/self/fd/N)
+    reached the container's process through Apptainer: /proc/self/fd/N/../../.. is the host's
+    file system from inside the container (shown with the stand-in)."""
+    _, runs, _ = _run(tmp_path, _pod({"subPathExpr": "$(SUB)"}), "x")
+    [run] = runs
+    assert run["dir_fds"] == []
 
 
 def test_a_symlink_in_the_volume_cannot_lead_a_sub_path_out(tmp_path: Path) -> None:

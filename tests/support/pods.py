@@ -72,8 +72,12 @@ STUB = textwrap.dedent('''\
     with open(rec, "a") as fh:
         fh.write(json.dumps({"verb": verb, "flags": flags, "image": image, "args": args, "env": env,
                              "files": files, "srun": os.environ.get("HPK_STUB_SRUN_ARGS"),
-                             # what each bind's source is as Apptainer would mount it (subPaths: /proc/PID/fd/N)
-                             "resolved": [os.path.realpath(b.split(":")[0]) for b in binds]},
+                             # what each bind's source is as Apptainer would mount it
+                             "resolved": [os.path.realpath(b.split(":")[0]) for b in binds],
+                             # descriptors of directories the container's process would inherit
+                             "dir_fds": sorted(os.readlink("/proc/self/fd/" + n) for n in os.listdir("/proc/self/fd")
+                                               if int(n) > 2 and os.path.isdir("/proc/self/fd/" + n)
+                                               and not os.readlink("/proc/self/fd/" + n).startswith("/proc/"))},
                             ensure_ascii=False) + "\\n")
     import time
     time.sleep(float(os.environ.get("HPK_STUB_SLEEP", "0")))

@@ -67,12 +67,12 @@ HPK_MAIN=(app Never hpk_main_0)
 # main container app, image docker.io/library/debian:bookworm
 hpk_main_0() {
   local -a HPK_SUBPATHS=()
-  hpk_subpath start fd /srv /srv/data 0 'container app: volumeMount /data' || exit
+  hpk_subpath start /srv /srv/data 0 'container app: volumeMount /data' || exit
   hpk_unprotected start 'container app: volumeMount /data' || exit
-  hpk_subpath start fd /srv /srv/data/sub/dir 1 'container app: volumeMount /data-sub' || exit
+  hpk_subpath start /srv /srv/data/sub/dir 1 'container app: volumeMount /data-sub' || exit
   hpk_unprotected start 'container app: volumeMount /data-sub' || exit
-  hpk_subpath start fd "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr' || exit
-  hpk_subpath start fd /run /run/x.sock 0 'container app: volumeMount /var/run/x.sock' || exit
+  hpk_subpath start "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr' || exit
+  hpk_subpath start /run /run/x.sock 0 'container app: volumeMount /var/run/x.sock' || exit
   hpk_unprotected start 'container app: volumeMount /var/run/x.sock' || exit
   exec setsid "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
@@ -99,12 +99,12 @@ hpk_main_0() {
 # run "$@" in app's image, env and mounts: job.sh exec (kubectl exec), exec probes and hooks
 hpk_main_0_exec() {
   local -a HPK_SUBPATHS=()
-  hpk_subpath exec fd /srv /srv/data 0 'container app: volumeMount /data' || return 125
+  hpk_subpath exec /srv /srv/data 0 'container app: volumeMount /data' || return 125
   hpk_unprotected exec 'container app: volumeMount /data' || return 125
-  hpk_subpath exec fd /srv /srv/data/sub/dir 1 'container app: volumeMount /data-sub' || return 125
+  hpk_subpath exec /srv /srv/data/sub/dir 1 'container app: volumeMount /data-sub' || return 125
   hpk_unprotected exec 'container app: volumeMount /data-sub' || return 125
-  hpk_subpath exec fd "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr' || return 125
-  hpk_subpath exec fd /run /run/x.sock 0 'container app: volumeMount /var/run/x.sock' || return 125
+  hpk_subpath exec "$HPK_POD_DIR"/volumes/scratch "$HPK_POD_DIR"/volumes/scratch/nested/x 1 'container app: volumeMount /expr' || return 125
+  hpk_subpath exec /run /run/x.sock 0 'container app: volumeMount /var/run/x.sock' || return 125
   hpk_unprotected exec 'container app: volumeMount /var/run/x.sock' || return 125
   "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
