@@ -42,18 +42,23 @@ hpk_fail() {
 # hpk_memory_dir: the pod's private directory on the node's tmpfs (HPK_MEMORY_ROOT, [pods] memory_dir)
 # for its Memory emptyDirs and its /dev/shm (.dev-shm): a fresh `mktemp -d` inside this user's own
 # 0700 directory there. Other users see the pod's uid in squeue and could create a predictable path
-# first, so a parent that is not this user's own 0700 directory is refused. HPK_MEMORY_DIR
+# first, so a parent that is not this user's own 0700 directory is never used: the pod's directory is
+# then a fresh mktemp -d in HPK_MEMORY_ROOT itself (a random name, 0700), and the pod still runs.
+# HPK_MEMORY_DIR
 # (run/memory) links to it: binds then name a source outside /dev, which Apptainer would take for a
 # device bind (and skip). Sets HPK_MEMORY_REAL, which the EXIT trap removes.
 hpk_memory_dir() {
-  local parent
+  local parent template
   parent="$HPK_MEMORY_ROOT/hpk-$(id -u)"
+  template="$parent/pod.XXXXXXXX"
   mkdir -m 0700 -- "$parent" 2>/dev/null
   if [ -L "$parent" ] || [ ! -d "$parent" ] || [ "$(stat -c %u:%a -- "$parent")" != "$(id -u):700" ]; then
-    hpk_fail MemoryDirRefused "$parent is not a directory of $(id -un) with mode 0700 (another user may have made it); remove it, or set [pods] memory_dir to a private tmpfs directory"
+    printf 'hpkctl: %s is not a directory of %s with mode 0700 (another user may have made it): not used\n' \
+      "$parent" "$(id -un)" >&2
+    template="$parent.XXXXXXXX"
   fi
-  HPK_MEMORY_REAL=$(mktemp -d -- "$parent/pod.XXXXXXXX") \
-    || hpk_fail MemoryDirRefused "cannot create a directory in $parent"
+  HPK_MEMORY_REAL=$(mktemp -d -- "$template") \
+    || hpk_fail MemoryDirRefused "cannot create the pod's memory directory in $HPK_MEMORY_ROOT ([pods] memory_dir)"
   export HPK_MEMORY_REAL
   mkdir -p -- "$HPK_POD_DIR/run" && ln -sfn -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_DIR" && mkdir -- "$HPK_MEMORY_REAL/.dev-shm" \
     || hpk_fail MemoryDirRefused "cannot prepare the pod's memory directory $HPK_MEMORY_REAL"
