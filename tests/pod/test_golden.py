@@ -72,9 +72,12 @@ def _shellcheck() -> str:
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("mode", ["host", "cni"])
 def test_rendered_script_passes_bash_n_and_shellcheck(case: str, mode: str, tmp_path: Path) -> None:
-    # as bash runs it: the runtime where the script sources it
+    # as Slurm stores it (sourcing the runtime), then as bash runs it: the runtime where it is sourced
     script = tmp_path / "job.sh"
     text = _render(case, mode)
+    script.write_text(text)
+    r = subprocess.run([_shellcheck(), "-S", "warning", str(script)], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout
     assert text.count(SOURCE) == 1
     script.write_text(text.replace(SOURCE, RUNTIME.data.decode()))
     r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
