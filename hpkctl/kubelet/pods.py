@@ -393,10 +393,12 @@ class PodManager:
             self._event(t, "RecordNotWritten", f"the kubelet cannot write its record of Slurm job {job_id}: "
                         f"{exc.strerror or exc}; free space in its state directory", warning=True)
         t.extra.pop("backoff", None)
-        if event:
-            # the scheduler's Scheduled says where the pod went; this is the kubelet's own step
-            self._event(t, "Submitted", f"Submitted as Slurm job {job_id}")
-        self._annotate(t, job_id)
+        try:
+            self._annotate(t, job_id)  # first: the job id is what users and tools wait for (issue 23.2)
+        finally:
+            if event:
+                # the scheduler's Scheduled says where the pod went; this is the kubelet's own step
+                self._event(t, "Submitted", f"Submitted as Slurm job {job_id}")
         t.extra["key"] = None  # read its status at the next poll
 
     def _annotate(self, t: Tracked, job_id: str) -> None:
