@@ -83,6 +83,15 @@ hpk_a_keep() {
 
 hpk_a_stop() {
   HPK_A_STOPPING=1
+  # The Job failed (hpk_a_fail_job cancels its other elements, hpk_a_deadline this one): its pod is
+  # stopped by its Job, as the Job controller deletes a failed Job's pods, not cancelled from outside
+  # hpkctl, which is what the pod's stop sequence would say of a TERM on a job no longer RUNNING.
+  local why st="${HPK_PODS[${SLURM_ARRAY_TASK_ID:-0}]}/status"
+  if why=$(head -n 1 -- "$HPK_ARRAY_STATUS/job.failed" 2>/dev/null) && [ -n "$why" ] && [ -d "$st" ] \
+    && [ ! -e "$st/pod.failed" ]; then
+    printf 'Terminated\nits Job failed (%s); its containers were stopped with their grace period\n' "$why" \
+      >"$st/.pod.failed.$$" && mv -f -- "$st/.pod.failed.$$" "$st/pod.failed"
+  fi
   [ -n "$HPK_A_CHILD" ] && kill -TERM "$HPK_A_CHILD" 2>/dev/null
 }
 

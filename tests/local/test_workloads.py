@@ -276,6 +276,26 @@ def test_term_is_passed_on_to_the_pod(tmp_path: Path) -> None:
     assert _status(plan, "index.0") == "Failed"  # stopped, not retried
 
 
+def test_an_element_the_failed_job_cancels_says_its_job_stopped_it(tmp_path: Path) -> None:
+    """hpk_a_fail_job cancels the other elements; their pods' stop sequence saw a job no longer
+    RUNNING and wrote Cancelled, "cancelled from outside hpkctl": the pod says its Job stopped it."""
+    plan = _fast(_plan(tmp_path, 2, retries=True, backoff_limit=6))
+    plan.pod_dirs = _fake_pods(tmp_path, ["0", "0"])
+    job = Path(plan.pod_dirs[1]) / "job" / "job.sh"
+    job.write_text('d=$(dirname "$(dirname "$0")"); mkdir -p "$d/status"\n'
+                   'trap \'cp "$d/status/pod.failed" "$d/seen"; exit 143\' TERM\n'
+                   ': >"$d/trapped"; sleep 30 & wait\n')
+    proc = _element(tmp_path, plan, 1, wait=False)
+    assert isinstance(proc, subprocess.Popen)
+    wait_for("the pod's TERM trap", (Path(plan.pod_dirs[1]) / "trapped").exists, timeout=20, every=0.05)
+    (Path(plan.array_dir) / "status" / "job.failed").write_text(
+        "BackoffLimitExceeded\nJob has reached the specified backoff limit\n")  # element 0's hpk_a_fail_job
+    proc.terminate()  # its scancel
+    assert proc.wait(timeout=20) == 143
+    assert (Path(plan.pod_dirs[1]) / "seen").read_text() == \
+        "Terminated\nits Job failed (BackoffLimitExceeded); its containers were stopped with their grace period\n"
+
+
 def test_outside_an_array_the_script_says_so(tmp_path: Path) -> None:
     plan = _plan(tmp_path, 2)
     script = tmp_path / "array.sh"
