@@ -204,7 +204,7 @@ def cluster_status(profile: SiteProfile) -> ClusterStatus | None:
 def print_cluster(st: ClusterStatus, *, out: TextIO, pods: bool = True) -> None:
     """The cluster's table: its jobs, the endpoint, the node, and (``pods``) the node's pods and jobs."""
     from hpkctl.controlplane.launch import CONTROLPLANE, KUBELET
-    from hpkctl.controlplane.lifecycle import PHASES, duration
+    from hpkctl.controlplane.clusterview import PHASES, duration
 
     now = dt.datetime.now(dt.timezone.utc)
     print(f"CLUSTER {st.cluster} (state {st.state_dir})", file=out)

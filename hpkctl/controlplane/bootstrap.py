@@ -44,7 +44,7 @@ from hpkctl.controlplane import objects
 from hpkctl.controlplane.health import Probe
 from hpkctl.controlplane.kubeconfig import token_kubeconfig, write_kubeconfig
 from hpkctl.controlplane.pki import Pki, ensure_pki
-from hpkctl.controlplane.statedir import Layout, layout_of, lock_state, private_dir, read_endpoint, utc_now, write_status
+from hpkctl.controlplane.statedir import layout_of, lock_state, private_dir, utc_now, write_status
 from hpkctl.controlplane.steps import (ControlPlaneError, Stopped, call_api, check_ports, find_binary, indent,
                                        wait_healthy)
 from hpkctl.errors import HpkError
@@ -366,6 +366,4 @@ def run_controlplane(profile: SiteProfile, *, stop: threading.Event, scheduler: 
     return Bootstrap(profile, stop=stop, scheduler=scheduler, env=env).run()
 
 
-# Layout and read_endpoint live in statedir.py; lifecycle.py still imports them from here (to move with its split)
-__all__ = ["Bootstrap", "ControlPlaneError", "Layout", "SchedulerFn", "STOP_TIMEOUT", "host_address", "read_endpoint",
-           "run_controlplane"]
+__all__ = ["Bootstrap", "ControlPlaneError", "SchedulerFn", "STOP_TIMEOUT", "host_address", "run_controlplane"]

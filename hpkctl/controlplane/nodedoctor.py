@@ -14,7 +14,7 @@ import os
 import posixpath
 from pathlib import Path
 
-from hpkctl.controlplane.bootstrap import read_endpoint
+from hpkctl.controlplane.statedir import read_endpoint
 from hpkctl.controlplane.doctor import FAIL, OK, Check
 from hpkctl.controlplane.nodecheck import ALWAYS, JOB_NAME, parse_node_checks, render_node_check
 from hpkctl.errors import HpkError

@@ -1,7 +1,7 @@
 """The cluster's two Slurm jobs as scripts (hpkctl/controlplane/launch.py, sbatch/controlplane.sh.j2,
 sbatch/kubelet.sh.j2), ``hpkctl start --dry-run``, the start/stop/status logic against a fake Slurm
-(hpkctl/controlplane/lifecycle.py), ``hpkctl doctor``'s checks (hpkctl/controlplane/doctor.py), the new
-profile keys, and the ParallelCluster OnNodeConfigured script.
+(hpkctl/controlplane/lifecycle.py, clusterwait.py, clusterstop.py, clusterview.py), ``hpkctl doctor``'s
+checks (hpkctl/controlplane/doctor.py), the new profile keys, and the ParallelCluster OnNodeConfigured script.
 
 Golden scripts live in ``__snapshots__/test_controlplane_launch/`` (update with ``--snapshot-update`` and
 review the diff). The scripts' behaviour runs in real bash with a stand-in for ``python -m hpkctl``: the
@@ -34,6 +34,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from hpkctl.cli import main
 from hpkctl.controlplane import doctor, launch, lifecycle
+from hpkctl.controlplane.clusterview import duration
 from hpkctl.controlplane.launch import (CONTROLPLANE, KUBELET, cluster_id, job_comment, job_name, job_options,
                                         parse_comment, render_jobs)
 from hpkctl.controlplane.lifecycle import Cluster, ClusterError, ClusterJob, ClusterJobs, takeover_window
@@ -609,7 +610,7 @@ def test_status_without_an_endpoint(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_cluster_job_left() -> None:
     now = dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
     j = ClusterJob(CONTROLPLANE, "1", "RUNNING", end=now + dt.timedelta(seconds=90))
-    assert j.left(now) == 90 and lifecycle.duration(90) == "1m" and lifecycle.duration(3700) == "1h01m"
+    assert j.left(now) == 90 and duration(90) == "1m" and duration(3700) == "1h01m"
     assert ClusterJob(CONTROLPLANE, "1", "PENDING", end=now).left(now) is None
     assert ClusterJobs().all() == []
 
