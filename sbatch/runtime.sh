@@ -388,7 +388,8 @@ hpk_restarts() {
 # subtree's are added up. Under cgroup v2 also the slice where rootless Apptainer puts a container
 # it gives cgroup limits (--memory, --apply-cgroups in exec_flags): the scope
 # user.slice:apptainer:PID of the user's systemd manager, outside the job and removed with the
-# container; its slice's counter keeps the kill. HPK_CGROUP_ROOT, HPK_PROC_CGROUP: for tests.
+# container; its slice's counter keeps the kill (HPK_APPTAINER_CGROUPS=1, set by the job script only
+# then: the slice is shared by all this user's such containers on the node). HPK_CGROUP_ROOT, HPK_PROC_CGROUP: for tests.
 hpk_oom_kills() {
   local root=${HPK_CGROUP_ROOT:-/sys/fs/cgroup} ctrl path dir
   local -a files=()
@@ -401,7 +402,11 @@ hpk_oom_kills() {
       "")
         dir=$root
         [ -e "$dir/cgroup.controllers" ] || dir=$root/unified
-        files+=("$dir$path/memory.events" "$dir/user.slice/user-$UID.slice/user@$UID.service/user.slice/memory.events") ;;
+        files+=("$dir$path/memory.events")
+        # only where exec_flags give Apptainer cgroups: the slice counts every such container of
+        # this user on the node, other pods' included
+        [ "${HPK_APPTAINER_CGROUPS:-0}" = 0 ] \
+          || files+=("$dir/user.slice/user-$UID.slice/user@$UID.service/user.slice/memory.events") ;;
     esac
   done <"${HPK_PROC_CGROUP:-/proc/self/cgroup}"
   cat -- /dev/null ${files[@]+"${files[@]}"} 2>/dev/null | awk '$1 == "oom_kill" { n += $2 } END { print n + 0 }'

@@ -48,6 +48,19 @@ class RenderedPod:
         return self.plan.warnings
 
 
+# Apptainer flags that make it create a cgroup of its own for the container (its "cgroups" options):
+# rootless under cgroup v2 that is a systemd scope outside the job, whose OOM kills the job's counter
+# misses (hpk_oom_kills).
+_CGROUP_FLAGS = ("--apply-cgroups", "--memory", "--memory-reservation", "--memory-swap", "--oom-kill-disable",
+                 "--cpus", "--cpu-shares", "--cpuset-cpus", "--cpuset-mems", "--blkio-weight",
+                 "--blkio-weight-device", "--pids-limit")
+
+
+def apptainer_cgroups(exec_flags: list[str]) -> bool:
+    """Whether ``[apptainer] exec_flags`` give containers cgroups of Apptainer's own."""
+    return any(f.split("=", 1)[0] in _CGROUP_FLAGS for f in exec_flags)
+
+
 class ScriptWords:
     """Shell words for one pod's script. Paths in the pod directory read ``"$HPK_POD_DIR"/rel``;
     Secret text never appears: each distinct value becomes ``"${HPK_SECRETS[i]}"``, which the job
@@ -297,6 +310,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "dns_mode": plan.dns_mode,
         "resolv_conf": quote(plan.resolv_conf),
         "images": [_image_args(words, img, sif, pol) for img, sif, pol in plan.images],
+        "apptainer_cgroups": int(apptainer_cgroups(profile.apptainer.exec_flags)),
         "protected": Shell(" ".join(quote(p) for p in protected_paths(profile))) if plan.volumes.hostpath_roots else "",
         "hostpath_checks": [{"path": quote(h.path), "type": quote(h.type), "volume": quote(h.volume)}
                             for h in plan.volumes.hostpath_checks],

@@ -11,16 +11,18 @@ import re
 import subprocess
 from pathlib import Path
 
+from hpkctl.pod.render import apptainer_cgroups
+
 RUNTIME = Path(__file__).resolve().parents[2] / "sbatch" / "runtime.sh"
 
 
-def count(root: Path, proc_cgroup: str) -> str:
+def count(root: Path, proc_cgroup: str, apptainer_cgroups: bool = False) -> str:
     m = re.search(r"^hpk_oom_kills\(\) \{\n.*?^\}\n", RUNTIME.read_text(), re.S | re.M)
     assert m, "hpk_oom_kills is missing from sbatch/runtime.sh"
     (root / "self.cgroup").write_text(proc_cgroup)
     r = subprocess.run(["bash", "-c", "set -u\n" + m.group(0) + "hpk_oom_kills"], capture_output=True, text=True,
                        check=True, env={"HPK_CGROUP_ROOT": str(root), "HPK_PROC_CGROUP": str(root / "self.cgroup"),
-                                        "PATH": "/usr/bin:/bin"})
+                                        "PATH": "/usr/bin:/bin", "HPK_APPTAINER_CGROUPS": str(int(apptainer_cgroups))})
     return r.stdout
 
 
@@ -47,7 +49,15 @@ def test_cgroup_v2_reads_the_job_and_apptainers_slice(tmp_path: Path) -> None:
     put(job / "step_batch" / "user" / "task_0", "oom_kill 2\n")
     uid = os.getuid()
     put(tmp_path / "user.slice" / f"user-{uid}.slice" / f"user@{uid}.service" / "user.slice", "oom 1\noom_kill 1\n")
-    assert count(tmp_path, "0::/system.slice/slurmstepd.scope/job_42/step_batch/user/task_0\n") == "3\n"
+    job_cgroup = "0::/system.slice/slurmstepd.scope/job_42/step_batch/user/task_0\n"
+    assert count(tmp_path, job_cgroup, apptainer_cgroups=True) == "3\n"
+    # without cgroup flags in exec_flags no container of this pod is there, but other pods' may be
+    assert count(tmp_path, job_cgroup) == "2\n"
+
+
+def test_the_job_script_says_when_apptainer_makes_cgroups() -> None:
+    assert apptainer_cgroups(["--memory=1G"]) and apptainer_cgroups(["--apply-cgroups", "/etc/c.toml"])
+    assert not apptainer_cgroups([]) and not apptainer_cgroups(["--cleanenv", "--nv"])
 
 
 def test_nothing_readable_counts_zero(tmp_path: Path) -> None:
