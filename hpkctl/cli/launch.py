@@ -58,7 +58,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("selftest", help="run a battery of small pods through the site (hello, env and args, volumes, "
-                                        "init order, a probe, delete with grace, MPI on two nodes) and print one table")
+                                        "init order, a probe, delete with grace, MPI on two nodes; exec and logs "
+                                        "through the cluster when hpkctl start runs one) and print one table")
     add_site(p)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the battery may take (default 600)")
     p.set_defaults(func=cmd_selftest)
@@ -170,13 +171,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from hpkctl.cli import EXIT_ERROR
+    from hpkctl.controlplane.selftestexec import exec_and_logs
     from hpkctl.jobs import Slurm
     from hpkctl.local.selftest import FAIL, run_selftest, table, work_dir_for
     from hpkctl.sites import load_site
 
-    profile = load_site(site_of(args, announce=True))
-    results = run_selftest(profile, Slurm(profile.slurm), work_dir=work_dir_for(profile), timeout=args.timeout,
-                           out=sys.stderr)
+    site = site_of(args, announce=True)
+    profile = load_site(site)
+    slurm, work_dir = Slurm(profile.slurm), work_dir_for(profile)
+    results = run_selftest(profile, slurm, work_dir=work_dir, timeout=args.timeout, out=sys.stderr,
+                           exec_and_logs=lambda: exec_and_logs(profile, slurm, site=jobs_site(site),
+                                                               python=sys.executable, work_dir=work_dir))
     print(table(results))
     return EXIT_ERROR if any(r.result == FAIL for r in results) else 0
 

@@ -91,6 +91,12 @@ class Kube:
         self.context = context
         self.host = cfg.host
         self.ca_file: str | None = cfg.ssl_ca_cert  # the cluster CA (a file the loader wrote), if any
+        # what a stream outside the package (exec's WebSocket, kube/podexec.py) needs to authenticate the same way
+        self.cert_file: str | None = cfg.cert_file
+        self.key_file: str | None = cfg.key_file
+        self.verify_tls = bool(cfg.verify_ssl)
+        bearer: Any = dict(cfg.auth_settings()).get("BearerToken") or {}
+        self.authorization: str | None = bearer.get("value") or None
         self._api = k8s_client.ApiClient(cfg)
 
     def clone(self, *, pool_size: int = 2) -> "Kube":
@@ -138,6 +144,12 @@ class Kube:
                 body: Any = None, content_type: str | None = None,
                 timeout: Timeout | float = DEFAULT_TIMEOUT) -> Any:
         """Send one request; the decoded JSON answer (``None`` for an empty one)."""
+        data = self.raw(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        return json.loads(data) if data else None
+
+    def raw(self, method: str, path: str, *, query: Sequence[tuple[str, Any]] | Mapping[str, Any] | None = None,
+            body: Any = None, content_type: str | None = None, timeout: Timeout | float = DEFAULT_TIMEOUT) -> bytes:
+        """Send one request; the answer's bytes as sent (a container's log: ``GET pods/NAME/log``)."""
         resp = self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
         try:
             if resp.status >= 400:
@@ -147,7 +159,7 @@ class Kube:
             raise KubeUnavailable(f"{method} {path}: {exc}") from exc
         finally:
             resp.response.release_conn()
-        return json.loads(data) if data else None
+        return bytes(data)
 
     def get(self, path: str, **kw: Any) -> Any:
         return self.request("GET", path, **kw)

@@ -6,8 +6,8 @@ namespace ``hpk-selftest``; a run of the battery replaces the previous one's pod
 until then, so the table's log paths can be read). Cases: hello; env and args byte for byte;
 ConfigMap, Secret and emptyDir volumes; init containers in order; a liveness probe that restarts its
 container; a delete that runs the stop sequence (the container's TERM trap); an MPI-style step on two
-nodes where the partition has them. Exec and logs through a kubelet are ``hpkctl start``'s and
-``kubectl``'s: not in this battery (SKIP).
+nodes where the partition has them. Exec and logs go through a kubelet's API: the caller's
+``exec_and_logs`` row (:mod:`hpkctl.controlplane.selftestexec`, run alongside the battery), SKIP without.
 """
 
 from __future__ import annotations
@@ -172,8 +172,18 @@ def _run_one(slurm: Slurm, profile: SiteProfile, case: Case, rec: RunRecord, res
 
 
 def run_selftest(profile: SiteProfile, slurm: Slurm, *, work_dir: Path, timeout: float = 600.0,
-                 out: TextIO) -> list[Result]:
-    """Submit every case, follow them concurrently, return one result per case (in order)."""
+                 out: TextIO, exec_and_logs: Callable[[], Result] | None = None) -> list[Result]:
+    """Submit every case, follow them concurrently, return one result per case (in order); the
+    ``exec_and_logs`` row (through a running cluster) runs at the same time, in a thread of its own."""
+    cluster_row: list[Result] = [Result("exec and logs", SKIP, "through a kubelet: hpkctl start, then kubectl "
+                                                                "exec/logs")]
+    cluster_thread = None
+    if exec_and_logs is not None:
+        def row() -> None:
+            cluster_row[0] = exec_and_logs()
+        cluster_row[0] = Result("exec and logs", FAIL, f"not finished after {timeout:g} s")
+        cluster_thread = threading.Thread(target=row, name="selftest-exec-and-logs", daemon=True)
+        cluster_thread.start()
     try:
         multi = len([n for n in slurm.nodes(partition=profile.slurm.partition)]) >= 2
     except SlurmError:
@@ -206,7 +216,9 @@ def run_selftest(profile: SiteProfile, slurm: Slurm, *, work_dir: Path, timeout:
     if not multi:
         results.append(Result("mpi on two nodes", SKIP, f"partition {profile.slurm.partition or '(default)'} has "
                                                         "fewer than 2 nodes"))
-    results.append(Result("exec and logs", SKIP, "through a kubelet: hpkctl start, then kubectl exec/logs"))
+    if cluster_thread is not None:
+        cluster_thread.join(max(0.0, deadline - time.monotonic()))
+    results.append(cluster_row[0])
     return results
 
 

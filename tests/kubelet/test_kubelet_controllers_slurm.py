@@ -126,6 +126,7 @@ class Kube:
     kubeconfig: Path
     home: Path
     no_proxy: str = "127.0.0.1,localhost"
+    site: Any = None  # the hpkctl-start cluster's Site (its profile, hpkctl as user hpk)
 
     def _run(self, tool: Path, *args: str, input: str | None = None, check: bool = True,
              timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -181,7 +182,7 @@ def _start_site(root: Path) -> Iterator[Kube]:
     try:
         r = site.start()
         assert r.returncode == 0, r.stdout + r.stderr
-        yield Kube(site.admin, site.dir, no_proxy=site.env()["no_proxy"])
+        yield Kube(site.admin, site.dir, no_proxy=site.env()["no_proxy"], site=site)
         assert site.refused_node_requests() == [], "the kubelet made requests a real API server refuses"
     finally:
         site.cleanup()
@@ -357,6 +358,24 @@ def test_a_failing_job_is_retried_within_its_backoff_limit_then_fails(kube: Kube
     # the second try was made only after the first had failed (the controller's back-off)
     first_end = pods[0]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
     assert pods[1]["metadata"]["creationTimestamp"] >= first_end
+
+
+def test_selftest_runs_exec_and_logs_through_the_running_cluster(kube: Kube) -> None:
+    """``hpkctl selftest --site X`` while ``hpkctl start --site X``'s cluster runs: its "exec and logs" row
+    runs a pod through the cluster's API (logs byte for byte, exec's output and exit code) and PASSes; the
+    rest of the battery passes too (MPI: SKIP, one node), and the row's pod is deleted."""
+    if kube.site is None:
+        pytest.skip("the row needs a profile's own cluster (hpkctl start); ci/kube-up's is none")
+    r = kube.site.hpkctl("selftest", "--site", str(kube.site.profile), "--timeout", "300", timeout=360)
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^(\S(?:.*?\S)?)\s{2,}(PASS|FAIL|SKIP)\s", r.stdout, re.M)}
+    assert r.returncode == 0 and rows.get("exec and logs") == "PASS", r.stdout + r.stderr
+    assert set(rows) >= {"hello", "env and args", "volumes", "init order", "probe", "delete with grace",
+                         "mpi on two nodes"}, r.stdout
+    assert all(v == "PASS" for n, v in rows.items() if n != "mpi on two nodes"), r.stdout
+    assert rows["mpi on two nodes"] in ("PASS", "SKIP"), r.stdout
+    log = Path(kube.site.dir / "pods" / "selftest" / "exec-logs.log")
+    assert f"{log}" in r.stdout, r.stdout
+    assert kube.get("pod", "exec-logs", "-n", "hpk-selftest") is None, "the row's pod was not deleted"
 
 
 def test_zz_deleting_the_workloads_leaves_no_pod_behind(kube: Kube) -> None:
