@@ -135,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(rec.job_id)
             return 0
         if rec.is_array:
-            return _follow_array(slurm, rec, quiet=args.quiet)
+            return _follow_array(slurm, rec, quiet=args.quiet, slurm_poll=profile.kubelet.slurm_poll)
         st = follow_run(slurm, rec, out=out, log_out=sys.stdout, quiet=args.quiet,
                         slurm_poll=profile.kubelet.slurm_poll)
     except Interrupted as exc:
@@ -163,13 +163,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return exit_status(rec, st)
 
 
-def _follow_array(slurm: Slurm, rec: RunRecord, *, quiet: bool) -> int:
+def _follow_array(slurm: Slurm, rec: RunRecord, *, quiet: bool, slurm_poll: float) -> int:
     """``hpkctl run`` of a workload: its pods' logs (``[pod/NAME/CONTAINER] line``) and progress until it
     finished; 0 when every pod succeeded."""
     from hpkctl.local.arrayfollow import follow_array
     from hpkctl.local.runs import job_states
 
-    st = follow_array(slurm, rec, lambda ids: job_states(slurm, ids), log_out=sys.stdout, quiet=quiet)
+    st = follow_array(slurm, rec, lambda ids: job_states(slurm, ids), log_out=sys.stdout, quiet=quiet,
+                      slurm_poll=slurm_poll)
     for i in st.indexes:
         if i.result != "Succeeded" and not quiet:
             _say(f"  {i.name} (Slurm job {i.job_id}, {i.attempts} run(s)): {i.pod.phase} "

@@ -21,7 +21,7 @@ from typing import TextIO
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm
 from hpkctl.jobs.poll import Backoff
 from hpkctl.local.arrays import ArrayStatus, IndexStatus, WorkloadFile, array_status, element_ids
-from hpkctl.local.follow import FILE_POLL, LogTail
+from hpkctl.local.follow import FILE_POLL, SLURM_POLL, LogTail
 from hpkctl.local.records import RunRecord
 from hpkctl.pod.paths import PodDir
 from hpkctl.pod.status import containers_of
@@ -69,25 +69,40 @@ def _over(x: IndexStatus) -> bool:
     return x.result is not None or (x.pod.job is not None and x.pod.job.state in TERMINAL_STATES)
 
 
+STATUS_POLL = 3.0  # seconds between reads of the pods' status files (the progress line)
+SETTLE = (0.5, 1.0, 2.0, 4.0)  # asks of Slurm once the files say the workload finished
+
+
 def follow_array(slurm: Slurm, rec: RunRecord, states: Callable[[list[str]], dict[str, JobInfo | None]], *,
                  out: TextIO = sys.stderr, log_out: TextIO | None = None, quiet: bool = False,
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> ArrayStatus:
+                 slurm_poll: float = SLURM_POLL, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> ArrayStatus:
     """Progress lines (when the counts change) and, with ``log_out``, the pods' logs, until the
-    workload has finished and its elements ended."""
+    workload has finished and its elements ended.
+
+    Slurm is asked (one ``squeue`` for every element) at the start and then every ``slurm_poll``
+    seconds, as for one pod; the status files, which say most of what changes, every
+    ``STATUS_POLL``. Once the files say the workload finished, Slurm is asked sooner (``SETTLE``)
+    for the elements' end, so the command does not wait a whole ``slurm_poll`` to return."""
     info = WorkloadFile.read(rec.pod_dir)
     logs = ArrayLogs(info, log_out) if log_out is not None else None
-    backoff = Backoff((0.5, 1.0, 2.0, 3.0), clock=clock)
+    ids = element_ids(rec, info.count)
+    ask, settle, read = Backoff((slurm_poll,), clock=clock), Backoff(SETTLE, clock=clock), Backoff((STATUS_POLL,), clock=clock)
+    jobs: dict[str, JobInfo | None] = {}
     last = ""
     st: ArrayStatus | None = None
     while True:
-        if backoff.due():
-            st = array_status(rec, states(element_ids(rec, info.count)), info=info)
+        asked = ask.due() or (st is not None and st.finished and settle.due())
+        if asked:
+            jobs = states(ids)
+        if asked or read.due():
+            st = array_status(rec, jobs, info=info)
             line = f"{rec.kind.lower()} {rec.namespace}/{rec.name}: {st.phase}: {st.summary()}"
             if line != last and not quiet:
                 print(line, file=out, flush=True)
                 last = line
             elements_done = all(x.pod.job is None or x.pod.job.state in TERMINAL_STATES for x in st.indexes)
-            if st.finished and elements_done:
+            if st.finished and elements_done and asked:
                 if logs is not None:
                     logs.pump(st, final=True)
                 return st

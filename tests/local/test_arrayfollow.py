@@ -87,3 +87,42 @@ def test_a_log_moved_away_by_a_restart_is_read_to_its_end_first(tmp_path: Path) 
     assert out.getvalue() == "one\ntwo\nlast words\nsecond run\n\n"
     tail.pump(final=True)
     assert out.getvalue().endswith("second run\n\nend\n") and tail.open == {}
+
+
+def test_following_asks_slurm_once_per_slurm_poll_and_settles_quickly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget of one squeue per ``slurm_poll`` holds for a workload too; once the files say it
+    finished, Slurm is asked sooner for its elements' end, so ``run`` returns within seconds."""
+    from hpkctl.local import arrayfollow
+    from hpkctl.local.records import RunRecord
+
+    now = [0.0]
+    asks: list[float] = []
+    finished_at, ended_at = 25.0, 26.0  # the files say Complete; Slurm then reports the element ended
+
+    def states(ids: list[str]) -> dict[str, JobInfo | None]:
+        asks.append(now[0])
+        return {"9_0": JobInfo(job_id="9_0", state="COMPLETED" if now[0] >= ended_at else "RUNNING")}
+
+    def status(rec: RunRecord, jobs: dict[str, JobInfo | None], *, info: WorkloadFile) -> ArrayStatus:
+        st = _status([("2026-01-01T00:00:00Z", (jobs.get("9_0") or JobInfo(job_id="9_0", state="PENDING")).state)])
+        if now[0] >= finished_at:
+            st.phase, st.indexes[0].result = "Complete", "Succeeded"
+        return st
+
+    info = _info(tmp_path, 1)
+    monkeypatch.setattr(arrayfollow.WorkloadFile, "read", staticmethod(lambda _d: info))
+    monkeypatch.setattr(arrayfollow, "array_status", status)
+    rec = RunRecord(name="w", namespace="default", uid="u", job_id="9", pod_dir=str(tmp_path), site="ci",
+                    submitted=0.0, kind="Job")
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    st = arrayfollow.follow_array(None, rec, states, out=io.StringIO(), slurm_poll=10.0,  # type: ignore[arg-type]
+                                  sleep=sleep, clock=lambda: now[0])
+    assert st.phase == "Complete"
+    before = [t for t in asks if t < finished_at]
+    # one squeue per slurm_poll while it runs
+    assert len(before) == 3 and all(b - a >= 10.0 for a, b in zip(before, before[1:])), asks
+    assert ended_at <= now[0] <= ended_at + 5, (now[0], asks)  # then a few quick asks, not another 10 s
