@@ -1066,7 +1066,7 @@ def main() -> int:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     json_path = Path(args.json or f"/tmp/hpk-bench-kubelet-{stamp}.json")
     root = Path(tempfile.mkdtemp(prefix="hpk-bench-kubelet-",
-                                 dir=os.environ.get("HPK_BENCH_DIR", os.path.expanduser("~"))))
+                                 dir=os.environ.get("HPK_BENCH_DIR", "/tmp")))
     root.chmod(0o755)
     calls = Calls(root)
     # From here on every Slurm command the product (and the bare side) runs goes through a shim.

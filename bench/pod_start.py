@@ -474,7 +474,7 @@ def main() -> int:
         print("bench: no apptainer on PATH (put ci/standin first on PATH for the local stand-in)", file=sys.stderr)
         return 2
     hpkctl = shutil.which("hpkctl") or str(Path(sys.executable).parent / "hpkctl")
-    root = Path(tempfile.mkdtemp(prefix="hpk-bench-", dir=os.environ.get("HPK_BENCH_DIR", os.path.expanduser("~"))))
+    root = Path(tempfile.mkdtemp(prefix="hpk-bench-", dir=os.environ.get("HPK_BENCH_DIR", "/tmp")))
     work = root / "work"
     work.mkdir()
     calls = Calls(root)

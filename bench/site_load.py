@@ -171,7 +171,7 @@ def main() -> int:
     hpkctl = shutil.which("hpkctl") or str(Path(sys.executable).parent / "hpkctl")
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     json_path = Path(args.json or f"/tmp/hpk-bench-site-load-{stamp}.json")
-    root = Path(tempfile.mkdtemp(prefix="hpk-bench-load-", dir=os.environ.get("HPK_BENCH_DIR", os.path.expanduser("~"))))
+    root = Path(tempfile.mkdtemp(prefix="hpk-bench-load-", dir=os.environ.get("HPK_BENCH_DIR", "/tmp")))
     root.chmod(0o755)
     calls = Calls(root)
     os.environ["PATH"] = f"{calls.dir}:{os.environ['PATH']}"
