@@ -29,6 +29,7 @@ test_kubelet_exec_slurm.py proves it on every run):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import math
@@ -103,6 +104,9 @@ class StderrFilter:
         if _SUMMARY.match(text):
             self.summary = True
         return _OWN_LINE.fullmatch(text) is not None
+
+
+WINCH_REPEAT = (0.25, 1.0, 3.0)  # seconds after a resize when srun is told of it again
 
 
 class Step:
@@ -181,8 +185,19 @@ class Step:
         if self._master is None or width <= 0 or height <= 0:
             return
         fcntl.ioctl(self._master, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+        self._winch()
+        # srun reads the size at its start and on SIGWINCH, which it ignores until its handler is
+        # set: a size that comes while srun starts (kubectl sends one at once) would be lost, so it
+        # is told again a little later; each time it passes on the pty's current size, so a repeat
+        # is harmless
+        loop = asyncio.get_running_loop()
+        for delay in WINCH_REPEAT:
+            loop.call_later(delay, self._winch)
+
+    def _winch(self) -> None:
         if self.process.returncode is None:
-            self.process.send_signal(signal.SIGWINCH)
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGWINCH)
 
     async def wait(self) -> int:
         """srun's exit status: the task's exit code (128+N for signal N), or srun's own failure."""
