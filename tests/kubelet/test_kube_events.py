@@ -135,6 +135,7 @@ class Held(EventRecorder):
         return None
 
 
+@pytest.mark.standin
 def test_broadcaster_returns_before_the_post_drops_when_full_and_flushes_on_close(kube: Kube) -> None:
     """What the scheduler's binds rely on: ``record`` never waits for the API server; a full
     buffer drops the newest event (client-go's DropIfChannelFull) instead of blocking; ``close``
