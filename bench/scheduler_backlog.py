@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from hpkctl.kube import Kube, node_path, pod_path  # noqa: E402
-from hpkctl.kubelet.scheduler import Scheduler  # noqa: E402
+from hpkctl.scheduler.daemon import Scheduler  # noqa: E402
 from tests.support.kubeapi import pod, start  # noqa: E402
 
 

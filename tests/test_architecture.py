@@ -119,6 +119,10 @@ VIOLATIONS = [
     ({"pure-pod"}, "pod/_violation.py", "import socket\n"),
     ({"pure-pod"}, "pod/_violation.py", "import asyncio\n"),
     ({"layers", "kubelet-no-cli"}, "kubelet/_violation.py", "from hpkctl.cli import main\n"),
+    # the scheduler and the kubelet are siblings: neither imports the other
+    ({"layers"}, "scheduler/_violation.py", "from hpkctl.kubelet import pods\n"),
+    ({"layers"}, "kubelet/_violation.py", "from hpkctl.scheduler import fit\n"),
+    ({"layers", "kubelet-no-cli"}, "scheduler/_violation.py", "import hpkctl.cli\n"),
     ({"no-standins"}, "local/_violation.py", "import tests.conftest\n"),
     ({"no-standins"}, "runtime/_violation.py", "from ci.standin import standin_apptainer\n"),
 ]

@@ -77,7 +77,7 @@ def cmd_kubelet(args: argparse.Namespace) -> int:
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
-    from hpkctl.kubelet.scheduler import run_scheduler
+    from hpkctl.scheduler.daemon import run_scheduler
     from hpkctl.sites import load_site
 
     _logging(args.verbose)

@@ -56,7 +56,7 @@ def cmd_controlplane_run(args: argparse.Namespace) -> int:
     stop = _stop_on_signals()
     scheduler: SchedulerFn | None = None
     if not args.no_scheduler:
-        from hpkctl.kubelet.scheduler import run_scheduler
+        from hpkctl.scheduler.daemon import run_scheduler
 
         def scheduler(kubeconfig: str, stop_scheduler: threading.Event) -> int:
             return run_scheduler(kubeconfig, node_name=profile.pods.node_name,

@@ -2,7 +2,7 @@
 
 Every pod the API server binds to the node arrives through the reflector (:meth:`PodManager.on_event`,
 :meth:`PodManager.on_sync`) and is handled by :meth:`PodManager.sync` on a bounded pool of workers,
-one worker per pod uid at a time (:class:`~hpkctl.kubelet.workqueue.WorkQueue`). Nothing here waits
+one worker per pod uid at a time (:class:`~hpkctl.kube.workqueue.WorkQueue`). Nothing here waits
 for long: a pull, a grace period or a back-off re-queues the pod for later, so one slow pod never
 holds the others up.
 
@@ -31,6 +31,7 @@ from hpkctl.errors import PodError
 from hpkctl.jobs import JobInfo, Slurm, SlurmError, SlurmTimeout, SubmitError
 from hpkctl.kube import Kube, KubeError, KubeUnavailable, pod_path
 from hpkctl.kube.events import EventRecorder
+from hpkctl.kube.workqueue import WorkQueue
 from hpkctl.kubelet.adopt import JobFinder, ran_before, terminal_phase
 from hpkctl.kubelet.changes import ChangeLog
 from hpkctl.kubelet.objects import ApiObjects, ServiceCache
@@ -38,7 +39,6 @@ from hpkctl.kubelet.podstatus import api_status, never_regresses, reported_start
 from hpkctl.kubelet.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records
 from hpkctl.kubelet.table import PodTable, Tracked
 from hpkctl.kubelet.tokens import refresh, refresh_after
-from hpkctl.kubelet.workqueue import WorkQueue
 from hpkctl.local.runs import (LOWERED_GRACE, deadline_limit, ended, job_states, lower_to_partition, lowered_note,
                                mark_deleting, never_starts)
 from hpkctl.local.submit import images_to_pull, job_partition_option, submit_job

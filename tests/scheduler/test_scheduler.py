@@ -1,4 +1,4 @@
-"""``hpkctl scheduler`` (hpkctl.kubelet.scheduler) against the Kubernetes API stand-in: pods of our
+"""``hpkctl scheduler`` (hpkctl.scheduler) against the Kubernetes API stand-in: pods of our
 scheduler names are bound, others left alone; a pod whose nodeSelector, node affinity or missing
 tolerations exclude the node stays Pending with PodScheduled=False/Unschedulable and one
 FailedScheduling event, and is bound once the Node changes; a missing Node is waited for; stop is
@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from hpkctl.kube import Kube, node_path, pod_path
-from hpkctl.kubelet import fit
-from hpkctl.kubelet.scheduler import Scheduler, run_scheduler
+from hpkctl.scheduler import fit
+from hpkctl.scheduler.daemon import Scheduler, run_scheduler
 from tests.support.kubeapi import KubeApi, pod, start
 from tests.support.waiting import wait_for
 

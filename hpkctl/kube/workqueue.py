@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-log = logging.getLogger("hpkctl.kubelet.workqueue")
+log = logging.getLogger("hpkctl.workqueue")
 
 
 class WorkQueue:

@@ -4,13 +4,13 @@ names is bound to the hpk node, because Slurm, not Kubernetes, decides where it 
 What is left of scheduling is what a user *says* about placement: a pod whose ``nodeSelector``,
 required node affinity or missing tolerations exclude the hpk node is not bound — it stays
 Pending with ``PodScheduled=False/Unschedulable`` and one ``FailedScheduling`` Warning event, as
-kube-scheduler leaves it (see :mod:`hpkctl.kubelet.fit`). It is tried again when the pod or the
+kube-scheduler leaves it (see :mod:`hpkctl.scheduler.fit`). It is tried again when the pod or the
 Node changes (a label added, a taint removed) and every ``retry_interval`` (kube-scheduler's
 5 minutes for unschedulable pods), which bumps the event's count instead of adding events.
 
 Two reflectors feed it (:mod:`hpkctl.kube.reflect`): unbound pods (``spec.nodeName=``) and the
 one Node (``metadata.name=<node>``). A small pool of workers does the work, keyed by pod UID
-(:class:`hpkctl.kubelet.workqueue.WorkQueue`), so pods are bound several at a time yet a pod is
+(:class:`hpkctl.kube.workqueue.WorkQueue`), so pods are bound several at a time yet a pod is
 never handled twice at once, and a pod deleted and re-created under its name is another pod. The
 ``Scheduled`` event is posted off that path by an :class:`~hpkctl.kube.events.EventBroadcaster`,
 as kube-scheduler's broadcaster does: a bind never waits for its event.
@@ -27,8 +27,8 @@ from typing import Any
 from hpkctl.kube import Kube, KubeError, KubeUnavailable, node_path, pod_path
 from hpkctl.kube.events import EventBroadcaster, EventRecorder, rfc3339
 from hpkctl.kube.reflect import Backoff, ObjectCache, Reflector
-from hpkctl.kubelet import fit
-from hpkctl.kubelet.workqueue import WorkQueue
+from hpkctl.kube.workqueue import WorkQueue
+from hpkctl.scheduler import fit
 
 log = logging.getLogger("hpkctl.scheduler")
 
