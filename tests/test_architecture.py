@@ -104,6 +104,11 @@ VIOLATIONS = [
     ({"layers"}, "runtime/_violation.py", "import hpkctl.jobs\n"),
     ({"layers"}, "errors_extra.py", "x = 1\n"),  # a package placed in no layer (exhaustive)
     ({"layers"}, "local/_violation.py", "import hpkctl.cli\n"),
+    ({"layers"}, "provider/_violation.py", "import hpkctl.kubelet\n"),
+    ({"layers"}, "provider/_violation.py", "from hpkctl.local import records\n"),
+    ({"processes"}, "provider/_violation.py", "import subprocess\n"),
+    ({"kubernetes"}, "provider/_violation.py", "import kubernetes\n"),
+    ({"layers", "pure-pod"}, "pod/_violation.py", "import hpkctl.provider\n"),
     ({"layers", "pure-pod"}, "pod/_violation.py", "from hpkctl.jobs import JobInfo\n"),
     ({"layers", "pure-pod"}, "pod/_violation.py", "import hpkctl.local.submit\n"),
     ({"processes"}, "cli/_violation.py", "import subprocess\n"),

@@ -1,0 +1,84 @@
+"""The provider seam: a second implementation (tests/support/fake_provider.py) has every operation
+of :class:`hpkctl.provider.PodProvider` with its signature, and the blocking delete of the one-thread
+front ends runs every pod's stop sequence with its own grace, together."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+
+from hpkctl.provider import PodInputs, PodProvider, PodRef, delete_and_wait
+from tests.support.fake_provider import FakeProvider
+
+
+def _members(cls: Any) -> dict[str, Any]:
+    return {n: v for n, v in vars(cls).items() if not n.startswith("_") and callable(v)}
+
+
+def _params(fn: Any) -> list[tuple[str, Any]]:
+    return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
+
+
+@pytest.mark.parametrize("name", sorted(_members(PodProvider)))
+def test_the_fake_provider_has_every_operation_with_its_signature(name: str) -> None:
+    ours = getattr(FakeProvider, name, None)
+    assert ours is not None, f"FakeProvider lacks PodProvider.{name}"
+    assert _params(ours) == _params(getattr(PodProvider, name))
+    assert inspect.iscoroutinefunction(ours) == inspect.iscoroutinefunction(getattr(PodProvider, name)) or \
+        name == "exec"  # the Protocol declares exec as returning an awaitable: a coroutine function is one
+
+
+def test_the_protocol_names_the_operations_the_front_ends_need() -> None:
+    assert set(_members(PodProvider)) == {"start", "leftovers", "create", "give_up", "delete", "statuses",
+                                          "refresh_tokens", "clean", "log_file", "container_run", "log_complete",
+                                          "exec"}
+
+
+def _pod(uid: str, grace: int | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox"}]}
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    return {"metadata": {"uid": uid, "name": f"p-{uid}", "namespace": "default"}, "spec": spec}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_delete_and_wait_gives_each_pod_its_own_grace_and_stops_them_together() -> None:
+    clock = FakeClock()
+    provider = FakeProvider(clock=clock)
+    pods = [_pod("a", grace=3), _pod("b", grace=5)]
+    for p in pods:
+        provider.create(p, PodInputs())
+    answers = delete_and_wait(provider, [(PodRef.of(p), p) for p in pods], clock=clock, sleep=clock.sleep)
+    assert {u: a.done for u, a in answers.items()} == {"a": True, "b": True}
+    assert provider.pods["a"].grace == 3 and provider.pods["b"].grace == 5
+    assert 5.0 <= clock.now < 6.0, clock.now  # the longest grace, not the sum (8 s)
+
+
+def test_delete_and_wait_passes_an_overriding_grace() -> None:
+    clock = FakeClock()
+    provider = FakeProvider(clock=clock)
+    pod = _pod("a", grace=30)
+    provider.create(pod, PodInputs())
+    delete_and_wait(provider, [(PodRef.of(pod), pod)], grace=1.0, clock=clock, sleep=clock.sleep)
+    assert provider.pods["a"].grace == 1.0 and clock.now < 2.0
+
+
+def test_delete_and_wait_gives_up_on_a_provider_that_never_finishes() -> None:
+    clock = FakeClock()
+    provider = FakeProvider(clock=clock)
+    pod = _pod("a", grace=10_000)
+    provider.create(pod, PodInputs())
+    answers = delete_and_wait(provider, [(PodRef.of(pod), pod)], timeout=60, clock=clock, sleep=clock.sleep)
+    assert not answers["a"].done and 60 <= clock.now < 62
