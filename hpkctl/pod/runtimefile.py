@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import posixpath
 import re
 from dataclasses import dataclass
@@ -57,16 +58,37 @@ def runtime_for(profile: SiteProfile) -> str:
     return path
 
 
+#: The files ``install_runtime`` found (or wrote) with the right content, by path: what ``fstat``
+#: said of each when it was read. A kubelet submits many pods, all naming one runtime file; reading and hashing
+#: its ~40 KB for every pod cost more than rendering the pod (issue 23.2). A file is trusted again
+#: only while its inode, size, mtime and ctime are the ones seen: a purged, replaced or rewritten
+#: file changes at least one (ctime changes on every write and rename, and nobody can set it back),
+#: so it is read, checked and repaired as before.
+_verified: dict[str, tuple[int, int, int, int, int]] = {}
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def install_runtime(path: Path) -> None:
     """Make sure this installation's runtime is at ``path`` (``Runtime.path``) before a job that
     names it is submitted. A file with the right content is left alone (many pods, one file, no
     write); a missing or altered one is written atomically, so no job ever sources half of it.
+    A file this process already checked and that did not change since (``_verified``) is not read
+    again.
     """
     runtime = current_runtime()
+    key = f"{path}\0{runtime.sha256}"
     try:
-        if hashlib.sha256(path.read_bytes()).hexdigest() == runtime.sha256:
-            return
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if _verified.get(key) == _identity(st):
+                return
+            if hashlib.sha256(fh.read()).hexdigest() == runtime.sha256:
+                _verified[key] = _identity(st)
+                return
     except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, runtime.data, mode=0o644)
+    write_atomic(path, runtime.data, mode=0o644)  # checked (and remembered) at the next call, as any file

@@ -4,6 +4,7 @@ the new version installs its own file beside the old one, and nothing removes th
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -51,3 +52,57 @@ def test_a_queued_job_runs_the_runtime_it_names_after_an_upgrade(stub_env: dict[
     assert r.returncode == 0, r.stderr
     assert (root / "status" / "pod.done").read_text() == "0\n" and not (root / "status" / "pod.failed").exists()
     assert len(records(record)) == 1
+
+
+# -- many pods, one runtime file: read and hashed once per process, repaired whenever it changed ---------
+
+
+def _counting_hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times install_runtime hashes a file (one entry per sha256 of the file's content)."""
+    calls: list[int] = []
+    real = hashlib.sha256
+
+    def counted(data: bytes = b"") -> Any:
+        calls.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(runtimefile.hashlib, "sha256", counted)
+    return calls
+
+
+def test_a_checked_runtime_file_is_not_read_again_while_it_is_unchanged(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "runtime" / "hpk-runtime.sh"
+    runtimefile.install_runtime(path)  # missing: written
+    calls = _counting_hashes(monkeypatch)
+    for _ in range(5):
+        runtimefile.install_runtime(path)
+    assert path.read_bytes() == current_runtime().data
+    assert len(calls) == 1  # read and checked once, then trusted by its stat
+
+
+@pytest.mark.parametrize("damage", ["purged", "rewritten in place, size and mtime kept", "replaced by rename"])
+def test_a_runtime_file_changed_after_its_check_is_repaired(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             damage: str) -> None:
+    path = tmp_path / "runtime" / "hpk-runtime.sh"
+    runtimefile.install_runtime(path)
+    runtimefile.install_runtime(path)  # checked: now trusted while unchanged
+    good = current_runtime().data
+    st = path.stat()
+    evil = good.replace(b"hpk_put pod.done 1", b"rm -rf \"$HOME\"").ljust(len(good), b" ")[:len(good)]
+    assert evil != good and len(evil) == len(good)
+    if damage == "purged":  # e.g. a scratch file system's purge
+        path.unlink()
+    elif damage.startswith("rewritten"):
+        with open(path, "r+b") as fh:
+            fh.write(evil)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime back as it was: ctime still moved
+    else:
+        other = path.with_name("other")
+        other.write_bytes(evil)
+        os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+        other.replace(path)
+    calls = _counting_hashes(monkeypatch)
+    runtimefile.install_runtime(path)
+    assert path.read_bytes() == good
+    assert len(calls) == (0 if damage == "purged" else 1)  # read again (a purged file is simply written)
