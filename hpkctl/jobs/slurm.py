@@ -10,6 +10,8 @@ The work is split by responsibility; this class only ties it to one profile:
 * :mod:`~hpkctl.jobs.cancel`: ``scancel``.
 * :mod:`~hpkctl.jobs.step`: ``srun --overlap --jobid``, a command in a running job (the kubelet's exec).
 * :mod:`~hpkctl.jobs.poll`: the one polling loop, used by ``wait_for``.
+* :mod:`~hpkctl.jobs.alloc` and :mod:`~hpkctl.jobs.steps`: pilot mode's held allocations and the
+  pods' steps in them (``srun --jobid J --exact``, ``squeue --steps``, ``scancel J.S``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpkctl.jobs import alloc, steps
+from hpkctl.jobs.alloc import AllocationInfo
 from hpkctl.jobs.cancel import scancel, shorten
 from hpkctl.jobs.command import Commands
 from hpkctl.jobs.config import job_partition, partition_limit, show_config
@@ -28,6 +32,7 @@ from hpkctl.jobs.nodes import NodeInfo, sinfo_nodes
 from hpkctl.jobs.poll import DEFAULT_BACKOFF, poll
 from hpkctl.jobs.query import squeue, unique_ids, user_jobs
 from hpkctl.jobs.states import TERMINAL_STATES
+from hpkctl.jobs.steps import StepInfo, StepProcess
 from hpkctl.jobs.submit import sbatch, sbatch_test_only
 from hpkctl.sites.schema import SlurmSection
 
@@ -154,6 +159,34 @@ class Slurm:
         """Lower the job's time limit to ``seconds`` (whole minutes, rounded up): a pending job whose
         limit is above its partition's MaxTime can then start. Only lowering is allowed to users."""
         shorten(self._commands, job_id, seconds)
+
+    def hold(self, script: Path, *, args: Sequence[str], script_args: Sequence[str] = ()) -> str:
+        """Submit a pilot allocation's holder ``script`` with sbatch options ``args`` (made by
+        :func:`hpkctl.jobs.alloc.hold_args`); the job id. Refusals raise as for :meth:`submit`."""
+        return alloc.hold(self._commands, script, args=args, script_args=script_args)
+
+    def allocation(self, job_id: str) -> AllocationInfo | None:
+        """A held allocation's state, end and each node's CPUs/memory/GPUs (``scontrol show job -d``);
+        ``None`` once Slurm forgot it."""
+        return alloc.allocation(self._commands, job_id)
+
+    def steps(self) -> list[StepInfo]:
+        """Every running numbered step of this user's jobs, from one ``squeue --steps --me``."""
+        return steps.list_steps(self._commands)
+
+    def start_step(self, job_id: str, argv: Sequence[str], *, name: str, node: str, cpus: int, memory_mb: int,
+                   gpus: int = 0, gres_name: str = "gpu", output: Path, workdir: Path,
+                   srun_log: Path) -> StepProcess:
+        """Start ``argv`` as a resource-bounded step of allocation ``job_id`` on ``node`` and return at
+        once (see :mod:`hpkctl.jobs.steps`): the step runs as long as the returned srun does."""
+        return steps.start_step(self._commands, job_id, argv, name=name, node=node, cpus=cpus,
+                                memory_mb=memory_mb, gpus=gpus, gres_name=gres_name, output=output, workdir=workdir,
+                                srun_log=srun_log)
+
+    def cancel_step(self, step_id: str, *, signal: str | None = None) -> None:
+        """``scancel [--signal=SIG] J.S``: only the step's task gets the signal; without one the step is
+        killed. A step that already ended is not an error."""
+        steps.cancel_step(self._commands, step_id, signal=signal)
 
     async def exec_step(self, job_id: str, *, pod_dir: Path, container: str, command: Sequence[str],
                         tty: bool = False, stdin: bool = False) -> Step:

@@ -88,12 +88,14 @@ SUBMIT_ERRORS: tuple[tuple[str, type[SubmitError], str, str], ...] = (
 )
 
 
-def sbatch(commands: Commands, script: Path, *, extra_args: Sequence[str] = (), workdir: Path | None = None) -> str:
-    """``sbatch --parsable [extra_args] [--chdir=workdir] script``; the job id (see ``Slurm.submit``)."""
+def sbatch(commands: Commands, script: Path, *, extra_args: Sequence[str] = (), workdir: Path | None = None,
+           script_args: Sequence[str] = ()) -> str:
+    """``sbatch --parsable [extra_args] [--chdir=workdir] script [script_args]``; the job id (see
+    ``Slurm.submit``)."""
     args = ["--parsable", *extra_args]
     if workdir is not None:
         args.append(f"--chdir={workdir}")
-    args.append(str(Path(script).absolute()))
+    args += [str(Path(script).absolute()), *script_args]
     done = commands.run("sbatch", args)
     if done.returncode != 0:
         raise submit_error(done)

@@ -1,0 +1,147 @@
+"""Job steps in a held allocation: start one (``srun --jobid J --exact``), list them all, cancel one.
+
+Pilot mode's pods are steps (``hpkctl.pilot``). Measured on Slurm 22.05 (tests/jobs/
+test_jobs_pilot_slurm.py proves each point on every run):
+
+* ``srun --jobid=J --exact --ntasks=1 --cpus-per-task=C --mem=M`` gives the step exactly C CPUs
+  (its own cpuset) and M of memory (its own memory cgroup, ``.../job_J/step_S``); steps that do not
+  fit wait, so ``--immediate`` makes srun fail at once (``Requested nodes are busy``) instead: the
+  allocator's books and Slurm's disagree, and the pod goes elsewhere.
+* The step lives as long as its srun: SIGKILL to srun ends the step within seconds. So srun runs in
+  a session of its own (a kubelet's restart or a Ctrl-C of ``hpkctl run`` does not reach it) and its
+  own messages go to a file; the task's output goes to ``--output`` (opened on the node).
+* ``scancel --signal=TERM J.S`` signals the step's task only (not its children), like
+  ``scancel --batch`` for a batch script: the pod's stop sequence runs in its own order. Slurm
+  sends no SIGKILL after it. ``scancel J.S`` kills the step.
+* ``squeue --steps --me`` lists every running step of every job of the user in one call (steps that
+  ended are gone from it); the step's resources are not among its fields (``scontrol show step``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import cast
+
+from hpkctl.jobs.cancel import _ALREADY_DONE
+from hpkctl.jobs.command import Commands, _Proc, _ScrubbedCommand, failure
+from hpkctl.jobs.errors import SlurmUnavailable
+from hpkctl.jobs.info import parse_nodes, parse_time
+from hpkctl.jobs.query import check_id
+
+STEPS_FORMAT = "%i|%N|%S|%j"  # the name last: free text
+_STEP_ID = re.compile(r"^(\d+)\.(\d+)$")
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """A running step: ``J.S``, its node(s), its start and its name (the pod's, in pilot mode)."""
+
+    step_id: str
+    job_id: str
+    nodes: str
+    start: datetime | None
+    name: str
+
+
+def check_step(step_id: str) -> str:
+    """``step_id`` if it is ``J.S`` (a numbered step; never ``batch`` or ``extern``), else ValueError."""
+    if not isinstance(step_id, str) or not _STEP_ID.match(step_id):
+        raise ValueError(f"{step_id!r} is not a Slurm step id (JOB.STEP, digits)")
+    return step_id
+
+
+def parse_steps(text: str) -> list[StepInfo]:
+    """``squeue --steps --format=STEPS_FORMAT`` lines → numbered steps (``batch``/``extern`` left out)."""
+    steps: list[StepInfo] = []
+    for line in text.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) != 4 or not (m := _STEP_ID.match(parts[0].strip())):
+            continue
+        steps.append(StepInfo(step_id=parts[0].strip(), job_id=m.group(1), nodes=parse_nodes(parts[1]),
+                              start=parse_time(parts[2]), name=parts[3].rstrip("\n")))
+    return steps
+
+
+def list_steps(commands: Commands) -> list[StepInfo]:
+    """Every running numbered step of the calling user's jobs: one ``squeue --steps --me``."""
+    done = commands.run("squeue", ["--noheader", "--steps", "--me", f"--format={STEPS_FORMAT}"])
+    if done.returncode != 0:
+        raise failure(done)
+    return parse_steps(done.stdout)
+
+
+def cancel_step(commands: Commands, step_id: str, *, signal: str | None = None) -> None:
+    """``scancel [--signal=SIG] J.S``: signal the step's task, or kill the step. A step (or job)
+    that already ended is not an error."""
+    check_step(step_id)
+    args = [f"--signal={signal}"] if signal else []
+    done = commands.run("scancel", [*args, step_id])
+    if done.returncode != 0 and not any(s in done.stderr.lower() for s in _ALREADY_DONE):
+        raise failure(done)
+
+
+class StepProcess:
+    """The ``srun`` of a step started by :func:`start_step`: the step runs while it runs."""
+
+    def __init__(self, proc: _Proc, argv: list[str]) -> None:
+        self._proc = proc
+        self.argv = argv
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def poll(self) -> int | None:
+        """srun's exit status once it ended (the task's exit code, or 1 when no step was made), else None."""
+        popen = cast(subprocess.Popen[bytes], self._proc)
+        return popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._proc.wait(timeout=timeout)
+
+
+def step_args(job_id: str, *, name: str, node: str, cpus: int, memory_mb: int, gpus: int = 0,
+              gres_name: str = "gpu", output: Path, workdir: Path, immediate: int) -> list[str]:
+    """srun's options for one resource-bounded task on ``node`` of allocation ``job_id``."""
+    check_id(job_id)
+    if cpus < 1 or memory_mb < 1:
+        raise ValueError("a step needs at least one CPU and some memory (else it takes the whole allocation's)")
+    args = [f"--jobid={job_id}", f"--job-name={name}", "--exact", "--nodes=1", "--ntasks=1",
+            f"--cpus-per-task={cpus}", f"--mem={memory_mb}M", f"--immediate={immediate}", "--quiet",
+            f"--output={output}", f"--error={output}", f"--chdir={workdir}", "--input=none"]
+    if node:
+        args.append(f"--nodelist={node}")
+    if gpus > 0:
+        args.append(f"--gres={gres_name}:{gpus}")
+    return args
+
+
+def start_step(commands: Commands, job_id: str, argv: Sequence[str], *, name: str, node: str, cpus: int,
+               memory_mb: int, gpus: int = 0, gres_name: str = "gpu", output: Path, workdir: Path,
+               srun_log: Path) -> StepProcess:
+    """Start ``argv`` as a step of ``job_id`` and return at once (srun keeps running, in its own
+    session, as long as the step does; its own messages are appended to ``srun_log``)."""
+    if not argv:
+        raise ValueError("a step needs a command")
+    srun = commands.executable("srun")
+    immediate = max(1, math.ceil(commands.config.command_timeout))
+    args = [*step_args(job_id, name=name, node=node, cpus=cpus, memory_mb=memory_mb, gpus=gpus,
+                       gres_name=gres_name, output=output, workdir=workdir, immediate=immediate), *argv]
+    fd = os.open(srun_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        proc = cast(_Proc, _ScrubbedCommand(srun).popen(
+            args, env=commands.env(), new_session=True, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd))
+    except OSError as e:
+        raise SlurmUnavailable(f"cannot run {srun}: {e.strerror or e}",
+                               hint="set slurm.bin_dir in the profile to the directory that holds srun "
+                               "(or leave it empty to use PATH)", command=[srun, *args]) from e
+    finally:
+        os.close(fd)
+    return StepProcess(proc, [srun, *args])
