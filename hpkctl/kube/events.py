@@ -19,11 +19,11 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from hpkctl.kube.client import Kube, KubeError, KubeUnavailable, namespaced
+from hpkctl.kube.eventcache import LRU_ENTRIES, EventCorrelator, EventKey, Lru
 
 log = logging.getLogger("hpkctl.kube.events")
 
@@ -32,7 +32,7 @@ TYPES = ("Normal", "Warning")
 #: events.k8s.io/v1 limits ``note`` (core/v1 ``message``) to 1 kB, and it is the same storage
 MESSAGE_LIMIT = 1024
 #: client-go's recorder remembers this many distinct events for aggregation
-TRACKED = 4096
+TRACKED = LRU_ENTRIES
 _NAME_LIMIT = 253
 
 
@@ -91,75 +91,89 @@ def post_event(kube: Kube, *, obj: Obj, reason: str, message: str, type: str = "
     return created
 
 
+class EventSink(Protocol):
+    """Where a component's events go: an :class:`EventRecorder` (posts on the caller's thread) or an
+    :class:`EventBroadcaster` (posts on its own)."""
+
+    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal") -> object: ...
+
+    def forget(self, uid: str) -> None: ...
+
+
 class EventRecorder:
-    """Posts Events for one component, aggregating repeats (see the module docstring). Thread-safe.
+    """Posts Events for one component through client-go's correlation (:mod:`hpkctl.kube.eventcache`):
+    similar events aggregated, repeats counted, and at most 25 events per object in a burst, then one
+    per 5 minutes. Thread-safe.
 
     Events are best effort, as in client-go: :meth:`record` logs a failure and returns ``None``
     rather than failing the work the event is about.
     """
 
-    def __init__(self, kube: Kube, *, component: str, host: str | None = None, tracked: int = TRACKED) -> None:
+    def __init__(self, kube: Kube, *, component: str, host: str | None = None, tracked: int = TRACKED,
+                 correlator: EventCorrelator | None = None) -> None:
         self.kube = kube
         self.component = component
         self.host = host
-        self.tracked = tracked
+        self.correlator = correlator or EventCorrelator(size=tracked)
         self._lock = threading.Lock()
-        self._seen: OrderedDict[tuple[str, ...], tuple[str, str, int]] = OrderedDict()  # key -> (ns, name, count)
+        self._posted: Lru[EventKey | tuple[str, ...], tuple[str, str]] = Lru(tracked)  # key -> (ns, name)
+        #: events the spam filter dropped (client-go drops them silently; counted for tests and logs)
+        self.dropped = 0
 
-    def _key(self, obj: Obj, reason: str, message: str, type: str) -> tuple[str, ...]:
+    def _key(self, obj: Obj, reason: str, message: str, type: str) -> EventKey:
         ref = involved_object(obj)
-        return (ref["kind"], ref.get("namespace", ""), ref["name"], ref.get("uid", ""), type, reason,
-                _message(message))
+        return EventKey(self.component, self.host or "", ref["kind"], ref.get("namespace", ""), ref["name"],
+                        ref.get("uid", ""), ref["apiVersion"], type, reason, _message(message))
 
     def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal") -> Obj | None:
         """Post the event, or bump the count of the same one posted before; the Event, or None if the
-        API server refused or could not be reached (logged)."""
+        spam filter dropped it or the API server refused or could not be reached (logged)."""
         key = self._key(obj, reason, message, type)
         with self._lock:
-            seen = self._seen.get(key)
+            c = self.correlator.correlate(key)
+            posted = self._posted.get(c.key) if c.count > 1 else None
+            if c.skip:
+                self.dropped += 1
+        if c.skip:
+            log.debug("event %s %s about %s/%s dropped by the spam filter", type, reason, key.namespace, key.name)
+            return None
         try:
-            if seen is not None:
-                ns, name, count = seen
+            if posted is not None:
+                ns, name = posted
                 try:
                     ev: Obj = self.kube.patch(namespaced("events", ns, name),
-                                              {"count": count + 1, "lastTimestamp": rfc3339()})
-                    self._remember(key, ns, name, int(ev.get("count") or count + 1))
+                                              {"count": c.count, "lastTimestamp": rfc3339()})
                     return ev
                 except KubeError as exc:
                     if exc.code != 404:  # 404: expired (event TTL, 1 h by default): post it anew
                         raise
-            ev = post_event(self.kube, obj=obj, reason=reason, message=message, type=type,
+            ev = post_event(self.kube, obj=obj, reason=reason, message=c.message, type=type,
                             component=self.component, host=self.host)
             meta = ev.get("metadata") or {}
-            self._remember(key, str(meta.get("namespace") or ""), str(meta.get("name") or ""), 1)
+            with self._lock:
+                self._posted.put(c.key, (str(meta.get("namespace") or ""), str(meta.get("name") or "")))
+                self.correlator.posted(c.key)
             return ev
         except (KubeError, KubeUnavailable) as exc:
-            log.warning("event %s %s about %s/%s not recorded: %s", type, reason, key[1], key[2], exc)
+            log.warning("event %s %s about %s/%s not recorded: %s", type, reason, key.namespace, key.name, exc)
             return None
-
-    def _remember(self, key: tuple[str, ...], ns: str, name: str, count: int) -> None:
-        with self._lock:
-            self._seen[key] = (ns, name, count)
-            self._seen.move_to_end(key)
-            while len(self._seen) > self.tracked:
-                self._seen.popitem(last=False)
 
     def forget(self, uid: str) -> None:
         """Drop what is remembered about one object (it was deleted): its events are not bumped again."""
         with self._lock:
-            for key in [k for k in self._seen if k[3] == uid]:
-                del self._seen[key]
+            self.correlator.forget(uid)
+            self._posted.drop(lambda k: (k.uid if isinstance(k, EventKey) else k[5]) == uid)
 
 
 class EventBroadcaster:
     """Records events on a thread of its own, as client-go's broadcaster does, so the work an event
-    is about (a bind) never waits for the event's POST. Best effort like client-go's: a full buffer
-    (``size`` events behind) drops the new event with a warning rather than blocking the caller.
-    :meth:`close` posts what is still queued, up to ``timeout`` seconds."""
+    is about (a bind, a pod's sync) never waits for the event's POST. Best effort like client-go's:
+    a full buffer (``size`` events behind) drops the new event with a warning rather than blocking
+    the caller. :meth:`close` posts what is still queued, up to ``timeout`` seconds."""
 
     def __init__(self, recorder: EventRecorder, *, size: int = 1000, name: str = "events") -> None:
         self.recorder = recorder
-        self._queue: queue.Queue[tuple[Obj, str, str, str] | None] = queue.Queue(maxsize=size)
+        self._queue: queue.Queue[tuple[Obj, str, str, str] | str | threading.Event | None] = queue.Queue(maxsize=size)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -171,10 +185,25 @@ class EventBroadcaster:
             log.warning("event %s %s about %s/%s dropped: %d events are waiting to be posted", type, reason,
                         meta.get("namespace", ""), meta.get("name", ""), self._queue.maxsize)
 
+    def forget(self, uid: str) -> None:
+        """:meth:`EventRecorder.forget`, after the events about ``uid`` queued before it."""
+        self._queue.put(uid)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything queued before this call was posted; False after ``timeout``."""
+        done = threading.Event()
+        self._queue.put(done, timeout=timeout)
+        return done.wait(timeout)
+
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            obj, reason, message, type = item
-            self.recorder.record(obj, reason=reason, message=message, type=type)
+            if isinstance(item, threading.Event):
+                item.set()
+            elif isinstance(item, str):
+                self.recorder.forget(item)
+            else:
+                obj, reason, message, type = item
+                self.recorder.record(obj, reason=reason, message=message, type=type)
 
     def close(self, timeout: float = 5.0) -> bool:
         """Stop after the queued events; False if they were not all posted within ``timeout``."""

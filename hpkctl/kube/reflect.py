@@ -26,12 +26,12 @@ Callbacks run on the reflector's thread, one at a time, in order; they should no
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from hpkctl.backoff import Backoff as Backoff  # re-exported: the scheduler and tests import it from here
 from hpkctl.kube.client import Kube, KubeError, KubeUnavailable
 from hpkctl.kube.watchstream import Obj, WatchStream
 
@@ -46,27 +46,6 @@ LIST_PAGE = 500
 #: A watch that ends this soon after it began, having delivered nothing, counts as a failure (so a
 #: server or proxy that accepts and closes at once is retried with back-off, not in a loop).
 QUICK_CLOSE = 1.0
-
-
-class Backoff:
-    """Exponential back-off with jitter: ``initial``, doubling up to ``cap`` seconds, each delay drawn
-    from [d/2, d] so that many clients cut off together do not come back together."""
-
-    def __init__(self, *, initial: float = 0.8, cap: float = 30.0, rng: random.Random | None = None) -> None:
-        if initial <= 0 or cap < initial:
-            raise ValueError(f"Backoff needs 0 < initial <= cap, got initial={initial}, cap={cap}")
-        self.initial = initial
-        self.cap = cap
-        self.failures = 0
-        self._rng = rng or random.Random()
-
-    def next(self) -> float:
-        d: float = min(self.cap, self.initial * 2.0 ** min(self.failures, 30))
-        self.failures += 1
-        return d * (0.5 + self._rng.random() / 2)
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 class _Expired(Exception):

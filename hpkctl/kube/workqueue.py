@@ -1,9 +1,16 @@
-"""A bounded pool of workers fed by keys (pod uids): one key is never worked on by two workers at
-once, a key added while it is being worked on is worked on again afterwards (nothing is lost),
-and a key can be re-added after a delay (back-off, grace-period deadlines).
+"""The one work queue of the kubelet and the scheduler: a bounded pool of workers fed by keys (pod
+uids), with one entry per key.
 
-The same shape as client-go's workqueue, which virtual-kubelet uses; threads, because the work is
-blocking calls (sbatch, the API client).
+- A key is never worked on by two workers at once; a key added while it is being worked on is
+  worked on again afterwards (nothing is lost).
+- Every add carries a deadline (now, or now + a delay: a back-off, a grace-period re-check); a key
+  has one entry, and of two deadlines for it the earlier wins. So a watch event queues a pod at once
+  even while it waits out a back-off (the pod's own gate then decides whether there is anything to
+  do), and a hundred re-adds of a pod cost one run.
+- Keys run in deadline order, each once its deadline has come.
+
+The same shape as client-go's rate-limited workqueue, which virtual-kubelet uses; threads, because
+the work is blocking calls (sbatch, the API client).
 """
 
 from __future__ import annotations
@@ -12,86 +19,93 @@ import heapq
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 
 log = logging.getLogger("hpkctl.workqueue")
 
+_IDLE_WAIT = 1.0  # seconds a worker sleeps with nothing queued before it looks again (stop() wakes it)
+
 
 class WorkQueue:
-    def __init__(self, handler: Callable[[str], None], *, workers: int, name: str = "pod") -> None:
+    def __init__(self, handler: Callable[[str], None], *, workers: int, name: str = "pod",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.handler = handler
+        self.clock = clock
         self._cv = threading.Condition()
-        self._queue: deque[str] = deque()
-        self._queued: set[str] = set()
+        self._due: dict[str, float] = {}  # key -> its one deadline (keys not being worked on)
+        self._heap: list[tuple[float, int, str]] = []  # (deadline, seq, key); stale entries skipped
         self._active: set[str] = set()
-        self._dirty: set[str] = set()
-        self._delayed: list[tuple[float, int, str]] = []
+        self._again: dict[str, float] = {}  # keys added while being worked on -> their earliest deadline
         self._seq = 0
         self._stopped = False
         self._threads = [threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True)
                          for i in range(workers)]
-        self._timer = threading.Thread(target=self._tick, name=f"{name}-delays", daemon=True)
 
     def start(self) -> None:
         for t in self._threads:
             t.start()
-        self._timer.start()
 
     def add(self, key: str) -> None:
-        with self._cv:
-            self._enqueue(key)
-
-    def _enqueue(self, key: str) -> None:
-        """With the lock held: queue ``key`` once, or mark it to run again after the worker holding it."""
-        if key in self._active:
-            self._dirty.add(key)
-        elif key not in self._queued:
-            self._queued.add(key)
-            self._queue.append(key)
-            self._cv.notify_all()
+        """Work on ``key`` as soon as a worker is free."""
+        self.add_after(key, 0.0)
 
     def add_after(self, key: str, delay: float) -> None:
-        if delay <= 0:
-            self.add(key)
-            return
+        """Work on ``key`` after ``delay`` seconds, unless it is already due earlier."""
         with self._cv:
-            self._seq += 1
-            heapq.heappush(self._delayed, (time.monotonic() + delay, self._seq, key))
-            self._cv.notify_all()
+            self._schedule(key, self.clock() + max(0.0, delay))
+
+    def _schedule(self, key: str, when: float) -> None:
+        """With the lock held: the earlier of ``when`` and the key's deadline wins."""
+        if key in self._active:
+            self._again[key] = min(when, self._again.get(key, when))
+            return
+        due = self._due.get(key)
+        if due is not None and due <= when:
+            return
+        self._due[key] = when
+        self._seq += 1
+        heapq.heappush(self._heap, (when, self._seq, key))
+        self._cv.notify()
+
+    def due(self, key: str) -> float | None:
+        """The key's deadline (clock seconds), None when it is not queued."""
+        with self._cv:
+            return self._due.get(key, self._again.get(key))
 
     def stop(self, *, timeout: float = 5.0) -> None:
         with self._cv:
             self._stopped = True
             self._cv.notify_all()
         deadline = time.monotonic() + timeout
-        for t in self._threads + [self._timer]:
+        for t in self._threads:
             if t.is_alive():
                 t.join(max(0.0, deadline - time.monotonic()))
 
     def idle(self) -> bool:
+        """Nothing being worked on and nothing due now (keys waiting for a later deadline may be queued)."""
         with self._cv:
-            return not (self._queue or self._active)
+            now = self.clock()
+            return not self._active and not any(when <= now for when in self._due.values())
 
-    def _tick(self) -> None:
-        with self._cv:
-            while not self._stopped:
-                now = time.monotonic()
-                while self._delayed and self._delayed[0][0] <= now:
-                    _, _, key = heapq.heappop(self._delayed)
-                    self._enqueue(key)
-                wait = self._delayed[0][0] - now if self._delayed else 1.0
-                self._cv.wait(min(max(wait, 0.01), 1.0))
+    def _take(self) -> str | None:
+        """With the lock held: the next due key, waiting for it; None once stopped."""
+        while not self._stopped:
+            while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
+                heapq.heappop(self._heap)  # replaced by an earlier deadline, or taken already
+            now = self.clock()
+            if self._heap and self._heap[0][0] <= now:
+                _, _, key = heapq.heappop(self._heap)
+                del self._due[key]
+                return key
+            self._cv.wait(min(self._heap[0][0] - now, _IDLE_WAIT) if self._heap else _IDLE_WAIT)
+        return None
 
     def _work(self) -> None:
         while True:
             with self._cv:
-                while not self._queue and not self._stopped:
-                    self._cv.wait()
-                if self._stopped:
+                key = self._take()
+                if key is None:
                     return
-                key = self._queue.popleft()
-                self._queued.discard(key)
                 self._active.add(key)
             try:
                 self.handler(key)
@@ -100,6 +114,5 @@ class WorkQueue:
             finally:
                 with self._cv:
                     self._active.discard(key)
-                    if key in self._dirty:
-                        self._dirty.discard(key)
-                        self._enqueue(key)
+                    if key in self._again:
+                        self._schedule(key, self._again.pop(key))

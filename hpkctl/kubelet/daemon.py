@@ -24,7 +24,7 @@ from hpkctl.errors import HpkError
 from hpkctl.files import ExclusiveLock, LockHeld
 from hpkctl.jobs import Slurm
 from hpkctl.kube import Kube, KubeError, KubeUnavailable
-from hpkctl.kube.events import EventRecorder
+from hpkctl.kube.events import EventBroadcaster, EventRecorder
 from hpkctl.kube.reflect import Reflector
 from hpkctl.kube.address import host_address
 from hpkctl.kubelet.node import LeaseKeeper, NodeReporter, NodeState
@@ -67,7 +67,9 @@ class Kubelet:
         self.state_dir = state
         self.records = Records(state)
         self.lock = ExclusiveLock(state / "kubelet.lock")
-        self.recorder = EventRecorder(self.kube, component="kubelet", host=opts.node_name)
+        # events are posted on their own thread, through client-go's spam filter and aggregation
+        self.recorder = EventBroadcaster(EventRecorder(self.kube, component="kubelet", host=opts.node_name),
+                                         name="kubelet-events")
         self.pods = PodManager(kube=self.kube, slurm=self.slurm, profile=profile, node_name=opts.node_name,
                                records=self.records, recorder=self.recorder, host_ip=self.address)
         self.server: KubeletServer | None = None
@@ -212,6 +214,7 @@ class Kubelet:
             self.server.stop()
         for t in (*self._loops, self.reporter.thread, self.lease.thread):
             t.join(5)
+        self.recorder.close()
         self.lock.release()
         log.info("kubelet stopped; the pods' Slurm jobs keep running")
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import platform
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from hpkctl import __version__
+from hpkctl.backoff import Backoff
 from hpkctl.jobs import NodeInfo
 from hpkctl.kube import Kube, KubeError, KubeUnavailable, lease_path, node_path
 from hpkctl.kube.events import rfc3339
@@ -181,7 +181,7 @@ class NodeReporter:
         return True
 
     def _run(self) -> None:
-        delay = 1.0
+        backoff = Backoff(initial=2.0, cap=30.0)
         while not self.stop.is_set():
             try:
                 if not self.registered.is_set():
@@ -191,15 +191,15 @@ class NodeReporter:
                     if time.monotonic() - self._last_capacity >= CAPACITY_EVERY:
                         self.refresh_capacity()
                     self.post()
-                delay = 1.0
+                backoff.reset()
                 self.stop.wait(STATUS_TICK)
             except (KubeError, KubeUnavailable) as exc:
+                delay = backoff.next()
                 log.warning("node status: %s (retrying in %.0f s)", exc, delay)
-                self.stop.wait(delay + random.random())
-                delay = min(delay * 2, 30.0)
+                self.stop.wait(delay)
             except Exception:  # noqa: BLE001 - never let the node thread die
                 log.exception("node status failed (retrying)")
-                self.stop.wait(delay)
+                self.stop.wait(backoff.next())
 
 
 class LeaseKeeper:

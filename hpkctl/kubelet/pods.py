@@ -30,7 +30,7 @@ from typing import Any
 from hpkctl.errors import PodError
 from hpkctl.jobs import JobInfo, Slurm, SlurmError, SlurmTimeout, SubmitError
 from hpkctl.kube import Kube, KubeError, KubeUnavailable, pod_path
-from hpkctl.kube.events import EventRecorder
+from hpkctl.kube.events import EventSink
 from hpkctl.kube.workqueue import WorkQueue
 from hpkctl.kubelet.adopt import JobFinder, ran_before, terminal_phase
 from hpkctl.kubelet.changes import ChangeLog
@@ -118,7 +118,7 @@ def _job_key(job: JobInfo | None) -> tuple[Any, ...]:
 
 class PodManager:
     def __init__(self, *, kube: Kube, slurm: Slurm, profile: SiteProfile, node_name: str, records: Records,
-                 recorder: EventRecorder, host_ip: str = "", table: PodTable | None = None) -> None:
+                 recorder: EventSink, host_ip: str = "", table: PodTable | None = None) -> None:
         self.kube = kube
         self.slurm = slurm
         self.profile = profile

@@ -89,6 +89,31 @@ def test_add_after_delays_and_a_failing_handler_does_not_kill_workers() -> None:
     assert dict(seen)["late"] >= 0.3
 
 
+def test_one_entry_per_key_and_the_earliest_deadline_wins() -> None:
+    """A watch event during a pod's back-off runs the pod now (its gate then decides); a later
+    deadline never pushes back an earlier one; a hundred adds of a key cost one run."""
+    runs: list[str] = []
+    gate = threading.Event()
+
+    def handler(key: str) -> None:
+        gate.wait(10)
+        runs.append(key)
+
+    q = WorkQueue(handler, workers=1)
+    q.add_after("a", 600)
+    assert q.due("a") is not None and q.due("a") > time.monotonic() + 500  # type: ignore[operator]
+    q.add("a")  # earlier: replaces the 600 s deadline
+    q.add_after("a", 600)  # later: ignored
+    for _ in range(100):
+        q.add("b")
+    q.start()
+    gate.set()
+    wait_for("both keys worked on", lambda: len(runs) >= 2 and q.idle(), timeout=10, every=0.01)
+    assert sorted(runs) == ["a", "b"]
+    assert q.due("a") is None and q.due("b") is None  # nothing left behind for later
+    q.stop()
+
+
 # ---------------------------------------------------------------------------- status
 def _status(phase: str, state: str, code: int | None = None, started: str | None = "2026-01-01T00:00:00Z") -> PodStatus:
     c = ContainerStatus(name="c", init=False, state=state, exit_code=code, started_at=started,
