@@ -202,27 +202,26 @@ async def stream_log(path: Path, opts: LogOptions, write: Write, *, done: Callab
     is waiting). ``done`` is asked before each final read, so nothing written before it became
     true is lost."""
     out = _Output(write, timestamps=opts.timestamps, limit=opts.limit_bytes)
-    fh: BinaryIO = open(path, "rb")  # noqa: SIM115 - replaced when the job moves the log aside
+    # every open, stat and read runs on a worker thread: the HTTPS server's event loop serves every
+    # other request meanwhile (a slow or hung file system holds up this stream only)
+    fh: BinaryIO = await asyncio.to_thread(open, path, "rb")
     try:
-        stamp = os.fstat(fh.fileno()).st_mtime
+        stamp = (await asyncio.to_thread(os.fstat, fh.fileno())).st_mtime
         if opts.since is not None and stamp < opts.since:
             fh.seek(0, os.SEEK_END)
         elif opts.tail_lines is not None:
-            fh.seek(tail_offset(fh, opts.tail_lines))
-        while (chunk := fh.read(CHUNK)) and not out.full:
+            fh.seek(await asyncio.to_thread(tail_offset, fh, opts.tail_lines))
+        while (chunk := await asyncio.to_thread(fh.read, CHUNK)) and not out.full:
             await out.send(chunk, stamp=stamp)
         if not opts.follow or opts.previous:
             return
         while not out.full:
-            finished = done()
-            while (chunk := fh.read(CHUNK)) and not out.full:
+            finished = await asyncio.to_thread(done)
+            while (chunk := await asyncio.to_thread(fh.read, CHUNK)) and not out.full:
                 stamp = max(stamp, clock())  # never before a time already sent
                 await out.send(chunk, stamp=stamp)
-            if _same_file(fh, path) is False:  # a restart moved it aside and a new run began
-                try:
-                    fresh = open(path, "rb")  # noqa: SIM115
-                except FileNotFoundError:
-                    fresh = None  # moved again in between: look once more
+            if await asyncio.to_thread(_same_file, fh, path) is False:  # a restart moved it aside, a new run began
+                fresh = await asyncio.to_thread(_reopen, path)  # None: moved again in between, look once more
                 if fresh is not None:
                     fh.close()
                     fh = fresh
@@ -232,3 +231,10 @@ async def stream_log(path: Path, opts: LogOptions, write: Write, *, done: Callab
             await asyncio.sleep(poll)
     finally:
         fh.close()
+
+
+def _reopen(path: Path) -> BinaryIO | None:
+    try:
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except FileNotFoundError:
+        return None

@@ -11,7 +11,9 @@ address only.
 
 The server runs its own asyncio loop in a daemon thread, so the daemon's threads are never blocked
 by a log that is followed for hours. It only *reads* the ``PodTable`` (the reconcile workers own
-it) and the pod directories; the one thing it starts is an exec step, through ``Slurm.exec_step``.
+it) and the pod directories, each file read on a worker thread (``asyncio.to_thread``) so that a slow
+file system never stalls the loop that serves every other stream; the one thing it starts is an
+exec step, through ``Slurm.exec_step``.
 Routes and their refusals:
 
 * ``/containerLogs/{ns}/{pod}/{container}``: :mod:`hpkctl.kubelet.logs` (what ``timestamps`` and
@@ -298,7 +300,7 @@ class KubeletServer:
                            f"{self._waiting_reason(tracked, container)}")
         pd = PodDir(tracked.pod_dir)
         path = pd.log(container, previous=opts.previous)
-        if not path.is_file():
+        if not await asyncio.to_thread(path.is_file):  # file I/O off the event loop, as every read here
             if opts.previous:
                 raise ApiError(400, f'previous terminated container "{container}" in pod "{tracked.name}" not found')
             raise ApiError(400, f'container "{container}" in pod "{tracked.name}" is waiting to start: '
@@ -323,7 +325,7 @@ class KubeletServer:
         remotecommand.check_websocket(request)
         tracked, container = self._container(request)
         opts = remotecommand.stream_options(request.query, request.query.getall("command", []), need_command=True)
-        pd = self._running(tracked, container)
+        pd = await asyncio.to_thread(self._running, tracked, container)
 
         async def start() -> Step:
             return await self.slurm.exec_step(tracked.job_id, pod_dir=pd.root, container=container,
@@ -344,7 +346,7 @@ class KubeletServer:
                            "under Apptainer a container has no stdin or terminal (the job starts it with "
                            "/dev/null as input); attach without -i/-t to stream its output, or use "
                            "kubectl exec -it POD -- sh for an interactive shell in it")
-        pd = self._running(tracked, container)
+        pd = await asyncio.to_thread(self._running, tracked, container)
         done = self._done(tracked, pd, container)
         path = pd.log(container)
         follow_opts = logs.LogOptions(follow=True, tail_lines=0)

@@ -285,6 +285,34 @@ def test_logs_whole_tail_limit_and_previous(served: Served) -> None:
     assert served.get(base, params={"previous": "true", "tailLines": 1}).text == "last line without newline"
 
 
+def test_a_log_read_that_hangs_holds_up_only_its_own_stream(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """File reads run off the server's event loop: while one log read is stuck (a hung file system,
+    here a read that waits on an event), other requests are answered."""
+    t = track(served.table, served.root, "a", ["main"], running=("main",))
+    assert t.pod_dir is not None
+    _write(t.pod_dir / "logs" / "main.log", "one\ntwo\n")
+    stuck, release = threading.Event(), threading.Event()
+
+    def hanging_tail_offset(fh: BinaryIO, lines: int) -> int:
+        stuck.set()
+        assert release.wait(20)
+        return tail_offset(fh, lines)
+
+    monkeypatch.setattr(logs, "tail_offset", hanging_tail_offset)
+    got: dict[str, str] = {}
+    reader = threading.Thread(target=lambda: got.update(text=served.get("/containerLogs/default/a/main",
+                                                                        params={"tailLines": 1}).text))
+    reader.start()
+    try:
+        assert stuck.wait(20), "the log request never reached its read"
+        assert served.get("/healthz").text == "ok"  # the loop is free while the read hangs
+        assert served.get("/pods").json()["items"][0]["metadata"]["name"] == "a"
+    finally:
+        release.set()
+        reader.join(20)
+    assert got == {"text": "two\n"}
+
+
 def test_log_options_are_validated_as_kubernetes_does(served: Served) -> None:
     track(served.table, served.root, "a", ["main"], running=("main",))
     base = "/containerLogs/default/a/main"
