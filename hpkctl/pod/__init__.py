@@ -11,7 +11,8 @@ from typing import Any
 
 from hpkctl.pod.objects import ObjectSource, StaticObjects
 from hpkctl.pod.render import RenderedPod, render_plan, write_pod_dir
-from hpkctl.pod.translate import PodPlan, plan_pod, pod_dir_for
+from hpkctl.pod.plan import PodPlan
+from hpkctl.pod.translate import plan_pod, pod_dir_for
 from hpkctl.pod.volumes import PvcResolver
 from hpkctl.sites.schema import SiteProfile
 

@@ -26,7 +26,7 @@ from hpkctl.pod.runtimefile import current_runtime, install_runtime, runtime_for
 from hpkctl.pod.template import environment
 from hpkctl.pod.shell import RuntimeRef, SecretText, Shell, Value, concat, env_file_line, literal, quote, shell_word
 from hpkctl.pod.storage import size_limits
-from hpkctl.pod.translate import ContainerPlan, PodPlan
+from hpkctl.pod.plan import ContainerPlan, PodPlan
 from hpkctl.pod.volumes import Bind
 
 NO_MOUNT = "home,cwd,tmp"

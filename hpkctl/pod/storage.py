@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from hpkctl.pod.quantity import ceil_int, format_bytes
-from hpkctl.pod.translate import PodPlan
+from hpkctl.pod.plan import PodPlan
 
 
 @dataclass(frozen=True)
