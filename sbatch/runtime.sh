@@ -515,14 +515,15 @@ hpk_stop_sidecars() {
   HPK_SIDECARS=()
 }
 
-# hpk_cancelled: a TERM that no delete announced (pod.deleting) is the time limit's --signal, which
-# leaves the job RUNNING, or a cancel from outside (scancel, an administrator, preemption), for which
-# slurmctld ends the job before it signals it: say so (pod.failed Cancelled). Where squeue cannot
-# answer (inside a cni parent container; the host part asked already) nothing is written.
+# hpk_cancelled SECONDS: a TERM that no delete announced (pod.deleting) is the time limit's --signal,
+# which leaves the job RUNNING, or a cancel from outside (scancel, an administrator, preemption), for
+# which slurmctld ends the job before it signals it: say so (pod.failed Cancelled). squeue gets
+# SECONDS to answer, or nothing is written (as where it cannot answer: inside a cni parent container,
+# where the host part asked already); Slurm's own verdict still wins when the status is read back.
 hpk_cancelled() {
   [ ! -e "$HPK_STATUS/pod.deleting" ] && [ ! -e "$HPK_STATUS/pod.failed" ] || return 0
   local state
-  state=$(timeout 10 squeue --noheader --jobs="${SLURM_JOB_ID:-0}" --format=%T 2>/dev/null) || return 0
+  state=$(timeout "$1" squeue --noheader --jobs="${SLURM_JOB_ID:-0}" --format=%T 2>/dev/null) || return 0
   case $state in
     "" | RUNNING) return 0 ;;
   esac
@@ -531,14 +532,17 @@ hpk_cancelled() {
 
 # hpk_terminate: the job is being deleted or reached its time limit (SIGTERM to the batch shell):
 # the main containers' stop sequences run concurrently, then the sidecars' in reverse order; the
-# exit codes are recorded.
+# exit codes are recorded. Whether Slurm cancelled the job is asked meanwhile (squeue may be slow,
+# and the time limit's TERM leaves only the grace period and 10 s).
 hpk_terminate() {
   trap '' TERM INT
-  hpk_cancelled
+  hpk_cancelled 5 &
+  local asking=$!
   hpk_put pod.terminating "$(hpk_now)"
   # shellcheck disable=SC2086  # empty when no init container runs
   hpk_stop_runners $HPK_INIT_RUNNER ${HPK_RUNNERS[@]+"${HPK_RUNNERS[@]}"}
   hpk_stop_sidecars
+  wait "$asking"
   # shellcheck disable=SC2046  # helpers such as the sizeLimit watch
   kill -TERM $(jobs -p) 2>/dev/null
   wait
@@ -693,7 +697,7 @@ hpk_in_parent() {
   # SIGTERM (delete, the time limit) goes on to the pod part inside (apptainer hands it to its
   # process), which stops the containers; this shell waits for it.
   # shellcheck disable=SC2046  # one pid per word
-  trap 'trap "" TERM INT; hpk_cancelled; kill -TERM $(hpk_children "$parent") 2>/dev/null; wait "$parent"; hpk_linger; exit 143' TERM INT
+  trap 'trap "" TERM INT; hpk_cancelled 3; kill -TERM $(hpk_children "$parent") 2>/dev/null; wait "$parent"; hpk_linger; exit 143' TERM INT
   wait "$parent"
   local rc=$?
   [ -e "$HPK_STATUS/pod.done" ] || hpk_fail ParentContainerFailed "the pod's parent container exited with code $rc; see $HPK_LOGS/slurm.out"

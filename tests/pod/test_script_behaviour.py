@@ -198,3 +198,28 @@ def test_policy_timers_come_from_the_profile(stub_env) -> None:  # type: ignore[
     script = render_pod(pod_doc(spec), _fast(stub_env["profile"])).script
     assert {line for line in script.splitlines() if line.startswith(("HPK_RESTART", "HPK_SIZE"))} == {
         "HPK_RESTART_BACKOFF=1", "HPK_RESTART_BACKOFF_MAX=2", "HPK_SIZE_CHECK_INTERVAL=1"}
+
+
+def test_asking_slurm_whether_it_cancelled_the_job_runs_beside_the_stop_sequence(stub_env) -> None:  # type: ignore[no-untyped-def]
+    """A TERM without pod.deleting: the job asks squeue whether Slurm cancelled it. This squeue answers
+    only once the container has been stopped (its exit code written), so a job that asked first and
+    stopped its containers after would wait out squeue's bound, write no verdict, and eat the seconds
+    the time limit's --signal leaves it; here the question runs during the stop sequence."""
+    fake = stub_env["tmp"] / "slow-squeue"
+    fake.mkdir()
+    (fake / "squeue").write_text('#!/bin/bash\nfor _ in $(seq 300); do\n'
+                                 '  [ -e "$HPK_STATUS/app.exitcode" ] && { echo CANCELLED; exit 0; }\n'
+                                 '  sleep 0.1\ndone\nexit 1\n')
+    (fake / "squeue").chmod(0o755)
+    spec = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "b:1", "command": ["x"]}]}
+    rendered = render_pod(pod_doc(spec), _fast(stub_env["profile"]))
+    root = write_pod_dir(rendered)
+    env = stub_environment(stub_env, stub_env["tmp"] / "record.jsonl", HPK_STUB_SLEEP="120")
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    proc = subprocess.Popen(["bash", str(root / "job" / "job.sh")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    wait_for("app.started", (root / "status" / "app.started").exists, timeout=40)
+    proc.send_signal(signal.SIGTERM)  # to the batch shell only, as --signal=B:TERM; no pod.deleting
+    proc.communicate(timeout=60)
+    assert _read(root, "app.exitcode") == "143" and _read(root, "pod.done") == "143"
+    assert _read(root, "pod.failed").splitlines()[0] == "Cancelled"
