@@ -66,7 +66,7 @@ def slurm_options(ctx: Ctx, res: PodResources) -> tuple[list[SlurmOption], list[
     ]
     if res.mem_mib:
         gen.append(SlurmOption("--mem", f"{res.mem_mib}M"))
-    if res.tmp_mib:
+    if res.tmp_mib and s.request_tmp:
         gen.append(SlurmOption("--tmp", f"{res.tmp_mib}M"))
     if res.gres:
         gen.append(SlurmOption("--gres", ",".join(f"{g}:{n}" for g, n in res.gres.items())))

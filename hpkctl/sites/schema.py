@@ -90,6 +90,10 @@ class SlurmSection(_Section):
     use_sacct: Literal["auto", "yes", "no"] = Field(
         "auto", description="read final job states with sacct (needs slurmdbd); auto: probe once"
     )
+    request_tmp: bool = Field(True, description="a pod's ephemeral-storage requests become --tmp (node-local disk, "
+                              "the nodes' TmpDisk); false where nodes declare none (TmpDisk=0), since sbatch "
+                              "refuses any --tmp there: limits are still enforced by the job (README, What "
+                              "stays private)")
 
     @field_validator("default_time", "max_time")
     @classmethod

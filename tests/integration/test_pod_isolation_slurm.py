@@ -179,8 +179,8 @@ def test_ephemeral_storage_limits_and_size_limits_evict_the_pod(hpk: Hpk) -> Non
     fill = "dd if=/dev/zero of={} bs=1024 count=4096 2>/dev/null; echo filled; sleep 60"
     tmp_hog = c("tmphog", fill.format("/tmp/fill"), resources={"limits": {"ephemeral-storage": "2Mi"}})
     name = unique("evict")
-    # (ephemeral-storage also asks Slurm for --tmp, which these nodes (TmpDisk=0) cannot give)
-    r = hpk.run(pod(name, [tmp_hog], annotations={"slurm-job.hpk.io/flags": "--tmp=0"}), site=str(profile))
+    # the ci profile's request_tmp = false: no --tmp, which these nodes (TmpDisk=0) cannot give
+    r = hpk.run(pod(name, [tmp_hog]), site=str(profile))
     assert r.rc != 0, r.output
     st = hpk.status(name, site=str(profile))["status"]
     assert (st["reason"], st["message"]) == ("Evicted", 'Container tmphog exceeded its local ephemeral storage '

@@ -276,3 +276,17 @@ def test_no_annotation_adds_a_line_outside_sbatch_or_runs_anything(flags: str, m
     # 3. bash accepts the script.
     check = subprocess.run(["bash", "-n"], input=rendered.script.encode(), capture_output=True, check=False)
     assert check.returncode == 0, check.stderr
+
+
+@pytest.mark.parametrize(("request_tmp", "directive"), [(True, "#SBATCH --tmp=2048M"), (False, None)])
+def test_ephemeral_storage_asks_for_tmp_only_where_the_profile_says_nodes_have_it(
+        request_tmp: bool, directive: str | None) -> None:
+    """[slurm] request_tmp: nodes with TmpDisk=0 (the CI clusters) make sbatch refuse any --tmp, so
+    such a profile passes none; the job still enforces the limit (the eviction test, real Slurm)."""
+    doc = pod_doc({"restartPolicy": "Never", "containers": [{
+        "name": "c", "image": "busybox:1.36", "command": ["true"],
+        "resources": {"requests": {"ephemeral-storage": "2Gi"}, "limits": {"ephemeral-storage": "2Gi"}}}]})
+    script = render_pod(doc, make_profile(slurm={"request_tmp": request_tmp})).script
+    found = [line for line in script.splitlines() if line.startswith("#SBATCH --tmp")]
+    assert found == ([directive] if directive else [])
+    assert "hpk_size_limit 2097152 " in script  # the limit is watched either way
