@@ -23,6 +23,12 @@ class ManifestError(HpkError):
     """A manifest is invalid (names the file, the object and the field)."""
 
 
+class ControlPlaneError(HpkError):
+    """A control-plane component did not start, did not become healthy, or ended; names it, its log and
+    the fix. Here rather than beside the bootstrap: the state directory's lock (read on the submit host
+    too) raises it, and the submit host never imports what runs inside the control-plane job."""
+
+
 class PodError(HpkError):
     """A pod cannot be run as asked; becomes a pod status with ``reason``, never a crash."""
 

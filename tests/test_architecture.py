@@ -128,6 +128,8 @@ VIOLATIONS = [
     ({"layers"}, "scheduler/_violation.py", "from hpkctl.kubelet import pods\n"),
     ({"layers"}, "kubelet/_violation.py", "from hpkctl.scheduler import fit\n"),
     ({"layers", "kubelet-no-cli"}, "scheduler/_violation.py", "import hpkctl.cli\n"),
+    # an allowed importer of the job side (not one of the submit host's modules)
+    (set(), "controlplane/_violation.py", "from hpkctl.controlplane import steps\n"),
     ({"no-standins"}, "local/_violation.py", "import tests.conftest\n"),
     ({"no-standins"}, "runtime/_violation.py", "from ci.standin import standin_apptainer\n"),
 ]
@@ -174,6 +176,23 @@ def test_indirect_violation_through_sites_reaches_pod(pristine: Path, tmp_path: 
     results = contract_results(r.stdout)
     assert results["pure-pod"] == "BROKEN", r.stdout
     assert "hpkctl.sites.schema -> hpkctl.sites._violation" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize(("module", "job_side"), [
+    ("controlplane/clusterview.py", "from hpkctl.controlplane import steps  # noqa\n"),
+    ("controlplane/statedir.py", "from hpkctl.runtime.supervise import Child  # noqa\n"),
+    ("cli/launch.py", "from hpkctl.cli import controlplane  # noqa\n"),  # the CLI module of `controlplane run`
+])
+def test_submit_host_contract_can_fail(pristine: Path, tmp_path: Path, module: str, job_side: str) -> None:
+    """One of the submit host's modules importing the job side, directly or through another module,
+    breaks "submit-host" and names the chain."""
+    shutil.copytree(pristine, tmp_path, dirs_exist_ok=True)
+    target = tmp_path / "hpkctl" / module
+    target.write_text(target.read_text() + "\n" + job_side)
+    r = lint_imports(tmp_path, pristine.parent / "grimp-cache")
+    results = contract_results(r.stdout)
+    assert results["submit-host"] == "BROKEN", r.stdout
+    assert f"hpkctl.{module[:-3].replace('/', '.')} is not allowed to import" in r.stdout, r.stdout
 
 
 # ---------------------------------------------------------------------------- what import-linter cannot see
@@ -369,14 +388,19 @@ def test_line_limit_allow_list_only_shrinks() -> None:
 
 # ---------------------------------------------------------------------------- what the submit host loads
 
-#: modules that run only inside a job, and the submit host's modules that must not load them
-JOB_ONLY = {"hpkctl.controlplane.lifecycle": ["hpkctl.controlplane.bootstrap"]}
+#: what runs only inside the cluster's jobs (the "submit-host" contract forbids it statically too)
+JOB_SIDE = ["hpkctl.controlplane.bootstrap", "hpkctl.controlplane.steps", "hpkctl.controlplane.components",
+            "hpkctl.controlplane.objects", "hpkctl.runtime.supervise", "hpkctl.kubelet.daemon",
+            "hpkctl.scheduler.daemon"]
+#: the submit host's modules of ``hpkctl start/status/stop``, and what they must not load
+JOB_ONLY = {"hpkctl.controlplane.lifecycle": JOB_SIDE, "hpkctl.cli.launch": JOB_SIDE, "hpkctl.cli": JOB_SIDE}
 
 
 @pytest.mark.parametrize("module, job_only", sorted(JOB_ONLY.items()))
 def test_submit_host_does_not_load_the_job_side(module: str, job_only: list[str]) -> None:
-    """``hpkctl start/stop/status`` on a login node import the lifecycle, not the bootstrap that
-    runs inside the control-plane job (issue 21.3): a fresh interpreter shows what the import pulls."""
+    """``hpkctl start/stop/status`` on a login node import the lifecycle, not the bootstrap, its steps
+    and components or the daemons that run inside the cluster's jobs (issue 21.3): a fresh interpreter
+    shows what the import pulls."""
     r = subprocess.run([sys.executable, "-c", f"import sys, {module}; print(' '.join(sorted(sys.modules)))"],
                        cwd=REPO, text=True, capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr

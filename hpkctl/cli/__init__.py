@@ -16,13 +16,8 @@ from typing import NoReturn
 
 from hpkctl import __version__
 from hpkctl.cli import build, cluster, controlplane, launch, local, pull, render, sites
+from hpkctl.cli.common import EXIT_ERROR
 from hpkctl.errors import HpkError
-
-
-# Exit statuses of every command (README.md, "Exit status"): 0 success; 125 hpkctl's own error
-# (usage, invalid manifest or profile, Slurm refused or unreachable), as `docker run` uses it;
-# `hpkctl run` otherwise exits with the pod's exit code (hpkctl.local.runs.exit_status).
-EXIT_ERROR = 125
 
 
 class Parser(argparse.ArgumentParser):

@@ -90,7 +90,7 @@ def _profile(args: argparse.Namespace) -> SiteProfile:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from hpkctl.cli import EXIT_ERROR
+    from hpkctl.cli.common import EXIT_ERROR
     from hpkctl.controlplane.image import host_arch, plan_build, reuse_decision, source_digest
     from hpkctl.errors import HpkError
 

@@ -11,6 +11,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hpkctl.sites import SiteChoice
 
+# Exit statuses of every command (README.md, "Exit status"): 0 success; 125 hpkctl's own error
+# (usage, invalid manifest or profile, Slurm refused or unreachable), as `docker run` uses it;
+# `hpkctl run` otherwise exits with the pod's exit code (hpkctl.local.runs.exit_status). Here, not in
+# hpkctl/cli/__init__.py, so that a command module need not import every other one to use it.
+EXIT_ERROR = 125
+
 _SITE_HELP = (
     "site profile: a name (built-in or ~/.config/hpk/sites/NAME.toml) or a .toml path. "
     'Without it: $HPK_SITE, then site = "NAME" in ~/.config/hpk/config.toml, then the profile whose '

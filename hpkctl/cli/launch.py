@@ -144,7 +144,7 @@ def _stop_cluster(profile: SiteProfile, site: str) -> Cluster:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from hpkctl.cli import EXIT_ERROR
+    from hpkctl.cli.common import EXIT_ERROR
     from hpkctl.controlplane.doctor import FAIL, run_checks
     from hpkctl.jobs import Slurm
     from hpkctl.sites import load_site
@@ -170,7 +170,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from hpkctl.cli import EXIT_ERROR
+    from hpkctl.cli.common import EXIT_ERROR
     from hpkctl.controlplane.selftestexec import exec_and_logs
     from hpkctl.jobs import Slurm
     from hpkctl.local.selftest import FAIL, run_selftest, table, work_dir_for

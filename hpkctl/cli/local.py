@@ -102,7 +102,7 @@ def _cancel(slurm: Slurm, rec: RunRecord, why: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hpkctl.cli import EXIT_ERROR
+    from hpkctl.cli.common import EXIT_ERROR
     from hpkctl.jobs import Slurm
     from hpkctl.local.follow import follow_run, result_line, settle
     from hpkctl.local.records import forget_run

@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    from hpkctl.cli import EXIT_ERROR
+    from hpkctl.cli.common import EXIT_ERROR
     from hpkctl.errors import HpkError, ManifestError
     from hpkctl.local.images import manifest_images, read_documents
     from hpkctl.local.manifest import read_manifest_text

@@ -54,7 +54,7 @@ def _print_runtime(profile: SiteProfile) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from hpkctl.cli import EXIT_ERROR
+    from hpkctl.cli.common import EXIT_ERROR
     from hpkctl.local.arrays import build_array, workload_of
     from hpkctl.local.manifest import load_manifest, pod_warnings, select_pod, with_api_defaults
     from hpkctl.local.outdir import check_out_dir, mark_out_dir

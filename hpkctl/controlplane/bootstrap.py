@@ -45,9 +45,8 @@ from hpkctl.controlplane.health import Probe
 from hpkctl.controlplane.kubeconfig import token_kubeconfig, write_kubeconfig
 from hpkctl.controlplane.pki import Pki, ensure_pki
 from hpkctl.controlplane.statedir import layout_of, lock_state, private_dir, utc_now, write_status
-from hpkctl.controlplane.steps import (ControlPlaneError, Stopped, call_api, check_ports, find_binary, indent,
-                                       wait_healthy)
-from hpkctl.errors import HpkError
+from hpkctl.controlplane.steps import Stopped, call_api, check_ports, find_binary, indent, wait_healthy
+from hpkctl.errors import ControlPlaneError, HpkError
 from hpkctl.files import write_atomic
 from hpkctl.kube import Kube
 from hpkctl.kube.address import host_address, is_ip, node_hosts

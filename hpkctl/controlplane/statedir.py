@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpkctl.controlplane.steps import ControlPlaneError
+from hpkctl.errors import ControlPlaneError
 from hpkctl.files import write_atomic
 from hpkctl.sites.schema import SiteProfile
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hpkctl.controlplane.health import Probe
-from hpkctl.errors import HpkError
+from hpkctl.errors import ControlPlaneError
 from hpkctl.kube import KubeError, KubeUnavailable
 from hpkctl.runtime.supervise import Child, describe_status
 
@@ -29,10 +29,6 @@ log = logging.getLogger("hpkctl.controlplane")
 
 #: seconds between two health probes of a starting component
 POLL = 0.25
-
-
-class ControlPlaneError(HpkError):
-    """A component did not start, did not become healthy, or ended; names it, its log and the fix."""
 
 
 class Stopped(Exception):

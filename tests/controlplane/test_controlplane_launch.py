@@ -1,7 +1,8 @@
 """The cluster's two Slurm jobs as scripts (hpkctl/controlplane/launch.py, sbatch/controlplane.sh.j2,
 sbatch/kubelet.sh.j2), ``hpkctl start --dry-run``, the start/stop/status logic against a fake Slurm
-(hpkctl/controlplane/lifecycle.py, clusterwait.py, clusterstop.py, clusterview.py), ``hpkctl doctor``'s
-checks (hpkctl/controlplane/doctor.py), the new profile keys, and the ParallelCluster OnNodeConfigured script.
+(hpkctl/controlplane/lifecycle.py, clusterstart.py, clusterwait.py, clusterstatus.py, clusterstop.py,
+clusterview.py), ``hpkctl doctor``'s checks (hpkctl/controlplane/doctor.py), the new profile keys, and the
+ParallelCluster OnNodeConfigured script.
 
 Golden scripts live in ``__snapshots__/test_controlplane_launch/`` (update with ``--snapshot-update`` and
 review the diff). The scripts' behaviour runs in real bash with a stand-in for ``python -m hpkctl``: the
@@ -33,10 +34,11 @@ from pydantic import ValidationError
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from hpkctl.cli import main
-from hpkctl.controlplane import doctor, launch, lifecycle
+from hpkctl.controlplane import clusterstatus, doctor, launch
 from hpkctl.controlplane.clusterview import duration
 from hpkctl.controlplane.launch import (CONTROLPLANE, KUBELET, cluster_id, job_comment, job_name, job_options,
                                         parse_comment, render_jobs)
+from hpkctl.controlplane.clusterstart import successors
 from hpkctl.controlplane.lifecycle import Cluster, ClusterError, ClusterJob, ClusterJobs, takeover_window
 from hpkctl.controlplane.versions import ARTIFACTS
 from hpkctl.errors import HpkError
@@ -496,12 +498,12 @@ def test_successors_near_the_end_and_with_takeover(tmp_path: Path) -> None:
     scripts = cluster.scripts()
     jobs = cluster.jobs()
     assert [j.job_id for j in jobs.controlplane] == ["10"] and [j.job_id for j in jobs.kubelet] == ["11"]
-    cluster._successors(jobs, scripts, force=False)
+    successors(cluster, jobs, scripts, force=False)
     assert slurm.calls == [("submit", "100", "controlplane.sh")]
     assert any("submitted successor Slurm job 100: it waits for job 10 to end (in 9m" in s for s in said)
-    cluster._successors(cluster.jobs(), scripts, force=False)  # one successor is enough
+    successors(cluster, cluster.jobs(), scripts, force=False)  # one successor is enough
     assert len(slurm.calls) == 1
-    cluster._successors(cluster.jobs(), scripts, force=True)  # --takeover: the kubelet too
+    successors(cluster, cluster.jobs(), scripts, force=True)  # --takeover: the kubelet too
     assert slurm.calls[-1] == ("submit", "101", "kubelet.sh")
     assert [j.job_id for j in cluster.jobs().kubelet] == ["11", "101"]
 
@@ -580,8 +582,8 @@ def test_a_bait_pods_annotation_never_names_a_job_to_stop_or_show(tmp_path: Path
 
         def close(self) -> None: ...
 
-    monkeypatch.setattr(lifecycle, "Kube", FakeKube)
-    monkeypatch.setattr(lifecycle, "read_endpoint", lambda root: {"server": "https://x"})
+    monkeypatch.setattr(clusterstatus, "Kube", FakeKube)
+    monkeypatch.setattr(clusterstatus, "read_endpoint", lambda root: {"server": "https://x"})
     rows = {(p.namespace, p.name): p.job_id for p in cluster.status().pods}
     assert rows == {("default", "a"): "20", ("tenant", "bait"): ""}
     cluster.stop(all_pods=True)
