@@ -5,12 +5,12 @@
   as if they were options, so a leaked ``SLURM_JOB_ID`` or ``SBATCH_PARTITION`` silently changes
   what is submitted or printed. Every command runs with those variables removed and only the
   profile's ``SLURM_CONF`` added.
-* **Per call, no shared state.** plumbum's ``LocalMachine._popen`` merges the process-wide
-  ``local.env`` (a copy of ``os.environ`` taken at import) into whatever ``env=`` a command is
-  given, so ``env=`` alone can add variables but never remove one. Commands here run on
-  ``_SCRUBBED``, a ``LocalMachine`` whose own environment is empty and frozen: the ``env=`` of the
-  call is then exactly what the process gets. Nothing process-wide is changed, so any number of
-  threads may run commands at once, each with its own environment.
+* **Per call, no shared state.** Each command is a plain ``subprocess.Popen`` whose ``env=`` is
+  exactly the environment the process gets. Nothing process-wide is changed, so any number of
+  threads may run commands at once, each with its own environment. (It used to be plumbum, whose
+  ``LocalMachine`` merges its import-time copy of ``os.environ`` into every ``env=`` and needed an
+  emptied, frozen machine to stop that; importing plumbum also cost every ``hpkctl run`` some
+  0.05-0.1 s before its sbatch, for one ``Popen`` (issue 23.2).)
 * **Timeouts.** A hung slurmctld must not hang the caller: each command gets
   ``slurm.command_timeout`` and is killed after it (``SlurmTimeout``). Each command starts in its
   own session and the whole process group is killed, so a site's wrapper script around sbatch
@@ -30,11 +30,7 @@ import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, NamedTuple, NoReturn, Protocol, cast
-
-from plumbum.machines.env import BaseEnv
-from plumbum.machines.local import LocalCommand, LocalEnv, LocalMachine
-from plumbum.path.local import LocalPath
+from typing import NamedTuple
 
 from hpkctl.jobs.errors import SlurmError, SlurmTimeout, SlurmUnavailable
 from hpkctl.sites.schema import SlurmSection
@@ -57,46 +53,6 @@ UNREACHABLE_HINT = (
     "slurmctld does not answer: check `scontrol ping` and that munge runs (`munge -n | unmunge`); "
     "if this machine needs another cluster's config, set slurm.conf_file in the profile"
 )
-
-
-# ---------------------------------------------------------------------------- plumbum without local.env
-
-
-class _EmptyEnv(LocalEnv):
-    """An environment with no variables that refuses every change (so it stays empty for all threads)."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        BaseEnv.__init__(self, LocalPath, os.path.pathsep, _curr={})
-
-    def getdict(self) -> dict[str, str]:
-        return {}  # BaseEnv.getdict would write PATH="" into the shared mapping
-
-    def _frozen(self, *_args: Any, **_kwargs: Any) -> NoReturn:
-        raise TypeError("the scrubbed machine's environment is empty and read-only; pass env= per call")
-
-    __setitem__ = __delitem__ = pop = clear = update = __call__ = _frozen
-
-
-class _ScrubbedMachine(LocalMachine):
-    """``LocalMachine`` whose base environment is empty: a command gets exactly its call's ``env=``."""
-
-    __slots__ = ()
-    env = _EmptyEnv()
-
-
-_SCRUBBED = _ScrubbedMachine()
-
-
-class _ScrubbedCommand(LocalCommand):
-    """``LocalCommand`` that starts its process on ``_SCRUBBED`` instead of the global ``local``."""
-
-    __slots__ = ()
-
-    @property
-    def machine(self) -> LocalMachine:
-        return _SCRUBBED
 
 
 # ---------------------------------------------------------------------------- running
@@ -128,19 +84,8 @@ def failure(done: Completed) -> SlurmError:
                       command=done.argv, returncode=done.returncode, stderr=done.stderr)
 
 
-class _Proc(Protocol):
-    """What is used of the process plumbum starts (a ``subprocess.Popen`` behind plumbum's wrapper)."""
-
-    pid: int
-    returncode: int | None
-    custom_encoding: str | None
-    stdin: IO[bytes] | None
-    stdout: IO[bytes] | None
-    stderr: IO[bytes] | None
-
-    def communicate(self, input: bytes | None = None, timeout: float | None = None) -> tuple[bytes, bytes]: ...
-    def kill(self) -> None: ...
-    def wait(self, timeout: float | None = None) -> int: ...
+#: What is used of a started process (the tests' fakes of pytest-subprocess provide the same).
+_Proc = subprocess.Popen[bytes]
 
 
 def _kill_group(proc: _Proc) -> None:
@@ -168,10 +113,9 @@ def _finish(proc: _Proc, *, timeout: float) -> tuple[str, str]:
     except BaseException:
         _kill_group(proc)
         raise
-    encoding = proc.custom_encoding or "utf-8"
     return (
-        out.decode(encoding, "replace") if isinstance(out, bytes) else str(out or ""),
-        err.decode(encoding, "replace") if isinstance(err, bytes) else str(err or ""),
+        out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out or ""),
+        err.decode("utf-8", "replace") if isinstance(err, bytes) else str(err or ""),
     )
 
 
@@ -222,7 +166,8 @@ class Commands:
         timeout = self.config.command_timeout
         log.debug("running %s", argv)
         try:
-            proc = cast(_Proc, _ScrubbedCommand(exe).popen(list(args), env=self.env(), new_session=True))
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=self.env(), start_new_session=True)
         except OSError as e:
             raise SlurmUnavailable(
                 f"cannot run {exe}: {e.strerror or e}",

@@ -160,4 +160,4 @@ class K8sModel(BaseModel):
     """Kubernetes' JSON: camelCase names, unknown fields kept (and ignored), modelled ones strict."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, alias_generator=to_camel, strict=True,
-                              frozen=True)
+                              frozen=True, defer_build=True)

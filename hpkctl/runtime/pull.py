@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from plumbum import local
-from plumbum.commands.processes import ProcessTimedOut
 
 from hpkctl.errors import PodError
 
@@ -65,6 +63,9 @@ def pull_images(images: Iterable[ImageToPull], *, apptainer: str, window: float,
 def _pull_one(image: ImageToPull, *, apptainer: str, window: float, timeout: float, out: TextIO,
               env: Mapping[str, str] | None, arch: str = "") -> bool:
     """Pull one image under its lock; False when another pull finished it meanwhile."""
+    from plumbum import local  # here, not at import: every hpkctl run imports this module, few pull
+    from plumbum.commands.processes import ProcessTimedOut
+
     os.makedirs(os.path.dirname(image.sif), exist_ok=True)
     with open(f"{image.sif}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
