@@ -27,10 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import cast
 
 from hpkctl.jobs.cancel import _ALREADY_DONE
-from hpkctl.jobs.command import Commands, _Proc, _ScrubbedCommand, failure
+from hpkctl.jobs.command import Commands, _Proc, failure
 from hpkctl.jobs.errors import SlurmUnavailable
 from hpkctl.jobs.info import parse_nodes, parse_time
 from hpkctl.jobs.query import check_id
@@ -100,8 +99,7 @@ class StepProcess:
 
     def poll(self) -> int | None:
         """srun's exit status once it ended (the task's exit code, or 1 when no step was made), else None."""
-        popen = cast(subprocess.Popen[bytes], self._proc)
-        return popen.poll()
+        return self._proc.poll()
 
     def wait(self, timeout: float | None = None) -> int:
         return self._proc.wait(timeout=timeout)
@@ -136,8 +134,8 @@ def start_step(commands: Commands, job_id: str, argv: Sequence[str], *, name: st
                        gres_name=gres_name, output=output, workdir=workdir, immediate=immediate), *argv]
     fd = os.open(srun_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        proc = cast(_Proc, _ScrubbedCommand(srun).popen(
-            args, env=commands.env(), new_session=True, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd))
+        proc = subprocess.Popen([srun, *args], env=commands.env(), start_new_session=True, stdin=subprocess.DEVNULL,
+                                stdout=fd, stderr=fd)
     except OSError as e:
         raise SlurmUnavailable(f"cannot run {srun}: {e.strerror or e}",
                                hint="set slurm.bin_dir in the profile to the directory that holds srun "
