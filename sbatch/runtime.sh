@@ -6,15 +6,12 @@
 
 hpk_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 
-# srun sets each MPI rank's SLURM_*/PMI* variables per task, after this script was written; an
-# MPI container starts as `srun ... bash -c "$HPK_MPI_ENV" hpk-mpi apptainer ...`, which hands them
-# to the container as APPTAINERENV_* (honoured under --cleanenv).
+# An MPI container starts as `srun ... bash -c "$HPK_MPI_ENV" hpk-mpi apptainer ...`: each rank, on
+# its node, sources this file again (the batch script checked it and exports its path) and runs
+# hpk_rank.
 # shellcheck disable=SC2034  # used only by pods with an MPI container
-HPK_MPI_ENV='
-  for v in ${!SLURM_@} ${!SLURMD_@} ${!PMI_@} ${!PMIX_@} ${!OMPI_@} ${!I_MPI_@}; do
-    export "APPTAINERENV_$v=${!v}"
-  done
-  exec "$@"'
+HPK_MPI_ENV='. "$HPK_RUNTIME" && hpk_rank "$@"'
+export HPK_RUNTIME
 
 # The kubelet's change log: after a status write the job drops a marker named after the pod's
 # uid (its directory's name) into <state_dir>/changes/, a directory the kubelet creates, which
@@ -52,16 +49,69 @@ hpk_memory_dir() {
   parent="$HPK_MEMORY_ROOT/hpk-$(id -u)"
   template="$parent/pod.XXXXXXXX"
   mkdir -m 0700 -- "$parent" 2>/dev/null
-  if [ -L "$parent" ] || [ ! -d "$parent" ] || [ "$(stat -c %u:%a -- "$parent")" != "$(id -u):700" ]; then
-    printf 'hpkctl: %s is not a directory of %s with mode 0700 (another user may have made it): not used\n' \
-      "$parent" "$(id -un)" >&2
-    template="$parent.XXXXXXXX"
-  fi
+  hpk_own_dir "$parent" || template="$parent.XXXXXXXX"
   HPK_MEMORY_REAL=$(mktemp -d -- "$template") \
     || hpk_fail MemoryDirRefused "cannot create the pod's memory directory in $HPK_MEMORY_ROOT ([pods] memory_dir)"
   export HPK_MEMORY_REAL
   mkdir -p -- "$HPK_POD_DIR/run" && ln -sfn -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_DIR" && mkdir -- "$HPK_MEMORY_REAL/.dev-shm" \
     || hpk_fail MemoryDirRefused "cannot prepare the pod's memory directory $HPK_MEMORY_REAL"
+}
+
+# hpk_own_dir DIR: DIR is a directory (not a link) of this user's with mode 0700; else it says so.
+hpk_own_dir() {
+  [ ! -L "$1" ] && [ -d "$1" ] && [ "$(stat -c %u:%a -- "$1")" = "$(id -u):700" ] && return 0
+  printf 'hpkctl: %s on %s is not a directory of %s with mode 0700 (another user may have made it): not used\n' \
+    "$1" "$(hostname -s)" "$(id -un)" >&2
+  return 1
+}
+
+# hpk_rank APPTAINER ARGS...: one rank of an MPI container, run by srun on each task's node (see
+# HPK_MPI_ENV). srun sets each rank's SLURM_*/PMI* variables per task, after the script was written:
+# they reach the container as APPTAINERENV_* (honoured under --cleanenv). The ranks of a node share
+# the pod's memory directory (their /dev/shm, Memory emptyDirs): on the batch script's node the one
+# it made; on another node none exists, so the ranks make it at the same path (HPK_MEMORY_REAL, a
+# random name, whose parent must be this user's own 0700 directory there), with the directories the
+# binds name below run/memory, and the last rank to end removes it.
+hpk_rank() {
+  local v rc=0 d=$HPK_MEMORY_REAL p=${HPK_MEMORY_REAL%/*}
+  for v in ${!SLURM_@} ${!SLURMD_@} ${!PMI_@} ${!PMIX_@} ${!OMPI_@} ${!I_MPI_@}; do
+    export "APPTAINERENV_$v=${!v}"
+  done
+  if [ ! -d "$d" ] && [ "$p" != "$HPK_MEMORY_ROOT" ]; then
+    mkdir -m 0700 -- "$p" 2>/dev/null
+    hpk_own_dir "$p" || return 1
+  fi
+  hpk_ranks "$p" "$d" 1 "$@" || return 1
+  trap 'kill -TERM "$!" 2>/dev/null' TERM INT HUP
+  "$@" &
+  while kill -0 "$!" 2>/dev/null; do wait "$!"; done
+  wait "$!" || rc=$?
+  hpk_ranks "$p" "$d" -1
+  return "$rc"
+}
+
+# hpk_ranks PARENT DIR 1|-1 [ARGS...]: count a rank of this node in or out of DIR (PARENT locked:
+# a descriptor opened for this only, never passed on to a container). Counting in makes DIR and the
+# directories ARGS' --binds name below run/memory; the last one out removes a DIR the ranks made.
+hpk_ranks() {
+  local lock n b p=$1 d=$2 delta=$3
+  shift 3
+  exec {lock}<"$p" && flock -w 30 "$lock" || { printf 'hpkctl: cannot lock %s\n' "$p" >&2; return 1; }
+  if [ "$delta" = 1 ]; then
+    ! mkdir -m 0700 -- "$d" 2>/dev/null || : >"$d/.made-by-ranks"
+    for b; do
+      case $b in "$HPK_MEMORY_DIR"/*:*) b=${b%%:*} && mkdir -p -- "$d/${b#"$HPK_MEMORY_DIR"/}" ;; esac
+    done
+    hpk_own_dir "$d" || { exec {lock}<&-; return 1; }
+  fi
+  n=$(cat -- "$d/.ranks" 2>/dev/null)
+  n=$((${n:-0} + delta))
+  if [ "$n" -le 0 ] && [ -e "$d/.made-by-ranks" ]; then
+    rm -rf -- "$d"
+  else
+    printf '%s\n' "$n" >"$d/.ranks"
+  fi
+  exec {lock}<&-
 }
 
 # hpk_hostpath PATH TYPE VOLUME: Kubernetes' hostPath type checks, on the node that mounts it.

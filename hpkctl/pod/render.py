@@ -132,11 +132,11 @@ def container_command(words: ScriptWords, c: ContainerPlan) -> Shell:
     plan = words.plan
     lines: list[list[str]] = []
     if c.mpi:
-        # srun sets each rank's SLURM_*/PMI* variables per task; HPK_MPI_ENV (the runtime) hands
-        # them to the container.
+        # each rank runs hpk_rank (the runtime, through HPK_MPI_ENV): srun's per-task SLURM_*/PMI*
+        # variables, the pod's memory directory on the rank's node
         lines.append(["exec", "setsid", "srun", *(quote(f) for f in plan.mpi_flags), "/bin/bash", "-c",
                       '"$HPK_MPI_ENV"', "hpk-mpi"])
-        lines += _apptainer_lines(words, c, c.verb, ranks=True)
+        lines += _apptainer_lines(words, c, c.verb)
     else:
         lines += _apptainer_lines(words, c, c.verb)
         lines[0][:0] = ["exec", "setsid"]
@@ -165,17 +165,17 @@ def probe_words(words: ScriptWords, p: ProbePlan) -> Shell:
     return Shell(" ".join([*timing, grace, p.handler, *(words.word(a) for a in p.args)]))
 
 
-def _apptainer_lines(words: ScriptWords, c: ContainerPlan, verb: str, *, ranks: bool = False) -> list[list[str]]:
+def _apptainer_lines(words: ScriptWords, c: ContainerPlan, verb: str) -> list[list[str]]:
     plan = words.plan
     lines: list[list[str]] = []
     # --no-eval: without it Apptainer runs injected env values (and run's args) through a shell in
     # the container once more, so `$(...)`, backticks and `$VAR` in a manifest would be executed.
     # --contain: Apptainer's minimal /dev, not the node's (whose /dev/shm every pod shares); the
-    # pod's own /dev/shm is bound over it. Not for an MPI container's ranks: srun may start them on
-    # other nodes, where the pod's memory directory does not exist, and they need the node's
-    # /dev/shm (shared memory between ranks) and fabric devices (/dev/infiniband).
-    contain = [] if ranks else ["--contain"]
-    lines.append(['"$HPK_APPTAINER"', verb, "--cleanenv", "--no-eval", *contain, "--no-mount", NO_MOUNT])
+    # pod's own /dev/shm is bound over it. An MPI container's ranks too: on a node other than the
+    # batch script's, hpk_rank (the runtime) makes the pod's memory directory first, which the
+    # node's ranks share (shared memory between ranks); fabric devices (/dev/infiniband) come from
+    # the profile's [apptainer] binds, as for any container.
+    lines.append(['"$HPK_APPTAINER"', verb, "--cleanenv", "--no-eval", "--contain", "--no-mount", NO_MOUNT])
     lines += _flag_lines(c.flags)
     lines.append(["--env-file", words.path(posixpath.join(plan.pod_dir, c.run_env_file if c.env_runtime
                                                           else c.env_file))])
@@ -183,7 +183,7 @@ def _apptainer_lines(words: ScriptWords, c: ContainerPlan, verb: str, *, ranks: 
         literal(f"{plan.pod_dir}/tmp/{c.name}:/tmp"),
         literal(f"{plan.pod_dir}/etc/hosts:/etc/hosts"),
         literal(f"{plan.pod_dir}/etc/resolv.conf:/etc/resolv.conf"),
-        *([] if ranks or any(b.dest == "/dev/shm" for b in c.binds) else [literal(f"{plan.memory_dir}/.dev-shm:/dev/shm")]),
+        *([] if any(b.dest == "/dev/shm" for b in c.binds) else [literal(f"{plan.memory_dir}/.dev-shm:/dev/shm")]),
         *(literal(b) for b in plan.profile.apptainer.binds),
         *([literal(f"{plan.pod_dir}/{message_file(c.name)}:{c.message_path}")] if message_bound(c.message_path) else []),
         *(concat(_bind_source(c, b), literal(f":{b.dest}" + (":ro" if b.read_only else ""))) for b in c.binds),

@@ -216,12 +216,17 @@ def test_delete_while_running_cancels_the_job(hpk: Hpk) -> None:
 
 
 def test_mpi_style_pod_runs_ranks_on_two_nodes(hpk_multi: Hpk) -> None:
-    p = pod(unique("mpi"), [c("ranks", 'echo "rank=$SLURM_PROCID node=$SLURMD_NODENAME"')],
+    """The ranks run in Apptainer's minimal /dev (--contain, issue 20.2) with the pod's own /dev/shm,
+    which the ranks of a node share: not the node's, where the pods' memory directories (hpk-<uid>) lie."""
+    shm = '$( [ -e /dev/shm/hpk-$(id -u) ] && echo node || echo pod )'
+    devs = '$(ls /dev | grep -c -v -x -E "shm|pts|ptmx|tty|null|zero|random|urandom|fd|stdin|stdout|stderr|console|full|core")'
+    p = pod(unique("mpi"), [c("ranks", f'echo "rank=$SLURM_PROCID node=$SLURMD_NODENAME shm={shm} other-devices={devs}"')],
             annotations={"slurm-job.hpk.io/flags": "--nodes=2 --ntasks=4"})
     r = hpk_multi.run(p, site="ci-multi")
     assert r.rc == 0, r.output
     lines = sorted(ln for ln in r.stdout.splitlines() if ln.startswith("rank="))
     assert [ln.split()[0] for ln in lines] == ["rank=0", "rank=1", "rank=2", "rank=3"]
+    assert {ln.split(" ", 2)[2] for ln in lines} == {"shm=pod other-devices=0"}, lines
     nodes = {ln.split()[1].removeprefix("node=") for ln in lines}
     assert len(nodes) == 2, lines
     multi = as_hpk(["sinfo", "--noheader", "--Node", "--format=%N"], slurm_conf=MULTI_CONF, timeout=30)

@@ -65,12 +65,13 @@ HPK_MAIN=(ranks Never hpk_main_0)
 # main container ranks, image docker.io/library/debian:bookworm
 hpk_main_0() {
   exec setsid srun --mpi=pmix --label /bin/bash -c "$HPK_MPI_ENV" hpk-mpi \
-    "$HPK_APPTAINER" exec --cleanenv --no-eval --no-mount home,cwd,tmp \
+    "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --env-file "$HPK_POD_DIR"/env/ranks.env \
     --bind "$HPK_POD_DIR"/tmp/ranks:/tmp \
     --bind "$HPK_POD_DIR"/etc/hosts:/etc/hosts \
     --bind "$HPK_POD_DIR"/etc/resolv.conf:/etc/resolv.conf \
+    --bind "$HPK_MEMORY_DIR"/.dev-shm:/dev/shm \
     /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif \
     sh -c 'echo "rank $SLURM_PROCID on $(hostname)"'
 }
