@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -69,7 +70,9 @@ class Site:
             if os.geteuid() == 0:
                 shutil.chown(self.dir / sub, HPK_USER, HPK_USER)
         self._wrapper("etcd", f"exec {shutil.which('etcd')} \"$@\"")
-        self._wrapper("kube-apiserver", f"export HPK_STANDIN_APISERVER_DIR={self.dir / 'objects'}\n"
+        # while the test holds the gate (gate.closed exists) the API server does not start yet
+        self._wrapper("kube-apiserver", f"while [ -e {self.gate} ]; do sleep 0.2; done\n"
+                                        f"export HPK_STANDIN_APISERVER_DIR={self.dir / 'objects'}\n"
                                         f"exec {STANDIN / 'kube-apiserver'} \"$@\"")
         self._wrapper("kube-controller-manager", 'echo "E0101 unable to load client CA provider: boom" >&2\nexit 255'
                       if self.kcm_fails else f"exec {STANDIN / 'kube-controller-manager'} \"$@\"")
@@ -96,6 +99,10 @@ class Site:
         path.chmod(0o755)
 
     @property
+    def gate(self) -> Path:
+        return self.dir / "gate.closed"
+
+    @property
     def state(self) -> Path:
         return self.dir / "cp"
 
@@ -120,6 +127,15 @@ class Site:
     def start(self, *extra: str) -> subprocess.CompletedProcess[str]:
         r = self.hpkctl("start", "--site", str(self.profile), "--timeout", "240", *extra)
         return r
+
+    def start_in_background(self) -> Running:
+        """``hpkctl start`` as a process whose stderr lines the test reads while it runs."""
+        argv = ["env", "-i", *(f"{k}={v}" for k, v in self.env().items()), str(VENV_BIN / "hpkctl"),
+                "start", "--site", str(self.profile), "--timeout", "240"]
+        if os.geteuid() == 0:
+            argv = ["runuser", "-u", HPK_USER, "--", *argv]
+        return Running(subprocess.Popen(argv, cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True))
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, **{k: v for k, v in self.env().items() if k != "PATH"}, "HOME": str(self.dir)}
@@ -164,6 +180,26 @@ class Site:
                 left.append(str(job))
         if left:
             subprocess.run(["scancel", *left], capture_output=True, timeout=30, check=False)
+
+
+class Running:
+    """A command running in the background; its stderr is read line by line on a thread."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(iter(proc.stderr.readline, "")),  # type: ignore[union-attr]
+                                        daemon=True)
+        self._reader.start()
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def finish(self, timeout: float = 300) -> tuple[int, str, str]:
+        self.proc.wait(timeout=timeout)  # not communicate(): it would read stderr beside the thread
+        out = self.proc.stdout.read()  # type: ignore[union-attr]
+        self._reader.join(timeout=30)
+        return self.proc.returncode, out, "".join(self.lines)
 
 
 def _requirements() -> None:
@@ -382,7 +418,29 @@ def test_stop_ends_both_jobs_and_a_new_start_keeps_the_ca_credentials_and_object
     r = site.hpkctl("stop", "--site", str(site.profile))
     assert r.returncode == 0 and "nothing to stop" in r.stderr
 
-    cp2, kl2 = _started(site)
+    # two starts at once (issue 20.14): the second waits on the state directory's lock while the first
+    # submits (its API server held back until the second is seen waiting), then reports the same jobs
+    site.gate.write_text("")
+    try:
+        first = site.start_in_background()
+        wait_for("the first start's submission", lambda: first.said("kubelet: submitted Slurm job")
+                 or first.said("control plane: submitted Slurm job") or first.proc.poll() is not None, timeout=120)
+        second = site.start_in_background()
+        wait_for("the second start waiting", lambda: second.said("waiting for the other hpkctl start (pid ")
+                 or second.proc.poll() is not None, timeout=120)
+    finally:
+        site.gate.unlink()
+    (rc1, out1, err1), (rc2, out2, err2) = first.finish(), second.finish()
+    assert (rc1, rc2) == (0, 0), err1 + err2
+    assert out1 == out2 == f"export KUBECONFIG={site.admin}\n"
+    assert re.search(r"waiting for the other hpkctl start \(pid \d+\) of this cluster", err2), err2
+    submitted = re.findall(r"(control plane|kubelet): submitted Slurm job (\d+)", err1)
+    assert [what for what, _ in submitted] == ["control plane", "kubelet"], err1
+    cp2, kl2 = (job for _, job in submitted)
+    assert "submitted" not in err2, err2
+    assert f"control plane: Slurm job {cp2} is already running on" in err2, err2
+    assert f"kubelet: Slurm job {kl2} is already running on" in err2, err2
+    assert set(site.active()) == {cp2, kl2}  # one control-plane job and one kubelet job in Slurm
     assert {cp2, kl2}.isdisjoint({cp, kl})
     assert (site.state / "pki" / "ca.crt").read_bytes() == ca
     assert site.admin.read_bytes() == admin  # same credentials: clients keep working
