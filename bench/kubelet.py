@@ -391,13 +391,26 @@ class Cluster:
         self._until("the API stand-in", lambda: (self.api_state / "port").exists(), 30, "apiserver")
         self.api = Api(port, self.api_state / "pki")
         self._until("the API stand-in /readyz", lambda: self.api.call("GET", "/readyz")[1] == "ok", 30, "apiserver")
-        self._spawn("scheduler", [self.hpkctl, "scheduler", "--site", str(self.profile), "--kubeconfig",
-                                  str(self.api_state / "scheduler.kubeconfig")])
+        self.start_scheduler()
         self._spawn("kubelet", [self.hpkctl, "kubelet", "--site", str(self.profile), "--kubeconfig",
                                 str(self.api_state / "kubelet.kubeconfig"), "--port", "0", "--address", "127.0.0.1"])
         self._until("the node hpk to be Ready", self.node_ready, 60, "kubelet")
         self.watch = Watch(Api(port, self.api_state / "pki"))
         self.watch.start()
+
+    def start_scheduler(self) -> None:
+        self._spawn("scheduler", [self.hpkctl, "scheduler", "--site", str(self.profile), "--kubeconfig",
+                                  str(self.api_state / "scheduler.kubeconfig")])
+
+    def stop_scheduler(self) -> None:
+        """Stop ``hpkctl scheduler`` (pods created meanwhile stay unbound until it is started again)."""
+        p = self.procs.pop("scheduler")
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
     def _until(self, what: str, probe: Callable[[], bool], timeout: float, proc: str) -> None:
         end = time.monotonic() + timeout
@@ -714,6 +727,43 @@ class Bench:
                 "jobs": len(set(jobs)), "job_duration_median": statistics.median(durations) if durations else None,
                 "cpu_s": cpu}
 
+    # ------------------------------------------------------------------ 2b: a backlog of bound pods
+    def backlog(self, n: int) -> dict[str, Any]:
+        """``n`` pods created while the scheduler is stopped, then the scheduler started: it binds them
+        all within a second or so, and the kubelet has ``n`` bound pods at once. From the first bind to
+        the last job id annotated, against a bare loop of ``n`` sbatch run just before (both pace-free of
+        the API server's POSTs, which the burst's span includes)."""
+        bare = self.burst_bare(n)
+        self.cluster.alive()
+        tag = uuid.uuid4().hex[:6]
+        names = [f"backlog-{tag}-{i}" for i in range(n)]
+        w = self.watch
+        self.cluster.stop_scheduler()
+        try:
+            for nm in names:
+                self.create(pod_body(nm, ["true"]))
+        finally:
+            self.calls.take()
+            cpu0 = self.cluster.cpu()
+            t0 = time.time()
+            self.cluster.start_scheduler()
+        w.wait(f"{n} backlog pods to be submitted", lambda: all((x := w.pods.get(nm)) and x.annotated for nm in names),
+               900)
+        cpu = {k: v - cpu0.get(k, 0.0) for k, v in self.cluster.cpu().items()}
+        timed = self.calls.take()
+        seen = [x for nm in names if (x := w.get(nm)) is not None]
+        bound = [x.bound for x in seen if x.bound is not None]
+        annotated = [x.annotated for x in seen if x.annotated is not None]
+        lags = [x.annotated - x.bound for x in seen if x.annotated is not None and x.bound is not None]
+        w.wait(f"{n} backlog pods to end", lambda: all((x := w.pods.get(nm)) and x.terminal() for nm in names), 900)
+        ok = sum(1 for nm in names if (x := w.get(nm)) and x.terminal() == "Succeeded")
+        self.delete(names, 600)
+        return {"n": n, "ok": ok, "bare_loop": bare["t"]["submitted"], "bare_ok": bare["ok"],
+                "first_bound": min(bound) - t0 if bound else None, "last_bound": max(bound) - t0 if bound else None,
+                "first_annotated": min(annotated) - t0 if annotated else None,
+                "last_annotated": max(annotated) - t0 if annotated else None,
+                "bound_to_annotated": lags, "calls": dict(count(timed)), "cpu_s": cpu}
+
     # ------------------------------------------------------------------ 3: Slurm commands per poll
     def tracked(self, names: Sequence[str], bodies: Sequence[dict[str, Any]], what: str,
                 timeout: float) -> tuple[float, float]:
@@ -1020,6 +1070,27 @@ def memory_table(mem: list[dict[str, Any]], many: dict[str, Any] | None) -> tupl
     return lines, summary
 
 
+def backlog_table(b: dict[str, Any]) -> list[str]:
+    n, fb, la, lb = b["n"], b["first_bound"], b["last_annotated"], b["last_bound"]
+    span = la - fb if la is not None and fb is not None else float("nan")
+    lags = b["bound_to_annotated"]
+    calls = " ".join(f"{k} {v / n:.2f}" for k, v in sorted(b["calls"].items()))
+    return [
+        f"2b. backlog: {n} pods created while the scheduler was stopped, then the scheduler started (it binds them "
+        f"all at once: the kubelet gets {n} bound pods); bare: a loop of {n} sbatch just before",
+        f"  seconds from the scheduler's start: first bound {fb:.2f}, last bound {lb:.2f}, "
+        f"first job id annotated {b['first_annotated']:.2f}, last {la:.2f}",
+        f"  (hpkctl) {n} bound pods submitted: first bound -> last job id annotated {span:.2f} s, against the bare "
+        f"sbatch loop {b['bare_loop']:.2f} s: ratio {span / b['bare_loop']:.2f}   goal <= 1.2: "
+        f"{'met' if span <= 1.2 * b['bare_loop'] else 'NOT met'}",
+        f"  (hpkctl) each pod, bound -> job id annotated: median {statistics.median(lags):.2f} s, p90 {p90(lags):.2f} s, "
+        f"max {max(lags):.2f} s" if lags else "  (no pod was both seen bound and annotated)",
+        f"  Slurm commands per pod (until the last annotated): {calls or 'none'}; CPU seconds meanwhile: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in b["cpu_s"].items()),
+        f"  succeeded: bare {b['bare_ok']}/{n}, hpkctl {b['ok']}/{n}",
+    ]
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -1034,6 +1105,9 @@ def main() -> int:
                          "action (default 1)")
     ap.add_argument("--burst", type=int, default=200, help="jobs per side in a burst (0 skips it; default 200)")
     ap.add_argument("--burst-rounds", type=int, default=1, help="bursts per side, alternating order (default 1)")
+    ap.add_argument("--backlog", type=int, default=200,
+                    help="bound pods the kubelet gets at once (created while the scheduler is stopped), against a bare "
+                         "sbatch loop of as many (0 skips; default 200)")
     ap.add_argument("--poll-pods", default="1,50",
                     help="K values for the poll count, comma-separated ('' skips; default 1,50)")
     ap.add_argument("--poll-window", type=float, default=60, help="seconds each poll count lasts (default 60)")
@@ -1056,8 +1130,9 @@ def main() -> int:
     ap.add_argument("--json", default="", help="write the results here (default /tmp/hpk-bench-kubelet-<UTC>.json)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, pod directories)")
     args = ap.parse_args()
-    if args.n < 1 or args.warmup < 0 or args.burst < 0 or args.burst_rounds < 1 or args.memory_pods < 0:
-        ap.error("-n and --burst-rounds must be >= 1, --warmup, --burst and --memory-pods >= 0")
+    if args.n < 1 or args.warmup < 0 or args.burst < 0 or args.burst_rounds < 1 or args.memory_pods < 0 \
+            or args.backlog < 0:
+        ap.error("-n and --burst-rounds must be >= 1, --warmup, --burst, --backlog and --memory-pods >= 0")
     poll_ks = [int(x) for x in args.poll_pods.split(",") if x.strip()]
     if shutil.which("apptainer") is None:
         log("no apptainer on PATH (put ci/standin first on PATH for the local stand-in)")
@@ -1082,7 +1157,7 @@ def main() -> int:
              f" --history-size {args.history_size} --bookmark-interval {args.bookmark_interval:g}), not a real kube-apiserver; [kubelet] slurm_poll = {k.slurm_poll:g} s,"
              f" status_poll = {k.status_poll:g} s, workers = {k.workers}",
              f"sizes     -n {args.n} --warmup {args.warmup} --exit-after {args.exit_after:g} --burst {args.burst} "
-             f"--burst-rounds {args.burst_rounds} --poll-pods '{args.poll_pods}' --poll-window "
+             f"--burst-rounds {args.burst_rounds} --backlog {args.backlog} --poll-pods '{args.poll_pods}' --poll-window "
              f"{args.poll_window:g} --memory-pods {args.memory_pods}"]
     for line in extra:
         print(f"# {line}", flush=True)
@@ -1104,6 +1179,10 @@ def main() -> int:
             lines, summary = burst_table(bursts)
             print("\n".join(lines), flush=True)
             results["burst"] = {"rounds": bursts, "summary": summary}
+        if args.backlog:
+            backlog = bench.backlog(args.backlog)
+            print("\n".join(backlog_table(backlog)), flush=True)
+            results["backlog"] = backlog
         polls = [bench.poll(kk) for kk in poll_ks]
         many = bench.many(args.memory_pods) if args.memory_pods else None
         if many:

@@ -16,7 +16,6 @@ from typing import Any, TextIO
 from hpkctl.errors import HpkError, ManifestError
 from hpkctl.jobs import (InvalidAccount, InvalidPartition, InvalidQos, ResourcesUnavailable, Slurm, SlurmError,
                          SlurmTimeout, SubmitError, TimeLimitTooLong)
-from hpkctl.local.arrays import prepare_array, workload_of
 from hpkctl.local.manifest import load_manifest, pod_warnings, refuse_suspended, select_pod, with_api_defaults
 from hpkctl.local.records import (SUBMITTED, SUBMITTING, RunExists, RunRecord, check_name, create_record,
                                   forget_run, owns_pod_dir, read_record, record_path, save_record)
@@ -137,7 +136,11 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
     refuse_suspended(manifest, pod)
     warnings = pod_warnings(manifest, pod)  # select_pod validated it; these are the workload's fields
     warnings += service_variable_warnings(pod)
-    workload = workload_of(manifest, pod, now=now)
+    workload = None
+    if manifest.owner(pod) is not None:  # a workload's template: the array code is imported only then
+        from hpkctl.local.arrays import workload_of
+
+        workload = workload_of(manifest, pod, now=now)
     ns = resolve_namespace(pod, namespace, source=manifest_path)
     name = workload.name if workload is not None else str(pod["metadata"].get("name") or "")
     check_name(name, namespace=ns)
@@ -152,6 +155,8 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
     for w in warnings:
         print(f"hpkctl: warning: {w}", file=out)
     if workload is not None:
+        from hpkctl.local.arrays import prepare_array
+
         rec, first = prepare_array(profile, manifest, pod, workload, namespace=ns, out=out)
         try:
             if profile.apptainer.pull == "submit":
