@@ -5,12 +5,10 @@
   as if they were options, so a leaked ``SLURM_JOB_ID`` or ``SBATCH_PARTITION`` silently changes
   what is submitted or printed. Every command runs with those variables removed and only the
   profile's ``SLURM_CONF`` added.
-* **Per call, no shared state.** Each command is a plain ``subprocess.Popen`` whose ``env=`` is
-  exactly the environment the process gets. Nothing process-wide is changed, so any number of
-  threads may run commands at once, each with its own environment. (It used to be plumbum, whose
-  ``LocalMachine`` merges its import-time copy of ``os.environ`` into every ``env=`` and needed an
-  emptied, frozen machine to stop that; importing plumbum also cost every ``hpkctl run`` some
-  0.05-0.1 s before its sbatch, for one ``Popen`` (issue 23.2).)
+* **Per call, no shared state.** Commands run through plumbum on a machine whose own environment
+  is empty (:mod:`hpkctl.jobs.scrubbed`, imported at the first command): the ``env=`` of the call is
+  exactly what the process gets, and nothing process-wide is changed, so any number of threads may
+  run commands at once, each with its own environment.
 * **Timeouts.** A hung slurmctld must not hang the caller: each command gets
   ``slurm.command_timeout`` and is killed after it (``SlurmTimeout``). Each command starts in its
   own session and the whole process group is killed, so a site's wrapper script around sbatch
@@ -30,10 +28,13 @@ import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from hpkctl.jobs.errors import SlurmError, SlurmTimeout, SlurmUnavailable
 from hpkctl.sites.schema import SlurmSection
+
+if TYPE_CHECKING:
+    from hpkctl.jobs.scrubbed import Proc as _Proc
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +85,6 @@ def failure(done: Completed) -> SlurmError:
                       command=done.argv, returncode=done.returncode, stderr=done.stderr)
 
 
-#: What is used of a started process (the tests' fakes of pytest-subprocess provide the same).
-_Proc = subprocess.Popen[bytes]
-
-
 def _kill_group(proc: _Proc) -> None:
     """Kill ``proc`` and everything it started in its session, then reap it."""
     pid = proc.pid
@@ -113,9 +110,10 @@ def _finish(proc: _Proc, *, timeout: float) -> tuple[str, str]:
     except BaseException:
         _kill_group(proc)
         raise
+    encoding = proc.custom_encoding or "utf-8"
     return (
-        out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out or ""),
-        err.decode("utf-8", "replace") if isinstance(err, bytes) else str(err or ""),
+        out.decode(encoding, "replace") if isinstance(out, bytes) else str(out or ""),
+        err.decode(encoding, "replace") if isinstance(err, bytes) else str(err or ""),
     )
 
 
@@ -166,8 +164,9 @@ class Commands:
         timeout = self.config.command_timeout
         log.debug("running %s", argv)
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=self.env(), start_new_session=True)
+            from hpkctl.jobs import scrubbed  # plumbum, at the first command (see its docstring)
+
+            proc = scrubbed.popen(exe, args, env=self.env())
         except OSError as e:
             raise SlurmUnavailable(
                 f"cannot run {exe}: {e.strerror or e}",

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hpkctl.jobs.cancel import _ALREADY_DONE
-from hpkctl.jobs.command import Commands, _Proc, failure
+from hpkctl.jobs.command import Commands, failure
 from hpkctl.jobs.errors import SlurmUnavailable
 from hpkctl.jobs.info import parse_nodes, parse_time
 from hpkctl.jobs.query import check_id
@@ -89,7 +89,7 @@ def cancel_step(commands: Commands, step_id: str, *, signal: str | None = None) 
 class StepProcess:
     """The ``srun`` of a step started by :func:`start_step`: the step runs while it runs."""
 
-    def __init__(self, proc: _Proc, argv: list[str]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], argv: list[str]) -> None:
         self._proc = proc
         self.argv = argv
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from plumbum import local
 
 from hpkctl.jobs import Slurm, SlurmTimeout, SlurmUnavailable
 from hpkctl.jobs import command as command_module
@@ -95,18 +96,19 @@ def test_environment_defaults_to_the_process_environment_at_call_time(section, m
 
 
 def test_process_environment_does_not_reach_the_command(section, tmp_path, monkeypatch) -> None:
-    # (a) SLURM_JOB_ID set in this process (os.environ) must not reach a real exec when the caller
-    # gives its own base environment.
+    # (a) SLURM_JOB_ID set in this process (os.environ and plumbum's import-time copy local.env,
+    # which plumbum's LocalMachine merges into every command) must not reach a real exec.
     bin_dir = _fake_bin(tmp_path, "squeue", 'env > "$ENV_DUMP"\n')
     dump = tmp_path / "env.txt"
     for name, value in {"SLURM_JOB_ID": "99", "SBATCH_PARTITION": "wrong", "HPK_NOT_IN_BASE": "1"}.items():
         monkeypatch.setenv(name, value)
-    before = dict(os.environ)
+        monkeypatch.setitem(local.env, name, value)
+    before = dict(os.environ), local.env.getdict()
     base = {"PATH": "/usr/bin:/bin", "ENV_DUMP": str(dump), "SQUEUE_USERS": "x", "SLURM_JOBID": "9"}
     Slurm(section(bin_dir=str(bin_dir), conf_file="/c/slurm.conf"), env=base).query(["1"])
-    # Exactly the scrubbed base: nothing from os.environ, not even a harmless variable.
+    # Exactly the scrubbed base: nothing from os.environ / local.env, not even a harmless variable.
     assert _dumped(dump) == {"PATH": "/usr/bin:/bin", "ENV_DUMP": str(dump), "SLURM_CONF": "/c/slurm.conf"}
-    assert dict(os.environ) == before  # nothing process-wide was touched
+    assert (dict(os.environ), local.env.getdict()) == before  # nothing process-wide was touched
 
 
 def test_process_environment_is_the_default_base_but_scrubbed(section, tmp_path, monkeypatch) -> None:
@@ -170,6 +172,19 @@ def test_one_slurm_shared_by_threads(section, tmp_path) -> None:
     for t in threads:
         t.join()
     assert results == {i: [str(i * 100 + k) for k in range(5)] for i in range(1, 9)}
+
+
+def test_scrubbed_machine_environment_stays_empty_and_read_only(section, tmp_path) -> None:
+    from hpkctl.jobs.scrubbed import SCRUBBED
+
+    bin_dir = _fake_bin(tmp_path, "squeue", "exit 0\n")
+    Slurm(section(bin_dir=str(bin_dir)), env={"PATH": "/bin", "X": "1"}).query(["1"])
+    assert len(SCRUBBED.env) == 0 and SCRUBBED.env.getdict() == {}
+    with pytest.raises(TypeError, match="read-only"):
+        SCRUBBED.env["SLURM_JOB_ID"] = "1"
+    with pytest.raises(TypeError):
+        SCRUBBED.env.update({"A": "1"})
+    assert len(SCRUBBED.env) == 0
 
 
 # ---------------------------------------------------------------------------- finding and running commands
@@ -266,8 +281,8 @@ def test_every_command_gets_the_timeout(fp, section, monkeypatch) -> None:
     assert seen == [7.5] * 5
 
 
-def test_process_env_untouched_by_faked_runs(fp, section) -> None:
-    before = dict(os.environ)
+def test_local_env_untouched_by_faked_runs(fp, section) -> None:
+    before = dict(os.environ), local.env.getdict()
     fp.register(cmd(fp, "squeue"), stdout="")
     Slurm(section(conf_file="/x")).query(["1"])
-    assert dict(os.environ) == before
+    assert (dict(os.environ), local.env.getdict()) == before

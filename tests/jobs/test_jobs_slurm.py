@@ -1,6 +1,6 @@
 """``Slurm`` with faked commands (pytest-subprocess) replaying captured real output.
 
-Commands are registered with ``fp.program(...)`` because hpkctl.jobs runs them by absolute path
+Commands are registered with ``fp.program(...)`` because plumbum runs them by absolute path
 (``/fake/slurm/bin/sbatch`` from the profile's bin_dir).
 """
 

@@ -65,8 +65,8 @@ def test_render_imports_print_the_slowest(tmp_path: Path) -> None:
 
 
 def test_the_slurm_layer_does_not_import_asyncio_or_plumbum(tmp_path: Path) -> None:
-    """Slurm's commands are plain ``subprocess.Popen`` (plumbum brought urllib, http.client, ssl and
-    email into every ``hpkctl run``); the image pull imports plumbum when it pulls."""
+    """Importing the Slurm layer does not import plumbum (it brings urllib, http.client, ssl and email):
+    it comes with the first Slurm command (hpkctl.jobs.scrubbed), or the image pull when it pulls."""
     r = subprocess.run([sys.executable, "-c", "import sys, hpkctl.jobs, hpkctl.local.submit; "
                         "print(sorted(m for m in ('asyncio', 'pty', 'termios', 'plumbum') if m in sys.modules))"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(REPO)})
