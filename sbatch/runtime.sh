@@ -755,6 +755,28 @@ hpk_in_parent() {
 }
 
 # hpk_host_part: the batch script proper, on the first node of the allocation.
+# hpk_etc_hosts NAMES [LINE...]: the pod's /etc/hosts as the kubelet writes it: localhost, the pod's
+# IP with NAMES (its hostname; with a subdomain, its FQDN first), then the hostAliases' LINEs.
+hpk_etc_hosts() {
+  {
+    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
+    printf '%s\t%s\n' "$HPK_POD_IP" "$1"
+    [ $# -lt 2 ] || printf '%s\n' "${@:2}"
+  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
+}
+
+# hpk_resolv MODE [TEXT]: the pod's resolv.conf (dnsPolicy and dnsConfig): custom (None: TEXT),
+# cluster (ClusterFirst: TEXT with the node's search domains), host (Default: the node's), or
+# host+custom (the node's, then TEXT).
+hpk_resolv() {
+  case $1 in
+    custom) printf '%s' "$2" ;;
+    cluster) hpk_cluster_resolv "$2" ;;
+    host) cat /etc/resolv.conf ;;
+    host+custom) cat /etc/resolv.conf && printf '%s' "$2" ;;
+  esac >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/resolv.conf"
+}
+
 # hpk_cluster_resolv TEXT: a ClusterFirst pod's resolv.conf: TEXT, with the node's own search
 # domains (from its /etc/resolv.conf) after the cluster's on the search line, at most 32 in all,
 # as the kubelet writes it, so short names of the site's hosts still resolve.

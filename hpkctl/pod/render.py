@@ -308,6 +308,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "hosts_names": quote(" ".join(names)),
         "host_aliases": [quote(f"{ip}\t{' '.join(hosts)}") for ip, hosts in plan.host_aliases],
         "dns_mode": plan.dns_mode,
+        "dns_word": quote(plan.dns_mode),
         "resolv_conf": quote(plan.resolv_conf),
         "images": [_image_args(words, img, sif, pol) for img, sif, pol in plan.images],
         "apptainer_cgroups": int(apptainer_cgroups(profile.apptainer.exec_flags)),

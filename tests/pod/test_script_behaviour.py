@@ -223,3 +223,25 @@ def test_asking_slurm_whether_it_cancelled_the_job_runs_beside_the_stop_sequence
     proc.communicate(timeout=60)
     assert _read(root, "app.exitcode") == "143" and _read(root, "pod.done") == "143"
     assert _read(root, "pod.failed").splitlines()[0] == "Cancelled"
+
+
+@pytest.mark.parametrize(("dns", "resolv"), [
+    ({"dnsPolicy": "None", "dnsConfig": {"nameservers": ["10.0.0.53"], "searches": ["a.example"]}},
+     "nameserver 10.0.0.53\nsearch a.example\n"),
+    ({"dnsPolicy": "Default"}, "{node}"),
+    ({"dnsPolicy": "Default", "dnsConfig": {"nameservers": ["10.0.0.53"]}}, "{node}nameserver 10.0.0.53\n"),
+])
+def test_the_pods_hosts_and_resolv_conf_as_the_job_writes_them(stub_env, dns: dict[str, Any], resolv: str) -> None:  # type: ignore[no-untyped-def]
+    spec = {"restartPolicy": "Never", "hostname": "db-0", "subdomain": "db",
+            "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo.local", "bar.local"]}],
+            "containers": [{"name": "app", "image": "b:1", "command": ["x"]}], **dns}
+    rendered = render_pod(pod_doc(spec), stub_env["profile"])
+    root = write_pod_dir(rendered)
+    r = subprocess.run(["bash", str(root / "job" / "job.sh")], env=stub_environment(stub_env, stub_env["tmp"] / "r"),
+                       capture_output=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    ip = _read(root, "pod.ip")
+    assert (root / "etc" / "hosts").read_text() == (
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+        f"{ip}\tdb-0.db.default.svc.cluster.local db-0\n10.1.2.3\tfoo.local bar.local\n")
+    assert (root / "etc" / "resolv.conf").read_text() == resolv.format(node=Path("/etc/resolv.conf").read_text())

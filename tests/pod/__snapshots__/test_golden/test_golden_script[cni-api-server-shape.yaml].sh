@@ -106,14 +106,11 @@ hpk_parent() {
 
 # hpk_pod_setup: inside the pod's network, before the containers start.
 hpk_pod_setup() {
-  {
-    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
-    printf '%s\t%s\n' "$HPK_POD_IP" web
-  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
-  hpk_cluster_resolv 'nameserver 10.96.0.10
+  hpk_etc_hosts web
+  hpk_resolv cluster 'nameserver 10.96.0.10
 search default.svc.cluster.local svc.cluster.local cluster.local
 options ndots:5
-' >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
+'
   hpk_image /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif docker://docker.io/library/nginx:1.25 IfNotPresent
 }
 

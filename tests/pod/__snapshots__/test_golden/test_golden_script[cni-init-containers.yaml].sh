@@ -171,14 +171,11 @@ hpk_parent() {
 
 # hpk_pod_setup: inside the pod's network, before the containers start.
 hpk_pod_setup() {
-  {
-    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
-    printf '%s\t%s\n' "$HPK_POD_IP" init-demo
-  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
-  hpk_cluster_resolv 'nameserver 10.96.0.10
+  hpk_etc_hosts init-demo
+  hpk_resolv cluster 'nameserver 10.96.0.10
 search default.svc.cluster.local svc.cluster.local cluster.local
 options ndots:5
-' >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
+'
   hpk_image /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif docker://docker.io/library/busybox:1.36 IfNotPresent
 }
 

@@ -154,14 +154,11 @@ hpk_parent() {
 
 # hpk_pod_setup: inside the pod's network, before the containers start.
 hpk_pod_setup() {
-  {
-    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
-    printf '%s\t%s\n' "$HPK_POD_IP" volumes
-  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
-  hpk_cluster_resolv 'nameserver 10.96.0.10
+  hpk_etc_hosts volumes
+  hpk_resolv cluster 'nameserver 10.96.0.10
 search default.svc.cluster.local svc.cluster.local cluster.local
 options ndots:5
-' >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
+'
   hpk_image /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif docker://docker.io/library/debian:bookworm IfNotPresent
   hpk_watch_sizes "$$" &
 }

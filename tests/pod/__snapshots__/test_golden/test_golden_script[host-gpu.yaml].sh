@@ -127,11 +127,8 @@ hpk_host_setup() {
 
 # hpk_pod_setup: inside the pod's network, before the containers start.
 hpk_pod_setup() {
-  {
-    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
-    printf '%s\t%s\n' "$HPK_POD_IP" train
-  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
-  cat /etc/resolv.conf >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
+  hpk_etc_hosts train
+  hpk_resolv host
   hpk_image /hpk-images/nvcr.io_nvidia_pytorch_24.01-py3-640976d80276.sif docker://nvcr.io/nvidia/pytorch:24.01-py3 IfNotPresent
   hpk_image /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif docker://docker.io/library/busybox:1.36 IfNotPresent
 }

@@ -96,11 +96,8 @@ hpk_host_setup() {
 
 # hpk_pod_setup: inside the pod's network, before the containers start.
 hpk_pod_setup() {
-  {
-    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
-    printf '%s\t%s\n' "$HPK_POD_IP" mpi-hello
-  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
-  cat /etc/resolv.conf >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
+  hpk_etc_hosts mpi-hello
+  hpk_resolv host
   hpk_image /hpk-images/docker.io_library_debian_bookworm-fc862dd5e686.sif docker://docker.io/library/debian:bookworm IfNotPresent
 }
 

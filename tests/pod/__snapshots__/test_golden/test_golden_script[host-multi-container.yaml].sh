@@ -123,11 +123,8 @@ hpk_host_setup() {
 
 # hpk_pod_setup: inside the pod's network, before the containers start.
 hpk_pod_setup() {
-  {
-    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
-    printf '%s\t%s\n' "$HPK_POD_IP" web
-  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
-  cat /etc/resolv.conf >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
+  hpk_etc_hosts web
+  hpk_resolv host
   hpk_image /hpk-images/docker.io_library_nginx_1.25-b07c1fa29c8d.sif docker://docker.io/library/nginx:1.25 IfNotPresent
   hpk_image /hpk-images/ghcr.io_example_sidecar_sha256_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef-4119baf25aec.sif docker://ghcr.io/example/sidecar@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef IfNotPresent
 }

@@ -127,15 +127,11 @@ hpk_host_setup() {
 
 # hpk_pod_setup: inside the pod's network, before the containers start.
 hpk_pod_setup() {
-  {
-    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
-    printf '%s\t%s\n' "$HPK_POD_IP" 'db-0.db.default.svc.cluster.local db-0'
-    printf '%s\n' '10.1.2.3	foo.local bar.local'
-  } >"$HPK_POD_DIR/etc/hosts" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/hosts"
-  printf '%s' 'nameserver 10.96.0.10
+  hpk_etc_hosts 'db-0.db.default.svc.cluster.local db-0' '10.1.2.3	foo.local bar.local'
+  hpk_resolv custom 'nameserver 10.96.0.10
 search ns1.svc.cluster.local my.dns.search.suffix
 options ndots:2 edns0
-' >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write resolv.conf"
+'
   hpk_image /hpk-images/docker.io_library_busybox_1.36-d55432289a2f.sif docker://docker.io/library/busybox:1.36 IfNotPresent
 }
 
