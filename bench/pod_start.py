@@ -310,7 +310,8 @@ def hpkctl_burst(work: Path, count: int, calls: Calls, site: str, timeout: float
     """B pods submitted back to back in one process, as a kubelet would (``submit_pod``)."""
     from hpkctl.jobs import Slurm
     from hpkctl.local.records import forget_run
-    from hpkctl.local.submit import job_states, submit_pod
+    from hpkctl.local.submit import submit_pod
+    from hpkctl.provider.slurmjobs import job_states
     from hpkctl.sites import load_site
 
     profile = load_site(site)

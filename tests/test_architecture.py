@@ -109,6 +109,10 @@ VIOLATIONS = [
     ({"processes"}, "provider/_violation.py", "import subprocess\n"),
     ({"kubernetes"}, "provider/_violation.py", "import kubernetes\n"),
     ({"layers", "pure-pod"}, "pod/_violation.py", "import hpkctl.provider\n"),
+    ({"pods-through-provider"}, "kubelet/_violation.py", "from hpkctl.pod.paths import PodDir\n"),
+    ({"pods-through-provider"}, "controlplane/_violation.py", "from hpkctl.provider.records import Records\n"),
+    ({"pods-through-provider"}, "kubelet/_violation.py", "from hpkctl.jobs.cancel import scancel\n"),
+    (set(), "kubelet/_violation.py", "from hpkctl.provider.jobpod import JobPodProvider\n"),
     ({"layers", "pure-pod"}, "pod/_violation.py", "from hpkctl.jobs import JobInfo\n"),
     ({"layers", "pure-pod"}, "pod/_violation.py", "import hpkctl.local.submit\n"),
     ({"processes"}, "cli/_violation.py", "import subprocess\n"),
@@ -363,9 +367,7 @@ MAX_MODULE_LINES = 400
 
 #: Today's offenders, each to be split; this list may only shrink (a module that drops under the
 #: limit must leave it, see the test below). Do not add to it: split the module you grew.
-OVER_LIMIT_ALLOWED = {
-    "kubelet/pods.py",  # reflector callbacks + the reconcile step; split planned
-}
+OVER_LIMIT_ALLOWED: set[str] = set()
 
 
 def _module_lines() -> dict[str, int]:

@@ -167,7 +167,7 @@ def _follow_array(slurm: Slurm, rec: RunRecord, *, quiet: bool, slurm_poll: floa
     """``hpkctl run`` of a workload: its pods' logs (``[pod/NAME/CONTAINER] line``) and progress until it
     finished; 0 when every pod succeeded."""
     from hpkctl.local.arrayfollow import follow_array
-    from hpkctl.local.runs import job_states
+    from hpkctl.provider.slurmjobs import job_states
 
     st = follow_array(slurm, rec, lambda ids: job_states(slurm, ids), log_out=sys.stdout, quiet=quiet,
                       slurm_poll=slurm_poll)
@@ -280,7 +280,8 @@ def _workloads(records: list[RunRecord]) -> dict[str, WorkloadFile]:
 def cmd_logs(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.local.follow import follow_logs
-    from hpkctl.local.runs import job_states, run_status
+    from hpkctl.local.runs import run_status
+    from hpkctl.provider.slurmjobs import job_states
     from hpkctl.pod.status import containers_of
     from hpkctl.sites import load_site
 

@@ -30,7 +30,7 @@ from hpkctl.kube.address import host_address
 from hpkctl.kubelet.node import LeaseKeeper, NodeReporter, NodeState
 from hpkctl.kubelet.objects import cluster_dns
 from hpkctl.kubelet.pods import PodManager
-from hpkctl.kubelet.records import Records
+from hpkctl.provider.jobpod import JobPodProvider
 from hpkctl.kubelet.server import KubeletServer
 from hpkctl.runtime import apptainer_version
 from hpkctl.sites.schema import SiteProfile
@@ -65,13 +65,13 @@ class Kubelet:
         self.address = opts.address or host_address()
         state = Path(os.path.expanduser(profile.pods.state_dir)) / "kubelet" / opts.node_name
         self.state_dir = state
-        self.records = Records(state)
+        self.provider = JobPodProvider.for_node(slurm=self.slurm, profile=profile, node_state=state)
         self.lock = ExclusiveLock(state / "kubelet.lock")
         # events are posted on their own thread, through client-go's spam filter and aggregation
         self.recorder = EventBroadcaster(EventRecorder(self.kube, component="kubelet", host=opts.node_name),
                                          name="kubelet-events")
-        self.pods = PodManager(kube=self.kube, slurm=self.slurm, profile=profile, node_name=opts.node_name,
-                               records=self.records, recorder=self.recorder, host_ip=self.address)
+        self.pods = PodManager(kube=self.kube, provider=self.provider, profile=profile, node_name=opts.node_name,
+                               recorder=self.recorder, host_ip=self.address)
         self.server: KubeletServer | None = None
         self.node_state = NodeState(name=opts.node_name, address=self.address, port=opts.port, site=profile.name,
                                     runtime_version=apptainer_version(profile.apptainer.binary))
@@ -96,7 +96,7 @@ class Kubelet:
         if not ca:
             raise ValueError("no client CA for the kubelet API: pass --client-ca-file (the cluster CA that signs "
                              "the API server's kubelet client certificate)")
-        self.server = KubeletServer(self.pods.table, slurm=self.slurm, node_name=self.opts.node_name,
+        self.server = KubeletServer(self.pods.table, provider=self.provider, node_name=self.opts.node_name,
                                     host=self.address, port=self.opts.port, cert_file=cert, key_file=key,
                                     client_ca_file=ca, clients=self.profile.kubelet.api_clients,
                                     review=self.access_review)
@@ -157,6 +157,7 @@ class Kubelet:
         if ip != self.pods.profile.pods.dns_server:
             pods = self.profile.pods.model_copy(update={"dns_server": ip})
             self.pods.profile = self.profile.model_copy(update={"pods": pods})
+            self.provider.profile = self.pods.profile  # the pods it renders from now on get the cluster's DNS
             log.info("pods get %s", f"the cluster's DNS at {ip}" if ip else "the node's resolver (no cluster DNS on "
                      "port 53)")
         return ip
@@ -170,8 +171,8 @@ class Kubelet:
                            "and [pods] state_dir") from None
         self.check_identity()
         self.refresh_dns()
+        self.provider.start()  # before any pod is submitted: its job writes markers from the start
         self.pods.load_records()
-        self.pods.changes.ensure()  # before any pod is submitted: its job writes markers from the start
         self._serve()
         self.reporter.thread.start()
         self.lease.thread.start()
@@ -209,7 +210,7 @@ class Kubelet:
         self.stop.set()
         self.reflector.join(10)
         self.pods.queue.stop()
-        self.pods.puller.shutdown()
+        self.provider.shutdown()
         if self.server is not None:
             self.server.stop()
         for t in (*self._loops, self.reporter.thread, self.lease.thread):

@@ -17,8 +17,7 @@ from urllib.parse import urlsplit
 
 from hpkctl.kube import Kube, KubeError, namespaced
 from hpkctl.pod.objects import configmap_data, secret_data
-
-TOKEN_SECONDS = 3607  # what ServiceAccount admission asks for in kube-api-access-* (a real pod's dump)
+from hpkctl.provider.tokens import TOKEN_SECONDS
 
 
 class ApiObjects:

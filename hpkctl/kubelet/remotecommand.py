@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from hpkctl.errors import HpkError
-from hpkctl.jobs import Step
+from hpkctl.provider import ExecSession
 from hpkctl.kubelet.apistatus import ApiError
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class Channels:
         await self.ws.close()
 
 
-async def _client(ch: Channels, step: Step | None) -> None:
+async def _client(ch: Channels, step: ExecSession | None) -> None:
     """Until the client closes: stdin (0), its end (v5: 255 with 0), terminal sizes (4)."""
     async for msg in ch.ws:
         if msg.type != WSMsgType.BINARY or not msg.data:
@@ -154,7 +154,7 @@ async def _pump(read: Callable[[], Awaitable[bytes]], send: Callable[[bytes], Aw
             await send(data)
 
 
-async def run_exec(ch: Channels, start: Callable[[], Awaitable[Step]]) -> None:
+async def run_exec(ch: Channels, start: Callable[[], Awaitable[ExecSession]]) -> None:
     """Start the step, stream it until it ends (or the client goes), send its exit status."""
     try:
         step = await start()

@@ -11,9 +11,10 @@ address only.
 
 The server runs its own asyncio loop in a daemon thread, so the daemon's threads are never blocked
 by a log that is followed for hours. It only *reads* the ``PodTable`` (the reconcile workers own
-it) and the pod directories, each file read on a worker thread (``asyncio.to_thread``) so that a slow
-file system never stalls the loop that serves every other stream; the one thing it starts is an
-exec step, through ``Slurm.exec_step``.
+it); logs, container states and exec come from the pod provider (``log_file``, ``container_run``,
+``log_complete``, ``exec``: for the job-per-pod provider the pod directory and an ``srun`` step), each
+call that reads files made on a worker thread (``asyncio.to_thread``) so that a slow file system never
+stalls the loop that serves every other stream.
 Routes and their refusals:
 
 * ``/containerLogs/{ns}/{pod}/{container}``: :mod:`hpkctl.kubelet.logs` (what ``timestamps`` and
@@ -45,16 +46,14 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from hpkctl.errors import HpkError
-from hpkctl.jobs import Slurm, Step
 from hpkctl.kubelet import logs, remotecommand
 from hpkctl.kubelet.apistatus import ApiError, status
 from hpkctl.kubelet.authz import Review, authoriser
 from hpkctl.kubelet.remotecommand import Channels
 from hpkctl.kubelet.stats import CGROUP_ROOT, CpuRates, job_usage, pod_usage
 from hpkctl.kubelet.table import PodTable, Tracked
-from hpkctl.pod import paths as f
-from hpkctl.pod.paths import PodDir
-from hpkctl.pod.status import container_done, restart_policies
+from hpkctl.pod.status import restart_policies
+from hpkctl.provider import ExecSession, PodProvider
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +103,12 @@ class KubeletServer:
     ``clients``: the certificate common names served besides ``system:masters`` (the API server's
     kubelet-client identity); ``review``: asks the API server about anyone else (SubjectAccessReview). ``cgroup_root`` and ``follow_poll`` exist for tests."""
 
-    def __init__(self, table: PodTable, *, slurm: Slurm, node_name: str, host: str, port: int, cert_file: str,
+    def __init__(self, table: PodTable, *, provider: PodProvider, node_name: str, host: str, port: int, cert_file: str,
                  key_file: str, client_ca_file: str, clients: Collection[str] = (API_CLIENT,),
                  review: Review | None = None, cgroup_root: Path = CGROUP_ROOT,
                  follow_poll: float = logs.FOLLOW_POLL) -> None:
         self.table = table
-        self.slurm = slurm
+        self.provider = provider
         self.node_name = node_name
         self.host = host
         self.port = port
@@ -222,19 +221,18 @@ class KubeletServer:
                 return c.reason or "ContainerCreating"
         return "ContainerCreating"
 
-    def _running(self, tracked: Tracked, container: str) -> PodDir:
-        """The pod directory, if ``container`` runs now (the job's status files say so), else 400."""
-        pd = PodDir(tracked.pod_dir) if tracked.pod_dir is not None else None
-        if pd is not None and tracked.job_id and pd.read_container(container, f.STARTED) is not None \
-                and pd.read_container(container, f.EXITCODE) is None and not pd.exists(f.POD_DONE):
-            return pd
-        if pd is not None and pd.read_container(container, f.EXITCODE) is not None:
-            state = f"has terminated (exit code {pd.read_container(container, f.EXITCODE)})"
+    def _running(self, tracked: Tracked, container: str) -> None:
+        """Nothing if ``container`` runs now (the provider says so), else 400."""
+        run = self.provider.container_run(tracked.uid, container)
+        if run.running and tracked.job_id:
+            return
+        if run.exit_code is not None:
+            state = f"has terminated (exit code {run.exit_code})"
         else:
             state = f"is waiting to start: {self._waiting_reason(tracked, container)}"
         raise ApiError(400, f'container "{container}" in pod "{tracked.name}" is not running: it {state}')
 
-    def _done(self, tracked: Tracked, pd: PodDir, container: str) -> Callable[[], bool]:
+    def _done(self, tracked: Tracked, container: str) -> Callable[[], bool]:
         """When a followed log is complete: the container will not run again, or the pod is gone."""
         policy = restart_policies(tracked.pod).get(container, "Never")
 
@@ -242,7 +240,7 @@ class KubeletServer:
             current = self.table.get(tracked.uid)
             if current is None or (current.status is not None and current.status.finished):
                 return True
-            return container_done(pd, container, policy=policy)
+            return self.provider.log_complete(tracked.uid, container, policy=policy)
 
         return done
 
@@ -295,12 +293,9 @@ class KubeletServer:
     async def _logs(self, request: web.Request) -> web.StreamResponse:
         tracked, container = self._container(request)
         opts = logs.parse_log_options(request.query)
-        if tracked.pod_dir is None:
-            raise ApiError(400, f'container "{container}" in pod "{tracked.name}" is waiting to start: '
-                           f"{self._waiting_reason(tracked, container)}")
-        pd = PodDir(tracked.pod_dir)
-        path = pd.log(container, previous=opts.previous)
-        if not await asyncio.to_thread(path.is_file):  # file I/O off the event loop, as every read here
+        # file I/O off the event loop, as every read here
+        path = await asyncio.to_thread(self.provider.log_file, tracked.uid, container, previous=opts.previous)
+        if path is None:
             if opts.previous:
                 raise ApiError(400, f'previous terminated container "{container}" in pod "{tracked.name}" not found')
             raise ApiError(400, f'container "{container}" in pod "{tracked.name}" is waiting to start: '
@@ -312,7 +307,7 @@ class KubeletServer:
         if task is not None:
             self._tracked(task)
         try:
-            await logs.stream_log(path, opts, resp.write, done=self._done(tracked, pd, container),
+            await logs.stream_log(path, opts, resp.write, done=self._done(tracked, container),
                                   poll=self.follow_poll)
         except FileNotFoundError:
             pass  # moved aside between the check and the open: nothing to send
@@ -325,11 +320,10 @@ class KubeletServer:
         remotecommand.check_websocket(request)
         tracked, container = self._container(request)
         opts = remotecommand.stream_options(request.query, request.query.getall("command", []), need_command=True)
-        pd = await asyncio.to_thread(self._running, tracked, container)
+        await asyncio.to_thread(self._running, tracked, container)
 
-        async def start() -> Step:
-            return await self.slurm.exec_step(tracked.job_id, pod_dir=pd.root, container=container,
-                                              command=opts.command, tty=opts.tty, stdin=opts.stdin)
+        async def start() -> ExecSession:
+            return await self.provider.exec(tracked.uid, container, opts.command, tty=opts.tty, stdin=opts.stdin)
 
         ws = await self._upgrade(request)
         # the command's words are the client's business (they may hold a token); never logged (issue 20.18)
@@ -346,9 +340,11 @@ class KubeletServer:
                            "under Apptainer a container has no stdin or terminal (the job starts it with "
                            "/dev/null as input); attach without -i/-t to stream its output, or use "
                            "kubectl exec -it POD -- sh for an interactive shell in it")
-        pd = await asyncio.to_thread(self._running, tracked, container)
-        done = self._done(tracked, pd, container)
-        path = pd.log(container)
+        await asyncio.to_thread(self._running, tracked, container)
+        done = self._done(tracked, container)
+        path = await asyncio.to_thread(self.provider.log_file, tracked.uid, container)
+        if path is None:
+            raise ApiError(400, f'container "{container}" in pod "{tracked.name}" has no output yet')
         follow_opts = logs.LogOptions(follow=True, tail_lines=0)
 
         async def follow(send: Callable[[bytes], Awaitable[None]]) -> None:

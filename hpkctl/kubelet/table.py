@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hpkctl.pod.status import PodStatus
@@ -23,7 +22,6 @@ class Tracked:
     namespace: str
     name: str
     pod: dict[str, Any]  # the latest object from the API server (raw JSON)
-    pod_dir: Path | None = None  # None until the pod directory is written
     job_id: str = ""  # "" until sbatch answered
     status: PodStatus | None = None  # the last status read from the pod directory and Slurm
     sent: dict[str, Any] | None = None  # the last status the API server accepted

@@ -18,9 +18,10 @@ from typing import BinaryIO, TextIO
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError
 from hpkctl.jobs.poll import Backoff, poll
 from hpkctl.local.records import RunRecord
-from hpkctl.local.runs import (LOWERED_GRACE, NeverStarts, deadline_limit, ended, lower_to_partition, lowered_note,
-                               never_starts, pod_status)
+from hpkctl.local.runs import NeverStarts, pod_status
 from hpkctl.pod.lifecycle import grace_period
+from hpkctl.provider.slurmjobs import (LOWERED_GRACE, deadline_limit, ended, lower_to_partition, lowered_note,
+                                       never_starts)
 from hpkctl.pod import paths as f
 from hpkctl.pod.status import PodStatus, container_done, containers_of, read_pod_status, restart_policies
 

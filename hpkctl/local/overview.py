@@ -16,7 +16,8 @@ from hpkctl.errors import HpkError
 from hpkctl.jobs import Slurm, SlurmUnavailable
 from hpkctl.local.arrays import ArrayStatus, WorkloadFile, array_status, element_ids
 from hpkctl.local.records import RunRecord
-from hpkctl.local.runs import job_states, run_status
+from hpkctl.local.runs import run_status
+from hpkctl.provider.slurmjobs import job_states
 from hpkctl.pod.status import PodStatus
 
 STATUS_UNREADABLE = "StatusUnreadable"

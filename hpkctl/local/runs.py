@@ -21,6 +21,8 @@ from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, UserJob
 from hpkctl.jobs.poll import poll
 from hpkctl.local.records import SUBMITTED, SUBMITTING, RunRecord, forget_run, save_record
 from hpkctl.pod.flags import uid_from_comment
+from hpkctl.provider.slurmjobs import (LOWERED_GRACE, NEVER_STARTS, deadline_limit, ended, job_states,
+                                       lower_to_partition, lowered_limit, lowered_note, mark_deleting, never_starts)
 from hpkctl.pod.lifecycle import SIGNAL_MARGIN, grace_period, stop_wait
 from hpkctl.pod.paths import POD_DELETING, POD_DONE, PodDir
 from hpkctl.pod.status import PodStatus, apptainer_fatal, containers_of, read_pod_status
@@ -43,12 +45,6 @@ SETUP_REASONS = frozenset({"ErrImagePull", "ErrImageNeverPull", "HostPathCheckFa
 # the job (README: "1 when the pod failed without one (cancelled by Slurm, node lost)").
 NO_CODE_REASONS = frozenset({"Cancelled", "NodeLost", "Preempted", "BootFailure", "Revoked"})
 
-# Pending reasons with which Slurm will never start the job: no node of the partition can hold it,
-# or its limits forbid it (squeue(1), JOB REASON CODES). Slurm 22.05 with EnforcePartLimits=NO
-# (the default) keeps such a job pending for ever instead of refusing it at submission.
-NEVER_STARTS = frozenset({"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
-                          "DependencyNeverSatisfied"})
-
 
 class NeverStarts(HpkError):
     """Slurm accepted the job but will never start it (``NEVER_STARTS``); ``status`` says why."""
@@ -62,84 +58,6 @@ class NeverStarts(HpkError):
                               "shows what the partitions offer")
         self.record = rec
         self.status = status
-
-
-def ended(job: JobInfo | None) -> bool:
-    """Whether Slurm is done with the job (or has forgotten it)."""
-    return job is None or job.state in TERMINAL_STATES
-
-
-#: how long a lowered time limit is given to take effect (Slurm re-evaluates a pending job's reason
-#: at its next scheduling pass) before the job is taken as one that never starts after all
-LOWERED_GRACE = 30.0
-
-
-def deadline_limit(job: JobInfo | None, spec: Mapping[str, Any]) -> int:
-    """``activeDeadlineSeconds`` when Slurm may keep the job pending because its time limit, the
-    deadline plus the backstop for the stop sequence, exceeds the partition's MaxTime (then
-    :func:`lowered_limit` says what to lower it to); 0 when that does not apply.
-
-    Slurm 22.05 first shows such a job as ``PartitionConfig`` (its check at submission) and only
-    after its next scheduling pass as ``PartitionTimeLimit``; both are taken, and a job that stays
-    pending after the lowering (too many CPUs, say) is cancelled once ``LOWERED_GRACE`` has passed."""
-    if job is None or job.state != "PENDING" or job.reason not in ("PartitionTimeLimit", "PartitionConfig"):
-        return 0
-    deadline = spec.get("activeDeadlineSeconds")
-    return deadline if isinstance(deadline, int) and deadline > 0 else 0
-
-
-def lowered_limit(deadline: int, partition_max: int | None) -> int:
-    """The limit to lower a job to whose backstop is above its partition's MaxTime: the MaxTime itself
-    (all the room past the deadline the partition gives); the deadline when the MaxTime is unknown;
-    0 when the partition cannot hold even the deadline (then the job never starts, rightly)."""
-    if partition_max is None:
-        return deadline
-    return partition_max if partition_max >= deadline else 0
-
-
-def lower_to_partition(slurm: Slurm, job_id: str, deadline: int) -> int:
-    """Lower a pending job's limit as :func:`lowered_limit` says for the partition it waits in; the
-    limit set, or 0 when there is nothing to lower to (then it never starts). Raises ``SlurmError``."""
-    part = slurm.job_partition(job_id)
-    limit = lowered_limit(deadline, slurm.partition_limit(part)) if part else 0
-    if limit:
-        slurm.shorten(job_id, limit)
-    return limit
-
-
-def lowered_note(job_id: str, limit: int, *, deadline: int, grace: int) -> str:
-    """The warning for a lowered limit, with how early Slurm's ``--signal`` (grace + margin before
-    the limit, up to a minute earlier still) may now start the stop sequence."""
-    effective = -(-limit // 60) * 60  # Slurm keeps whole minutes
-    early = deadline - (effective - max(grace, 2) - SIGNAL_MARGIN - 60)
-    note = (f"Slurm job {job_id}'s time limit (activeDeadlineSeconds {deadline} s plus time for the stop sequence) "
-            f"is above the partition's MaxTime: lowered to {effective} s")
-    if early > 0:
-        note += f"; Slurm may now start the pod's stop sequence up to {early} s before the deadline"
-    return note
-
-
-def never_starts(job: JobInfo | None) -> bool:
-    """Whether Slurm keeps the job pending for a reason that waiting cannot clear."""
-    if job is None or job.state != "PENDING":
-        return False
-    if job.reason in NEVER_STARTS:
-        return True
-    # "ReqNodeNotAvail, UnavailableNodes:" with no node after it: no node can ever be chosen
-    head, sep, nodes = job.reason.partition("UnavailableNodes:")
-    return head.startswith("ReqNodeNotAvail") and bool(sep) and not nodes.strip()
-
-
-def job_states(slurm: Slurm, job_ids: list[str]) -> dict[str, JobInfo | None]:
-    """Slurm's view of jobs: one squeue call, then one batched final-state lookup for those that ended.
-    Empty ids (runs still being submitted) are answered ``None`` without asking."""
-    ids = [j for j in dict.fromkeys(job_ids) if j]
-    jobs: dict[str, JobInfo | None] = dict(slurm.query(ids)) if ids else {}
-    gone = [j for j in ids if ended(jobs.get(j))]
-    finals = slurm.finals(gone) if gone else {}
-    out: dict[str, JobInfo | None] = {j: finals.get(j) or jobs.get(j) for j in ids}
-    out.update({j: None for j in job_ids if not j})
-    return out
 
 
 def pid_alive(pid: int) -> bool:
@@ -227,14 +145,6 @@ def stop_gracefully(slurm: Slurm, rec: RunRecord, *, out: TextIO, sleep: Callabl
         return bool(poll(lambda: True if rec.dir.exists(POD_DONE) else None, timeout=limit, sleep=sleep, clock=clock))
     except TimeoutError:
         return False
-
-
-def mark_deleting(pod_dir: PodDir) -> None:
-    """``status/pod.deleting``: the job's TERM comes from a delete (not from the time limit)."""
-    try:
-        pod_dir.status_file(POD_DELETING).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
-    except OSError:  # the job has not created status/ yet, or the directory is gone: nothing to tell
-        pass
 
 
 def _delete_array(slurm: Slurm, rec: RunRecord, *, out: TextIO, timeout: float = 30.0,

@@ -19,9 +19,11 @@ from hpkctl.jobs import (InvalidAccount, InvalidPartition, InvalidQos, Resources
 from hpkctl.local.manifest import load_manifest, pod_warnings, refuse_suspended, select_pod, with_api_defaults
 from hpkctl.local.records import (SUBMITTED, SUBMITTING, RunExists, RunRecord, check_name, create_record,
                                   forget_run, owns_pod_dir, read_record, record_path, save_record)
-from hpkctl.local.runs import delete_run, ended, job_states, lowered_limit, lowered_note, pod_status
+from hpkctl.local.runs import delete_run, pod_status
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir
 from hpkctl.pod.flags import FLAGS_ANNOTATIONS
+from hpkctl.provider.slurmjobs import (ended, images_to_pull, job_partition_option, job_states, lowered_limit,
+                                       lowered_note, submit_job)
 from hpkctl.runtime import ImageToPull, pull_images
 from hpkctl.sites import require_submittable
 from hpkctl.sites.schema import SiteProfile, seconds_to_slurm_time
@@ -49,19 +51,6 @@ def service_variable_warnings(pod: Mapping[str, Any]) -> list[str]:
             out.append(f"container {c.get('name')!r} uses {', '.join(named)}: hpkctl run has no API server, so "
                        f"no KUBERNETES_SERVICE_* variables are set; give them in its env, or run the pod on the "
                        f"private cluster (hpkctl start, then kubectl)")
-    return out
-
-
-def images_to_pull(rendered: RenderedPod) -> list[ImageToPull]:
-    """Every image the job needs: the cni parent's (the job pulls it IfNotPresent on the node, which may
-    be offline) and the containers'."""
-    plan = rendered.plan
-    out = [ImageToPull(source=image.source, sif=sif, policy=policy, credentials=plan.pull_credentials.get(image.registry))
-           for image, sif, policy in plan.images]
-    if plan.parent is not None:
-        image, sif = plan.parent
-        out.insert(0, ImageToPull(source=image.source, sif=sif, policy="IfNotPresent",
-                                  credentials=plan.pull_credentials.get(image.registry)))
     return out
 
 
@@ -185,31 +174,6 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
         _discard(profile, rec)
         raise
     return PreparedRun(profile=profile, record=rec, rendered=rendered, manifest_path=manifest_path)
-
-
-def job_partition_option(plan: Any) -> str:
-    """The partition the pod's job asks for (its ``--partition`` option; "" for Slurm's default)."""
-    return next((str(o.value) for o in plan.options if o.name == "--partition" and o.value), "")
-
-
-def submit_job(slurm: Slurm, script: Path, *, workdir: Path, deadline: int, partition: str) -> tuple[str, int]:
-    """``sbatch`` the pod's script: (job id, 0), or, when Slurm refuses its time limit (a site with
-    ``EnforcePartLimits``: activeDeadlineSeconds plus the stop sequence's backstop above the
-    partition's MaxTime), once more with ``--time`` lowered to that MaxTime (``lowered_limit``):
-    (job id, the limit). The runtime still stops the pod at the deadline, unless Slurm's limit comes
-    first. A refused sbatch made no job, so the second one cannot make a twin."""
-    try:
-        return slurm.submit(script, workdir=workdir), 0
-    except TimeLimitTooLong:
-        if deadline <= 0:
-            raise
-        try:
-            limit = lowered_limit(deadline, slurm.partition_limit(partition))
-        except SlurmError:
-            limit = deadline
-        if not limit:
-            raise
-        return slurm.submit(script, workdir=workdir, extra_args=[f"--time={seconds_to_slurm_time(limit)}"]), limit
 
 
 def submit_prepared(slurm: Slurm, prep: PreparedRun, *, out: TextIO = sys.stderr) -> RunRecord:

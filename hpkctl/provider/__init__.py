@@ -6,9 +6,10 @@ ends. The kubelet, ``hpkctl run/status/logs/delete`` and ``hpkctl stop --all`` r
 only through a provider; the provider package sits below them and above ``jobs/`` and ``pod/``.
 """
 
-from hpkctl.provider.api import (ContainerRun, Created, Deletion, ExecSession, Failure, Leftover, Note, Outcome,
+from hpkctl.provider.api import (ContainerRun, Created, Deletion, ExecSession, Failure, ImagePullFailed, Leftover, Note,
+                                 Outcome,
                                  PodInputs, PodProvider, PodRef, ProbeKill, StatusReport, Watched)
 from hpkctl.provider.stopwait import delete_and_wait
 
-__all__ = ["ContainerRun", "Created", "Deletion", "ExecSession", "Failure", "Leftover", "Note", "Outcome",
+__all__ = ["ContainerRun", "Created", "Deletion", "ExecSession", "Failure", "ImagePullFailed", "Leftover", "Note", "Outcome",
            "PodInputs", "PodProvider", "PodRef", "ProbeKill", "StatusReport", "Watched", "delete_and_wait"]

@@ -35,8 +35,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from hpkctl.errors import PodError
 from hpkctl.pod.objects import ObjectSource
 from hpkctl.pod.status import PodStatus
+from hpkctl.provider.tokens import TokenSource
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,12 @@ class PodInputs:
     ready: Callable[[str], None] | None = None  # called from a pull thread when a parked pod can go on
 
 
+class ImagePullFailed(PodError):
+    """``create`` could not pull the pod's images (reason ``ErrImagePull``, ...): the caller shows the
+    pod waiting with that reason (``ImagePullBackOff`` from the second failure on) and tries again after
+    a back-off; the next ``create`` pulls again."""
+
+
 class Outcome(str, Enum):
     SUBMITTED = "submitted"  # a new job (``job_id``)
     ADOPTED = "adopted"  # a job a previous process submitted for this uid (``job_id``, ``where``)
@@ -108,24 +116,26 @@ class Deletion:
     """``delete``'s answer: ``done`` (the pod's job has ended or was cancelled; its record says
     stopped), else ask again after ``recheck_after`` seconds. ``killing``: this call began stopping a
     job that still ran (the kubelet posts ``Killing`` once); ``final``: the containers' last states,
-    read as the pod went (``None`` when there is nothing to read)."""
+    read as the pod went (``None`` when there is nothing to read: ``report=False``, no job)."""
 
     done: bool
     job_id: str = ""
     recheck_after: float = 0.0
     killing: bool = False
     cancelled: bool = False
-    final: PodStatus | None = None
+    final: StatusReport | None = None
 
 
 @dataclass(frozen=True)
 class Watched:
     """A pod the caller wants the status of: its ref, its current object (the containers to report
-    come from its spec) and the job ``create`` answered (``""``: none)."""
+    come from its spec) and the job ``create`` answered (``""``: none); pods being deleted are followed
+    (their job is part of the query) but not reported."""
 
     ref: PodRef
     pod: Mapping[str, Any]
     job_id: str
+    reread: bool = False  # the caller could not deliver this pod's last report: read and report it again
 
 
 @dataclass(frozen=True)
@@ -173,7 +183,9 @@ class Leftover:
     job_id: str
     state: str  # "submitting" | "submitted" | "failed" | "stopped"
     stopped_at: float = 0.0
-    pod: Mapping[str, Any] = field(default_factory=dict)  # the pod as submitted, when its directory has it
+    #: the pod as it was submitted (reads it: call only for a pod the API no longer has; a stand-in
+    #: with its name and no spec when nothing was kept)
+    saved: Callable[[], Mapping[str, Any]] = field(default=lambda: {}, compare=False)
 
     @property
     def live(self) -> bool:
@@ -209,7 +221,7 @@ class ExecSession(Protocol):
 
     async def wait(self) -> int: ...
 
-    def start_failure(self, code: int) -> str: ...
+    def start_failure(self, exit_code: int) -> str | None: ...
 
     def close(self) -> None: ...
 
@@ -219,9 +231,13 @@ class PodProvider(Protocol):
     promises. A second implementation plugs into the kubelet without touching it
     (``tests/provider/test_fake_provider.py`` runs the kubelet's ``PodManager`` on a fake one)."""
 
-    #: Slurm queries of the status rounds and of stop sequences (the benches' per-poll costs)
-    slurm_calls: int
-    stop_queries: int
+    @property
+    def slurm_calls(self) -> int:
+        """Slurm queries of the status rounds so far (bench/: Slurm commands per poll)."""
+
+    @property
+    def stop_queries(self) -> int:
+        """Slurm queries of stop sequences so far (bench/: deleting many pods)."""
 
     def start(self) -> None:
         """Before the first ``create``: make the state the provider writes (directories, the change log)."""
@@ -258,7 +274,7 @@ class PodProvider(Protocol):
         those the change log or Slurm says changed. A pod whose job can never start is cancelled and
         reported with a ``failure``. Synchronous, on the status loop."""
 
-    def refresh_tokens(self, ref: PodRef, pod: Mapping[str, Any], objects: ObjectSource) -> None:
+    def refresh_tokens(self, ref: PodRef, pod: Mapping[str, Any], objects: TokenSource) -> None:
         """Write the pod's projected service-account tokens again (they expire)."""
 
     def clean(self, keep: float) -> int:
@@ -280,5 +296,6 @@ class PodProvider(Protocol):
         ``log_file``). A coroutine for the server's event loop; ``HpkError`` when it cannot start."""
 
 
-__all__ = ["ContainerRun", "Created", "Deletion", "ExecSession", "Failure", "Leftover", "Note", "Outcome",
+__all__ = ["ContainerRun", "Created", "Deletion", "ExecSession", "Failure", "ImagePullFailed", "Leftover", "Note",
+           "Outcome",
            "PodInputs", "PodProvider", "PodRef", "ProbeKill", "StatusReport", "Watched"]

@@ -7,21 +7,21 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hpkctl.jobs import JobInfo
-from hpkctl.kube.events import EventRecorder
 from hpkctl.jobs import TERMINAL_STATES
-from hpkctl.kubelet import pods as pods_mod
-from hpkctl.kubelet.changes import ChangeLog
 from hpkctl.kubelet.pods import PodManager
-from hpkctl.kubelet.records import SUBMITTED, PodRecord, Records
+from hpkctl.provider import jobstatus as jobstatus_mod
+from hpkctl.provider.changes import ChangeLog
+from hpkctl.provider.records import SUBMITTED, PodRecord
 from hpkctl.pod import paths
 from hpkctl.sites import load_site
-from tests.support.kubelet_fakes import FakeKube, FakeSlurm, _pod
+from tests.support.kubelet_fakes import FakeKube, FakeSlurm, _pod, pod_manager
 from tests.support.ci import REPO
 
 K = 50
@@ -34,10 +34,9 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[PodManager, F
     profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
     kube, slurm = FakeKube(), FakeSlurm()
     now = [1000.0]
-    monkeypatch.setattr(pods_mod.time, "monotonic", lambda: now[0])
-    m = PodManager(kube=kube, slurm=slurm, profile=profile, node_name="hpk",  # type: ignore[arg-type]
-                   records=Records(tmp_path / "kubelet"), recorder=EventRecorder(kube, component="kubelet"))  # type: ignore[arg-type]
-    m.changes.ensure()
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    m = pod_manager(tmp_path, kube, slurm, profile)
+    m.provider.changes.ensure()
     pods = []
     for i in range(K):
         uid, job = f"u-{i}", str(100 + i)
@@ -46,7 +45,7 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[PodManager, F
         (pod_dir / "status" / "job.started").write_text("2026-11-26T10:00:00Z\n")
         (pod_dir / "status" / "c.started").write_text("2026-11-26T10:00:01Z\n")
         slurm.jobs[job] = JobInfo(job_id=job, state="RUNNING", nodes="n1")
-        m.records.save(PodRecord(uid=uid, namespace="default", name=f"p{i}", pod_dir=str(pod_dir),
+        m.provider.records.save(PodRecord(uid=uid, namespace="default", name=f"p{i}", pod_dir=str(pod_dir),
                                  state=SUBMITTED, job_id=job))
         pod = _pod(f"p{i}", uid)
         pod["metadata"]["annotations"] = {"hpk.io/slurm-job-id": job}
@@ -60,29 +59,29 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[PodManager, F
 
 def _write(m: PodManager, uid: str, name: str, value: str, *, marker: bool = True) -> None:
     """What the job's hpk_put does: the status file, then the marker."""
-    t = m.table.get(uid)
-    assert t is not None and t.pod_dir is not None
-    (t.pod_dir / "status" / name).write_text(value + "\n")
+    pod_dir = m.provider._pod_dir(uid)
+    assert m.table.get(uid) is not None and pod_dir is not None
+    (pod_dir / "status" / name).write_text(value + "\n")
     if marker:
-        (m.changes.dir / uid).touch()
+        (m.provider.changes.dir / uid).touch()
 
 
 def test_a_round_reads_only_the_pods_that_left_a_marker(live: Any) -> None:
     m, kube, slurm, now = live
     assert m.poll() == K  # the first round: every pod once
     assert len(slurm.queries) == 1 and len(slurm.queries[0]) == K
-    ops, patches = m.changes.ops, len(kube.status_patches())
+    ops, patches = m.provider.changes.ops, len(kube.status_patches())
     now[0] += 0.5
     assert m.poll() == 0  # nothing changed: one readdir, nothing else
-    assert m.changes.ops - ops == 1
+    assert m.provider.changes.ops - ops == 1
     _write(m, "u-7", "c.exitcode", "3")
     _write(m, "u-7", "pod.done", "3")
     _write(m, "u-9", "c.ready", "1")
-    ops = m.changes.ops
+    ops = m.provider.changes.ops
     now[0] += 0.5
     assert m.poll() == 2
-    assert m.changes.ops - ops == 1 + 2 * 2  # the readdir; per changed pod its marker taken, its status/ stat'ed
-    assert sorted(p.name for p in m.changes.dir.iterdir()) == []
+    assert m.provider.changes.ops - ops == 1 + 2 * 2  # the readdir; per changed pod its marker taken, its status/ stat'ed
+    assert sorted(p.name for p in m.provider.changes.dir.iterdir()) == []
     sent = kube.status_patches()[patches:]
     assert {p["metadata"]["uid"] for p in sent} == {"u-7", "u-9"}
     assert len(slurm.queries) == 1  # Slurm is not asked before slurm_poll has passed
@@ -92,7 +91,7 @@ def test_a_write_after_the_read_is_read_next_round(live: Any, monkeypatch: pytes
     """The marker is taken before the files are read: a write during the read leaves a new marker."""
     m, kube, slurm, now = live
     m.poll()
-    real = pods_mod.read_pod_status
+    real = jobstatus_mod.read_pod_status
 
     def during_read(pod_dir: Path, *a: Any, **kw: Any) -> Any:
         st = real(pod_dir, *a, **kw)
@@ -100,7 +99,7 @@ def test_a_write_after_the_read_is_read_next_round(live: Any, monkeypatch: pytes
             _write(m, "u-3", "c.exitcode", "0")  # the job writes right after this read
         return st
 
-    monkeypatch.setattr(pods_mod, "read_pod_status", during_read)
+    monkeypatch.setattr(jobstatus_mod, "read_pod_status", during_read)
     _write(m, "u-3", "c.ready", "1")
     now[0] += 0.5
     assert m.poll() == 1
@@ -118,12 +117,12 @@ def test_slurm_is_asked_once_per_slurm_poll_for_every_pod_stopping_ones_included
     t = m.table.get("u-0")
     t.pod["metadata"]["deletionTimestamp"] = "2026-11-26T10:00:00Z"
     m.sync("u-0")  # the stop sequence uses the round's answer: RUNNING, so TERM to the batch shell
-    assert slurm.cancelled == [("100", "TERM")] and m.stop_queries == 0
+    assert slurm.cancelled == [("100", "TERM")] and m.provider.stop_queries == 0
     for _ in range(int(every / 0.5) - 1):
         now[0] += 0.5
         m.poll()
         m.sync("u-0")  # re-checks: pod.done not there yet; no squeue of its own
-    assert len(slurm.queries) == 1 and m.stop_queries == 0
+    assert len(slurm.queries) == 1 and m.provider.stop_queries == 0
     now[0] += 0.5
     m.poll()
     assert len(slurm.queries) == 2 and "100" in slurm.queries[1] and len(slurm.queries[1]) == K
@@ -147,19 +146,19 @@ def test_the_audit_finds_a_change_without_a_marker(live: Any) -> None:
     m, kube, slurm, now = live
     m.poll()
     _write(m, "u-11", "c.exitcode", "1", marker=False)
-    (m.table.get("u-11").pod_dir / "status" / "c.exitcode").rename(  # a rename, as the job writes
-        m.table.get("u-11").pod_dir / "status" / "c.exitcode.x")
-    (m.table.get("u-11").pod_dir / "status" / "c.exitcode.x").rename(
-        m.table.get("u-11").pod_dir / "status" / "c.exitcode")
+    (m.provider._pod_dir("u-11") / "status" / "c.exitcode").rename(  # a rename, as the job writes
+        m.provider._pod_dir("u-11") / "status" / "c.exitcode.x")
+    (m.provider._pod_dir("u-11") / "status" / "c.exitcode.x").rename(
+        m.provider._pod_dir("u-11") / "status" / "c.exitcode")
     now[0] += 0.5
     assert m.poll() == 0
-    ops = m.changes.ops
+    ops = m.provider.changes.ops
     now[0] = 1000.0 + m.profile.kubelet.status_audit
     assert m.poll() == 1
-    assert m.changes.ops - ops == 1 + K  # the readdir and one stat per live pod, this round only
-    ops = m.changes.ops
+    assert m.provider.changes.ops - ops == 1 + K  # the readdir and one stat per live pod, this round only
+    ops = m.provider.changes.ops
     now[0] += 0.5
-    assert m.poll() == 0 and m.changes.ops - ops == 1
+    assert m.poll() == 0 and m.provider.changes.ops - ops == 1
 
 
 def test_stale_markers_of_removed_pods_are_cleaned(tmp_path: Path) -> None:

@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 
 from hpkctl.jobs import JobInfo, UserJob
-from hpkctl.kube.events import EventRecorder
-from hpkctl.kubelet import pods as pods_mod
 from hpkctl.kubelet.pods import PodManager
-from hpkctl.kubelet.records import STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records
+from hpkctl.provider import jobpod as jobpod_mod
+from hpkctl.provider.records import STOPPED, SUBMITTED, SUBMITTING, PodRecord
 from hpkctl.sites import load_site
-from tests.support.kubelet_fakes import FakeKube, FakeSlurm, _pod
+from tests.support.kubelet_fakes import FakeKube, FakeSlurm, _pod, pod_manager
 
 
 @pytest.fixture
@@ -24,8 +23,7 @@ def mgr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[PodManager, Fa
     profile = load_site("ci")
     profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
     kube, slurm = FakeKube(), FakeSlurm()
-    m = PodManager(kube=kube, slurm=slurm, profile=profile, node_name="hpk",  # type: ignore[arg-type]
-                   records=Records(tmp_path / "kubelet"), recorder=EventRecorder(kube, component="kubelet"))  # type: ignore[arg-type]
+    m = pod_manager(tmp_path, kube, slurm, profile)
     m.load_records()
     return m, kube, slurm
 
@@ -36,7 +34,7 @@ def test_an_unexpected_error_becomes_a_failed_status_and_an_event(mgr: Any, monk
     def boom(*a: Any, **kw: Any) -> Any:
         raise RuntimeError("surprise")
 
-    monkeypatch.setattr(pods_mod, "render_pod", boom)
+    monkeypatch.setattr(jobpod_mod, "render_pod", boom)
     m.on_sync([_pod()])
     m.sync("u-1")
     (patch,) = kube.status_patches()
@@ -74,7 +72,7 @@ def test_a_hostpath_outside_the_profiles_prefixes_is_failed_naming_the_field_and
 
 def test_recorded_pod_is_adopted_not_resubmitted(mgr: Any, tmp_path: Path) -> None:
     m, kube, slurm = mgr
-    m.records.save(PodRecord(uid="u-1", namespace="default", name="p", pod_dir=str(tmp_path / "d"),
+    m.provider.records.save(PodRecord(uid="u-1", namespace="default", name="p", pod_dir=str(tmp_path / "d"),
                              state=SUBMITTED, job_id="41"))
     m.load_records()
     pod = _pod()
@@ -90,22 +88,22 @@ def test_recorded_pod_is_adopted_not_resubmitted(mgr: Any, tmp_path: Path) -> No
 def test_records_without_api_pods_are_stopped_after_the_first_full_list(mgr: Any, tmp_path: Path) -> None:
     m, kube, slurm = mgr
     slurm.jobs["77"] = JobInfo(job_id="77", state="PENDING")
-    m.records.save(PodRecord(uid="gone", namespace="default", name="old", pod_dir=str(tmp_path / "g"),
+    m.provider.records.save(PodRecord(uid="gone", namespace="default", name="old", pod_dir=str(tmp_path / "g"),
                              state=SUBMITTED, job_id="77"))
-    m.records.save(PodRecord(uid="done", namespace="default", name="older", pod_dir=str(tmp_path / "h"),
+    m.provider.records.save(PodRecord(uid="done", namespace="default", name="older", pod_dir=str(tmp_path / "h"),
                              state=STOPPED, job_id="76"))
     m.load_records()
     m.on_sync([])
     m.sync("gone")
     assert slurm.cancelled == [("77", None)]  # pending: cancelled at once, no stop sequence
     assert [c for c in kube.calls if c[0] == "DELETE"] == []  # the API object is gone already
-    assert m.records.load_all()["gone"].state == STOPPED
+    assert m.provider.records.load_all()["gone"].state == STOPPED
     assert m.table.get("gone") is None
 
 
 def test_submitting_record_with_a_job_found_by_uid_is_adopted(mgr: Any, tmp_path: Path) -> None:
     m, kube, slurm = mgr
-    m.records.save(PodRecord(uid="u-1", namespace="default", name="p", pod_dir=str(tmp_path / "d"),
+    m.provider.records.save(PodRecord(uid="u-1", namespace="default", name="p", pod_dir=str(tmp_path / "d"),
                              state=SUBMITTING))
     m.load_records()
 
@@ -114,7 +112,7 @@ def test_submitting_record_with_a_job_found_by_uid_is_adopted(mgr: Any, tmp_path
     m.on_sync([_pod()])
     m.sync("u-1")
     assert slurm.submitted == 0
-    assert m.records.load_all()["u-1"].job_id == "55"
+    assert m.provider.records.load_all()["u-1"].job_id == "55"
     assert any(p["metadata"].get("annotations") == {"hpk.io/slurm-job-id": "55"} for p in kube.status_patches())
 
 
@@ -124,12 +122,12 @@ def test_deleting_many_pods_costs_one_squeue_not_one_per_pod(mgr: Any, tmp_path:
     asks Slurm about all the pods being deleted at once, the others use that answer (fresh for
     ``slurm_poll``; the clock stands still here so a slow machine cannot split the round)."""
     m, kube, slurm = mgr
-    monkeypatch.setattr(pods_mod.time, "monotonic", lambda: 1000.0)
+    monkeypatch.setattr(time, "monotonic", lambda: 1000.0)
     pods = []
     for i in range(40):
         uid, job = f"u-{i}", str(100 + i)
         slurm.jobs[job] = JobInfo(job_id=job, state="PENDING")
-        m.records.save(PodRecord(uid=uid, namespace="default", name=f"p{i}", pod_dir=str(tmp_path / uid),
+        m.provider.records.save(PodRecord(uid=uid, namespace="default", name=f"p{i}", pod_dir=str(tmp_path / uid),
                                  state=SUBMITTED, job_id=job))
         pod = _pod(f"p{i}", uid)
         pod["metadata"]["annotations"] = {"hpk.io/slurm-job-id": job}
@@ -141,7 +139,7 @@ def test_deleting_many_pods_costs_one_squeue_not_one_per_pod(mgr: Any, tmp_path:
         m.sync(f"u-{i}")
     assert sorted(slurm.cancelled) == sorted((str(100 + i), None) for i in range(40))  # pending: scancel
     assert len(slurm.queries) == 1 and sorted(slurm.queries[0]) == sorted(slurm.jobs), slurm.queries
-    assert m.stop_queries == 1
+    assert m.provider.stop_queries == 1
     assert len([c for c in kube.calls if c[0] == "DELETE"]) == 40
 
 
@@ -152,7 +150,7 @@ def test_a_failing_stop_query_is_not_repeated_by_every_waiting_pod(mgr: Any, mon
 
     m, kube, slurm = mgr
     now = [1000.0]
-    monkeypatch.setattr(pods_mod.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
 
     def down(ids: Any) -> Any:
         slurm.queries.append(list(ids))
@@ -161,16 +159,31 @@ def test_a_failing_stop_query_is_not_repeated_by_every_waiting_pod(mgr: Any, mon
     monkeypatch.setattr(slurm, "query", down)
     for job in ("1", "1", "1"):
         with pytest.raises(SlurmError):
-            m._job_now(job)
+            m.provider.jobs.job_now(job, lambda: [])
     assert len(slurm.queries) == 1
     now[0] += m.profile.kubelet.slurm_poll - 0.1
     with pytest.raises(SlurmError):
-        m._job_now("1")
+        m.provider.jobs.job_now("1", lambda: [])
     assert len(slurm.queries) == 1  # at most one squeue per slurm_poll
     now[0] += 0.1
     with pytest.raises(SlurmError):
-        m._job_now("1")
+        m.provider.jobs.job_now("1", lambda: [])
     assert len(slurm.queries) == 2
+
+
+def _pending_pod(m: Any, slurm: FakeSlurm, tmp_path: Path, job_id: str, deadline: int | None) -> None:
+    """A pod whose job Slurm keeps pending with PartitionTimeLimit, adopted from its record."""
+    pod = _pod()
+    if deadline:
+        pod["spec"]["activeDeadlineSeconds"] = deadline
+    pod["metadata"]["annotations"] = {"hpk.io/slurm-job-id": job_id}
+    (tmp_path / "d").mkdir()
+    m.provider.records.save(PodRecord(uid="u-1", namespace="default", name="p", pod_dir=str(tmp_path / "d"),
+                                      state=SUBMITTED, job_id=job_id))
+    slurm.jobs[job_id] = JobInfo(job_id=job_id, state="PENDING", reason="PartitionTimeLimit")
+    m.load_records()
+    m.on_sync([pod])
+    m.sync("u-1")
 
 
 def test_a_deadline_above_the_partition_limit_is_lowered_not_cancelled(mgr: Any, tmp_path: Path,
@@ -180,45 +193,37 @@ def test_a_deadline_above_the_partition_limit_is_lowered_not_cancelled(mgr: Any,
     saying how early Slurm may now stop it; given time to take effect; cancelled only if Slurm
     still keeps it after that."""
     m, kube, slurm = mgr
-    pod = _pod()
-    pod["spec"]["activeDeadlineSeconds"] = 100
-    m.on_sync([pod])
-    t = m.table.get("u-1")
-    assert t is not None
-    t.job_id = "70"
-    job = JobInfo(job_id="70", state="PENDING", reason="PartitionTimeLimit")
     now = [1000.0]
-    monkeypatch.setattr(pods_mod.time, "monotonic", lambda: now[0])
-    m._never_starts(t, job)
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    _pending_pod(m, slurm, tmp_path, "70", deadline=100)
+    m.poll(now=now[0])
     assert slurm.shortened == [("70", 180)] and slurm.cancelled == []
     (ev,) = [e for e in kube.events() if e["reason"] == "TimeLimitLowered"]
     # 180 s limit, grace 30 + margin 10 and up to a minute of Slurm's own: TERM as early as 80 s
     assert "activeDeadlineSeconds 100 s" in ev["message"] and "lowered to 180 s" in ev["message"]
     assert "up to 20 s before the deadline" in ev["message"] and ev["type"] == "Warning"
     now[0] += 20
-    m._never_starts(t, job)  # Slurm has not re-evaluated yet
+    m.poll(now=now[0])  # Slurm has not re-evaluated yet
     assert slurm.cancelled == [] and len(slurm.shortened) == 1
     now[0] += 20
-    m._never_starts(t, job)
+    m.poll(now=now[0])
     assert slurm.cancelled == [("70", None)] and len(slurm.shortened) == 1
     (patch,) = [p for p in kube.status_patches() if p["status"].get("reason") == "SlurmNeverStarts"]
     assert "PartitionTimeLimit" in patch["status"]["message"]
+    now[0] += 20
+    m.poll(now=now[0])  # failed: never again
+    assert slurm.cancelled == [("70", None)]
 
 
 @pytest.mark.parametrize("deadline, max_time", [(None, 180), (600, 180)])
-def test_a_partition_time_limit_without_room_is_never_starts(mgr: Any, deadline: int | None, max_time: int) -> None:
+def test_a_partition_time_limit_without_room_is_never_starts(mgr: Any, tmp_path: Path, deadline: int | None,
+                                                            max_time: int) -> None:
     """No deadline, or one the partition's MaxTime cannot hold even without the backstop: nothing
     to lower, the job never starts (and is cancelled at once)."""
     m, kube, slurm = mgr
-    pod = _pod()
-    if deadline:
-        pod["spec"]["activeDeadlineSeconds"] = deadline
     slurm.max_time["short"] = max_time
-    m.on_sync([pod])
-    t = m.table.get("u-1")
-    assert t is not None
-    t.job_id = "71"
-    m._never_starts(t, JobInfo(job_id="71", state="PENDING", reason="PartitionTimeLimit"))
+    _pending_pod(m, slurm, tmp_path, "71", deadline=deadline)
+    m.poll()
     assert slurm.shortened == [] and slurm.cancelled == [("71", None)]
 
 
@@ -253,7 +258,7 @@ def test_a_pod_without_record_whose_job_left_a_trace_is_adopted_never_resubmitte
     m.on_sync([pod])
     m.sync("u-1")
     assert slurm.submitted == 0
-    assert m.records.load_all()["u-1"].job_id == "77"
+    assert m.provider.records.load_all()["u-1"].job_id == "77"
     assert any(p["metadata"].get("annotations") == {"hpk.io/slurm-job-id": "77"} for p in kube.status_patches())
 
 
@@ -267,7 +272,7 @@ def test_a_terminal_pod_is_never_submitted_again(mgr: Any, phase: str) -> None:
     m.sync("u-1")
     assert slurm.submitted == 0
     assert not kube.status_patches(), "the API's final phase stands"
-    assert m.records.load_all()["u-1"].state == "failed"
+    assert m.provider.records.load_all()["u-1"].state == "failed"
 
 
 def test_a_pod_that_ran_but_whose_job_left_no_trace_fails_instead_of_running_twice(mgr: Any) -> None:
@@ -304,14 +309,14 @@ def test_a_full_disk_between_sbatch_and_the_record_leaves_the_pod_followed_not_p
     import errno
 
     m, kube, slurm = mgr
-    real_save = m.records.save
+    real_save = m.provider.records.save
 
     def save(rec: PodRecord) -> None:
         if rec.state == SUBMITTED:
             raise OSError(errno.ENOSPC, "No space left on device")
         real_save(rec)
 
-    monkeypatch.setattr(m.records, "save", save)
+    monkeypatch.setattr(m.provider.records, "save", save)
     m.on_sync([_pod()])
     m.sync("u-1")
     m.sync("u-1")
@@ -320,4 +325,4 @@ def test_a_full_disk_between_sbatch_and_the_record_leaves_the_pod_followed_not_p
     assert t is not None and t.job_id == "999"
     assert any(p["metadata"].get("annotations") == {"hpk.io/slurm-job-id": "999"} for p in kube.status_patches())
     assert any(e["reason"] == "RecordNotWritten" for e in kube.events())
-    assert m.records.load_all()["u-1"].state == SUBMITTING  # on disk: found by uid after a restart
+    assert m.provider.records.load_all()["u-1"].state == SUBMITTING  # on disk: found by uid after a restart

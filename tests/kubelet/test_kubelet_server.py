@@ -31,6 +31,9 @@ from hpkctl.kubelet.server import KubeletServer
 from hpkctl.kubelet.stats import JobUsage, job_usage
 from hpkctl.kubelet.table import PodTable, Tracked
 from hpkctl.pod.status import ContainerStatus, PodStatus
+from hpkctl.provider.jobpod import JobPodProvider
+from hpkctl.provider.records import SUBMITTED, PodRecord, Records
+from hpkctl.sites import load_site
 from hpkctl.sites.schema import SlurmSection
 from tests.support.waiting import wait_for
 
@@ -77,11 +80,28 @@ def pod_object(name: str, containers: list[str], *, restart: str = "Never", uid:
                      "containers": [{"name": c, "image": f"busybox:{c}"} for c in containers]}}
 
 
-def track(table: PodTable, root: Path, name: str, containers: list[str], *, restart: str = "Never",
-          running: tuple[str, ...] = (), job_id: str = "4711") -> Tracked:
-    """A pod with a pod directory: ``running`` containers have started and not exited."""
+@dataclass
+class Track:
+    """A tracked pod and its pod directory (which only the provider knows)."""
+
+    uid: str
+    pod: dict[str, Any]
+    pod_dir: Path
+
+
+def provider_at(root: Path) -> JobPodProvider:
+    """The job-per-pod provider with its records (and pods) under ``root``."""
+    profile = load_site("ci")
+    profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(root)})})
+    return JobPodProvider(slurm=Slurm(SlurmSection()), profile=profile, records=Records(root / "kubelet"))
+
+
+def track(served: Served, name: str, containers: list[str], *, restart: str = "Never",
+          running: tuple[str, ...] = (), job_id: str = "4711") -> Track:
+    """A pod with a pod directory and the provider's record of it: ``running`` containers have started
+    and not exited."""
     pod = pod_object(name, containers, restart=restart)
-    pod_dir = root / name
+    pod_dir = served.root / name
     _write(pod_dir / "job" / "pod.json", json.dumps(pod))
     (pod_dir / "logs").mkdir(parents=True, exist_ok=True)
     statuses = []
@@ -91,9 +111,12 @@ def track(table: PodTable, root: Path, name: str, containers: list[str], *, rest
         statuses.append(ContainerStatus(name=c, init=False, state="running", started_at="2026-11-24T10:00:00Z"))
     status = PodStatus("Running" if running else "Pending", "", "", None, "10.0.0.5", "vm", "2026-11-24T10:00:00Z",
                        statuses)
-    t = Tracked(uid=f"uid-{name}", namespace=NS, name=name, pod=pod, pod_dir=pod_dir, job_id=job_id, status=status)
-    table.put(t)
-    return t
+    t = Tracked(uid=f"uid-{name}", namespace=NS, name=name, pod=pod, job_id=job_id, status=status)
+    served.provider.records.save(PodRecord(uid=t.uid, namespace=NS, name=name, pod_dir=str(pod_dir),
+                                           state=SUBMITTED, job_id=job_id))
+    served.provider.leftovers()  # the provider reads its records
+    served.table.put(t)
+    return Track(t.uid, t.pod, pod_dir)
 
 
 @dataclass
@@ -102,7 +125,11 @@ class Served:
     table: PodTable
     root: Path
     certs: Certs
-    slurm: Slurm
+    provider: JobPodProvider
+
+    @property
+    def slurm(self) -> Slurm:
+        return self.provider.slurm
 
     @property
     def url(self) -> str:
@@ -115,13 +142,13 @@ class Served:
 @pytest.fixture
 def served(certs: Certs, tmp_path: Path) -> Iterator[Served]:
     table = PodTable()
-    slurm = Slurm(SlurmSection())
-    server = KubeletServer(table, slurm=slurm, node_name="hpk", host="127.0.0.1", port=0, cert_file=certs.server[0],
+    provider = provider_at(tmp_path)
+    server = KubeletServer(table, provider=provider, node_name="hpk", host="127.0.0.1", port=0, cert_file=certs.server[0],
                            key_file=certs.server[1], client_ca_file=certs.ca, cgroup_root=tmp_path / "cgroup",
                            follow_poll=0.05)
     server.start()
     try:
-        yield Served(server, table, tmp_path / "pods", certs, slurm)
+        yield Served(server, table, tmp_path / "pods", certs, provider)
     finally:
         server.stop()
 
@@ -147,7 +174,7 @@ def test_anyone_else_is_asked_about_once_per_cache_time(certs: Certs, tmp_path: 
         asked.append((user, tuple(groups), verb, sub))
         return sub == "stats"
 
-    server = KubeletServer(PodTable(), slurm=Slurm(SlurmSection()), node_name="hpk", host="127.0.0.1", port=0,
+    server = KubeletServer(PodTable(), provider=provider_at(tmp_path), node_name="hpk", host="127.0.0.1", port=0,
                            cert_file=certs.server[0], key_file=certs.server[1], client_ca_file=certs.ca,
                            review=review, cgroup_root=tmp_path / "cgroup")
     server.start()
@@ -198,7 +225,7 @@ def test_only_clients_with_a_certificate_of_the_cluster_ca_get_in(served: Served
 
 
 def test_start_refuses_unreadable_tls_files(certs: Certs, tmp_path: Path) -> None:
-    server = KubeletServer(PodTable(), slurm=Slurm(SlurmSection()), node_name="hpk", host="127.0.0.1", port=0,
+    server = KubeletServer(PodTable(), provider=provider_at(tmp_path), node_name="hpk", host="127.0.0.1", port=0,
                            cert_file=str(tmp_path / "missing.crt"), key_file=certs.server[1], client_ca_file=certs.ca)
     with pytest.raises(Exception, match="cannot load its TLS files") as e:
         server.start()
@@ -206,7 +233,7 @@ def test_start_refuses_unreadable_tls_files(certs: Certs, tmp_path: Path) -> Non
 
 
 def test_start_refuses_a_port_in_use(served: Served, certs: Certs) -> None:
-    second = KubeletServer(PodTable(), slurm=served.slurm, node_name="hpk", host="127.0.0.1", port=served.server.port,
+    second = KubeletServer(PodTable(), provider=served.provider, node_name="hpk", host="127.0.0.1", port=served.server.port,
                            cert_file=certs.server[0], key_file=certs.server[1], client_ca_file=certs.ca)
     with pytest.raises(Exception, match=f"cannot listen on 127.0.0.1:{served.server.port}"):
         second.start()
@@ -214,8 +241,8 @@ def test_start_refuses_a_port_in_use(served: Served, certs: Certs) -> None:
 
 
 def test_pods_lists_the_raw_objects_and_runningpods_the_running_ones(served: Served) -> None:
-    a = track(served.table, served.root, "a", ["main", "side"], running=("main",))
-    b = track(served.table, served.root, "b", ["main"])
+    a = track(served, "a", ["main", "side"], running=("main",))
+    b = track(served, "b", ["main"])
     items = served.get("/pods").json()["items"]
     assert sorted(items, key=lambda p: p["metadata"]["name"]) == [a.pod, b.pod]
     running = served.get("/runningpods/").json()
@@ -225,7 +252,7 @@ def test_pods_lists_the_raw_objects_and_runningpods_the_running_ones(served: Ser
 
 
 def test_unknown_routes_pods_and_containers_are_404_statuses(served: Served) -> None:
-    track(served.table, served.root, "a", ["main"], running=("main",))
+    track(served, "a", ["main"], running=("main",))
     assert "/containerLogs/NS/POD/CONTAINER" in _status(served.get("/nothing"), 404)
     assert _status(served.get("/containerLogs/default/ghost/main"), 404) == \
         'pod "ghost" does not exist in namespace "default" on node hpk'
@@ -234,8 +261,8 @@ def test_unknown_routes_pods_and_containers_are_404_statuses(served: Served) -> 
 
 
 def test_stats_summary_reads_the_jobs_cgroup_where_there_is_one(served: Served, tmp_path: Path) -> None:
-    measured = track(served.table, served.root, "measured", ["main"], running=("main",), job_id="123")
-    track(served.table, served.root, "elsewhere", ["main"], running=("main",), job_id="456")  # no cgroup here
+    measured = track(served, "measured", ["main"], running=("main",), job_id="123")
+    track(served, "elsewhere", ["main"], running=("main",), job_id="456")  # no cgroup here
     job = tmp_path / "cgroup" / "system.slice" / "slurmstepd.scope" / "job_123"
     _write(job / "cpu.stat", "usage_usec 5000\nuser_usec 4000\n")
     _write(job / "memory.current", "1048576\n")
@@ -268,7 +295,7 @@ def test_job_usage_reads_cgroup_v1_memory_and_cpuacct(tmp_path: Path) -> None:
 
 
 def test_logs_whole_tail_limit_and_previous(served: Served) -> None:
-    t = track(served.table, served.root, "a", ["main"], running=("main",))
+    t = track(served, "a", ["main"], running=("main",))
     assert t.pod_dir is not None
     _write(t.pod_dir / "logs" / "main.log", "one\ntwo\nthree\n")
     base = "/containerLogs/default/a/main"
@@ -314,7 +341,7 @@ def test_a_log_read_that_hangs_holds_up_only_its_own_stream(served: Served, monk
 
 
 def test_log_options_are_validated_as_kubernetes_does(served: Served) -> None:
-    track(served.table, served.root, "a", ["main"], running=("main",))
+    track(served, "a", ["main"], running=("main",))
     base = "/containerLogs/default/a/main"
     assert _status(served.get(base, params={"sinceSeconds": 5, "sinceTime": "2026-11-24T10:00:00Z"}), 422) == \
         "at most one of `sinceTime` or `sinceSeconds` may be specified"
@@ -326,13 +353,13 @@ def test_log_options_are_validated_as_kubernetes_does(served: Served) -> None:
 
 
 def test_a_container_that_has_not_started_has_no_log_yet(served: Served) -> None:
-    track(served.table, served.root, "a", ["main"])
+    track(served, "a", ["main"])
     assert _status(served.get("/containerLogs/default/a/main"), 400) == \
         'container "main" in pod "a" is waiting to start: ContainerCreating'
 
 
 def test_timestamps_are_the_files_time_for_what_it_holds_and_since_selects_the_file(served: Served) -> None:
-    t = track(served.table, served.root, "a", ["main"], running=("main",))
+    t = track(served, "a", ["main"], running=("main",))
     assert t.pod_dir is not None
     log = t.pod_dir / "logs" / "main.log"
     _write(log, "one\ntwo\n")
@@ -362,7 +389,7 @@ def _follow(served: Served, path: str, params: dict[str, Any]) -> tuple[threadin
 
 
 def test_follow_streams_until_the_container_has_exited(served: Served) -> None:
-    t = track(served.table, served.root, "a", ["main"], running=("main",))
+    t = track(served, "a", ["main"], running=("main",))
     assert t.pod_dir is not None
     log = t.pod_dir / "logs" / "main.log"
     _write(log, "early\n")
@@ -385,7 +412,7 @@ def test_follow_streams_until_the_container_has_exited(served: Served) -> None:
 
 
 def test_follow_goes_on_across_a_restart_without_losing_lines(served: Served) -> None:
-    t = track(served.table, served.root, "a", ["main"], restart="Always", running=("main",))
+    t = track(served, "a", ["main"], restart="Always", running=("main",))
     assert t.pod_dir is not None
     logs = t.pod_dir / "logs"
     _write(logs / "main.log", "run 1\n")
@@ -407,7 +434,7 @@ def test_follow_goes_on_across_a_restart_without_losing_lines(served: Served) ->
 
 
 def test_follow_ends_when_the_pod_leaves_the_table(served: Served) -> None:
-    t = track(served.table, served.root, "a", ["main"], running=("main",))
+    t = track(served, "a", ["main"], running=("main",))
     assert t.pod_dir is not None
     _write(t.pod_dir / "logs" / "main.log", "open\n")
     thread, got = _follow(served, "/containerLogs/default/a/main", {})
@@ -420,12 +447,13 @@ def test_follow_ends_when_the_pod_leaves_the_table(served: Served) -> None:
 
 def test_stop_ends_open_follows(certs: Certs, tmp_path: Path) -> None:
     table = PodTable()
-    server = KubeletServer(table, slurm=Slurm(SlurmSection()), node_name="hpk", host="127.0.0.1", port=0,
+    provider = provider_at(tmp_path)
+    server = KubeletServer(table, provider=provider, node_name="hpk", host="127.0.0.1", port=0,
                            cert_file=certs.server[0], key_file=certs.server[1], client_ca_file=certs.ca,
                            follow_poll=0.05)
     server.start()
-    served = Served(server, table, tmp_path, certs, Slurm(SlurmSection()))
-    t = track(table, tmp_path, "a", ["main"], running=("main",))
+    served = Served(server, table, tmp_path, certs, provider)
+    t = track(served, "a", ["main"], running=("main",))
     assert t.pod_dir is not None
     _write(t.pod_dir / "logs" / "main.log", "open\n")
     thread, got = _follow(served, "/containerLogs/default/a/main", {})
@@ -547,7 +575,7 @@ def _channel(got: list[tuple[int, bytes]], channel: int) -> bytes:
 
 
 def test_exec_streams_output_and_the_exit_code_on_the_error_channel(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    t = track(served.table, served.root, "a", ["main"], running=("main",), job_id="812")
+    t = track(served, "a", ["main"], running=("main",), job_id="812")
     fake = FakeExec(stdout=[b"a-host\n", b"PRETTY_NAME=x\n"], stderr=[b"warning\n"], code=3)
     monkeypatch.setattr(served.slurm, "exec_step", fake)
     protocol, got = asyncio.run(_ws(served, _exec_path("a", "main", "sh", "-c", "exit%203", output="1", error="1")))
@@ -567,7 +595,7 @@ def test_exec_command_lines_stay_out_of_the_kubelets_log(served: Served, monkeyp
                                                         caplog: pytest.LogCaptureFixture) -> None:
     """Issue 20.18: an exec's words may hold a token (curl -H 'Authorization: ...'); neither the
     kubelet's exec line nor its access log shows them."""
-    track(served.table, served.root, "a", ["main"], running=("main",), job_id="812")
+    track(served, "a", ["main"], running=("main",), job_id="812")
     monkeypatch.setattr(served.slurm, "exec_step", FakeExec(stdout=[b"ok\n"], stderr=[], code=0))
     with caplog.at_level(logging.DEBUG):
         asyncio.run(_ws(served, _exec_path("a", "main", "echo", "Bearer-s3cr3t", output="1")))
@@ -576,7 +604,7 @@ def test_exec_command_lines_stay_out_of_the_kubelets_log(served: Served, monkeyp
 
 
 def test_exec_stdin_reaches_the_command_until_v5_closes_it(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    track(served.table, served.root, "a", ["main"], running=("main",))
+    track(served, "a", ["main"], running=("main",))
     fake = FakeExec(stdout=[], stderr=[], code=0, cat=True)
     monkeypatch.setattr(served.slurm, "exec_step", fake)
     _, got = asyncio.run(_ws(served, _exec_path("a", "main", "cat", stdin="true", stdout="true", stderr="true"),
@@ -587,7 +615,7 @@ def test_exec_stdin_reaches_the_command_until_v5_closes_it(served: Served, monke
 
 
 def test_exec_with_a_tty_passes_resizes_and_has_no_stderr(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    track(served.table, served.root, "a", ["main"], running=("main",))
+    track(served, "a", ["main"], running=("main",))
     fake = FakeExec(stdout=[], stderr=[b"srun said something\n"], code=0, cat=True)
     monkeypatch.setattr(served.slurm, "exec_step", fake)
     resize = b"\x04" + json.dumps({"Width": 120, "Height": 40}).encode()
@@ -598,7 +626,7 @@ def test_exec_with_a_tty_passes_resizes_and_has_no_stderr(served: Served, monkey
 
 
 def test_older_protocols_v4_json_and_channel_k8s_io_text(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    track(served.table, served.root, "a", ["main"], running=("main",))
+    track(served, "a", ["main"], running=("main",))
     monkeypatch.setattr(served.slurm, "exec_step", FakeExec(stdout=[b"x"], stderr=[], code=2))
     path = _exec_path("a", "main", "false", output="1")
     protocol, got = asyncio.run(_ws(served, path, protocols=("v4.channel.k8s.io",)))
@@ -612,7 +640,7 @@ def test_older_protocols_v4_json_and_channel_k8s_io_text(served: Served, monkeyp
 
 
 def test_a_step_srun_could_not_start_is_a_failure_with_srun_s_words(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    track(served.table, served.root, "a", ["main"], running=("main",))
+    track(served, "a", ["main"], running=("main",))
     monkeypatch.setattr(served.slurm, "exec_step", FakeExec(stdout=[], stderr=[], code=1,
                                                            failure="Unable to create step for job 4711: Job/step already completing or completed"))
     _, got = asyncio.run(_ws(served, _exec_path("a", "main", "true", output="1")))
@@ -623,7 +651,7 @@ def test_a_step_srun_could_not_start_is_a_failure_with_srun_s_words(served: Serv
 
 
 def test_a_client_that_leaves_cancels_the_step(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    track(served.table, served.root, "a", ["main"], running=("main",))
+    track(served, "a", ["main"], running=("main",))
     fake = FakeExec(stdout=[b"running\n"], stderr=[], code=0, cat=True)  # never ends by itself
     monkeypatch.setattr(served.slurm, "exec_step", fake)
 
@@ -640,7 +668,7 @@ def test_a_client_that_leaves_cancels_the_step(served: Served, monkeypatch: pyte
 
 
 def test_exec_refusals_before_the_upgrade(served: Served) -> None:
-    t = track(served.table, served.root, "a", ["main", "done"], running=("main",))
+    t = track(served, "a", ["main", "done"], running=("main",))
     assert t.pod_dir is not None
     _write(t.pod_dir / "status" / "done.started", "2026-11-24T10:00:00Z\n")
     _write(t.pod_dir / "status" / "done.exitcode", "0\n")
@@ -663,7 +691,7 @@ def test_exec_refusals_before_the_upgrade(served: Served) -> None:
 
 def test_attach_streams_new_output_until_the_container_ends_and_refuses_stdin(served: Served,
                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    t = track(served.table, served.root, "a", ["main"], running=("main",))
+    t = track(served, "a", ["main"], running=("main",))
     assert t.pod_dir is not None
     log = t.pod_dir / "logs" / "main.log"
     _write(log, "from before the attach\n")

@@ -11,7 +11,7 @@ import pytest
 
 from hpkctl.kube import Kube
 from hpkctl.kubelet.objects import ApiObjects
-from hpkctl.kubelet.tokens import refresh, refresh_after, token_files
+from hpkctl.provider.tokens import refresh, refresh_after, token_files
 from tests.support import kubeapi
 
 pytestmark = pytest.mark.standin

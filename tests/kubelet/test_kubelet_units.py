@@ -19,7 +19,7 @@ from hpkctl.jobs import NodeInfo
 from hpkctl.kube.workqueue import WorkQueue
 from hpkctl.kubelet.node import NodeState, capacity, micro_time
 from hpkctl.kubelet.podstatus import api_status, forbidden_transitions, never_regresses, reported_starts, status_patch
-from hpkctl.kubelet.records import SUBMITTED, SUBMITTING, PodRecord, Records
+from hpkctl.provider.records import SUBMITTED, SUBMITTING, PodRecord, Records
 from hpkctl.pod.status import ContainerStatus, PodStatus
 from tests.support.waiting import wait_for
 

@@ -21,10 +21,10 @@ from hpkctl.jobs import JobInfo
 from hpkctl.local.outdir import MARKER
 from hpkctl.local.records import (SUBMITTING, RunExists, RunRecord, all_records, create_record, forget_run,
                                   load_record, record_path, save_record)
-from hpkctl.local.runs import (EXIT_CANNOT_INVOKE, EXIT_HPKCTL, EXIT_NO_CODE, EXIT_NOT_FOUND, exit_status,
-                               never_starts, run_status)
+from hpkctl.local.runs import EXIT_CANNOT_INVOKE, EXIT_HPKCTL, EXIT_NO_CODE, EXIT_NOT_FOUND, exit_status, run_status
 from hpkctl.local.signals import Interrupted, Interrupts
 from hpkctl.local.submit import resolve_namespace, submit_pod
+from hpkctl.provider.slurmjobs import never_starts
 from hpkctl.pod.status import ContainerStatus, PodStatus
 from hpkctl.sites.schema import SiteProfile
 

@@ -114,7 +114,7 @@ def test_a_refused_time_limit_is_retried_with_the_deadline_itself(tmp_path: Path
     backstop) outright: one more sbatch with --time lowered to activeDeadlineSeconds; without a
     deadline the refusal stands."""
     from hpkctl.jobs import TimeLimitTooLong
-    from hpkctl.local.submit import submit_job
+    from hpkctl.provider.slurmjobs import submit_job
 
     class Slurm:
         def __init__(self, max_time: int | None = 180) -> None:

@@ -82,3 +82,76 @@ def test_delete_and_wait_gives_up_on_a_provider_that_never_finishes() -> None:
     provider.create(pod, PodInputs())
     answers = delete_and_wait(provider, [(PodRef.of(pod), pod)], timeout=60, clock=clock, sleep=clock.sleep)
     assert not answers["a"].done and 60 <= clock.now < 62
+
+
+# ---------------------------------------------------------------------------- the kubelet on a second provider
+
+
+def test_the_kubelet_runs_pods_on_another_provider_unchanged(tmp_path: Any) -> None:
+    """The kubelet's PodManager on the fake provider: create, the job id annotated, status patches from
+    its reports, a delete that waits out the pod's grace (re-queued, never blocking) and the final API
+    delete. Nothing of the job-per-pod provider is involved."""
+    from hpkctl.kube.events import EventRecorder
+    from hpkctl.kubelet.pods import PodManager
+    from hpkctl.sites import load_site
+    from tests.support.kubelet_fakes import FakeKube
+
+    clock = FakeClock()
+    provider = FakeProvider(clock=clock)
+    kube = FakeKube()
+    m = PodManager(kube=kube, provider=provider, profile=load_site("ci"), node_name="hpk",  # type: ignore[arg-type]
+                   recorder=EventRecorder(kube, component="kubelet"))  # type: ignore[arg-type]
+    m.load_records()
+    pod = _pod("u-1", grace=3)
+    pod["status"] = {"phase": "Pending"}
+    m.on_sync([pod])
+    m.sync("u-1")
+    job = provider.pods["u-1"].job_id
+    assert provider.calls.count(("create", "u-1")) == 1
+    assert any(p["metadata"].get("annotations") == {"hpk.io/slurm-job-id": job} for p in kube.status_patches())
+    assert [e["message"] for e in kube.events() if e["reason"] == "Submitted"] == [f"Submitted as Slurm job {job}"]
+
+    provider.set_phase("u-1", "Running")
+    assert m.poll() == 1
+    assert kube.status_patches()[-1]["status"]["phase"] == "Running"
+    assert m.poll() == 0  # nothing changed: nothing reported, nothing sent
+
+    pod = dict(pod, metadata={**pod["metadata"], "deletionTimestamp": "2026-11-26T10:00:00Z",
+                              "deletionGracePeriodSeconds": 3})
+    m.on_event("MODIFIED", pod)
+    m.sync("u-1")
+    assert [e["reason"] for e in kube.events()].count("Killing") == 1
+    assert m.table.get("u-1") is not None and not [c for c in kube.calls if c[0] == "DELETE"]
+    while m.table.get("u-1") is not None and clock.now < 10:
+        clock.sleep(0.5)
+        m.sync("u-1")
+    assert provider.pods["u-1"].grace == 3.0 and 3.0 <= clock.now < 4.0
+    (delete,) = [c for c in kube.calls if c[0] == "DELETE"]
+    assert delete[2]["preconditions"] == {"uid": "u-1"}
+    assert [e["reason"] for e in kube.events()].count("Killing") == 1
+
+
+def test_a_pod_the_other_provider_cannot_run_fails_with_its_reason(tmp_path: Any) -> None:
+    from hpkctl.errors import PodError
+    from hpkctl.kube.events import EventRecorder
+    from hpkctl.kubelet.pods import PodManager
+    from hpkctl.sites import load_site
+    from tests.support.kubelet_fakes import FakeKube
+
+    class Refusing(FakeProvider):
+        def create(self, pod: Any, inputs: PodInputs) -> Any:
+            raise PodError("NoAllocation", "no held allocation can take this pod", hint="start one")
+
+    provider = Refusing()
+    kube = FakeKube()
+    m = PodManager(kube=kube, provider=provider, profile=load_site("ci"), node_name="hpk",  # type: ignore[arg-type]
+                   recorder=EventRecorder(kube, component="kubelet"))  # type: ignore[arg-type]
+    m.load_records()
+    m.on_sync([_pod("u-9")])
+    m.sync("u-9")
+    (patch,) = kube.status_patches()
+    assert (patch["status"]["phase"], patch["status"]["reason"]) == ("Failed", "NoAllocation")
+    assert patch["status"]["message"] == "no held allocation can take this pod (fix: start one)"
+    assert provider.given_up == {"u-9"}
+    m.sync("u-9")
+    assert len(kube.status_patches()) == 1

@@ -13,7 +13,7 @@ from typing import Any
 
 from hpkctl.errors import HpkError
 from hpkctl.pod.lifecycle import grace_period
-from hpkctl.pod.objects import ObjectSource
+from hpkctl.provider.tokens import TokenSource
 from hpkctl.pod.status import ContainerStatus, PodStatus
 from hpkctl.provider import (ContainerRun, Created, Deletion, ExecSession, Leftover, Outcome, PodInputs, PodRef,
                              StatusReport, Watched)
@@ -96,7 +96,7 @@ class FakeProvider:
             out.append(StatusReport(uid=w.ref.uid, status=st, final=p.phase in ("Succeeded", "Failed")))
         return out
 
-    def refresh_tokens(self, ref: PodRef, pod: Mapping[str, Any], objects: ObjectSource) -> None:
+    def refresh_tokens(self, ref: PodRef, pod: Mapping[str, Any], objects: TokenSource) -> None:
         self.calls.append(("refresh_tokens", ref.uid))
 
     def clean(self, keep: float) -> int:

@@ -87,3 +87,15 @@ def _pod(name: str = "p", uid: str = "u-1") -> dict[str, Any]:
             "spec": {"nodeName": "hpk", "restartPolicy": "Never",
                      "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]},
             "status": {"phase": "Pending"}}
+
+
+def pod_manager(tmp_path: Any, kube: FakeKube, slurm: FakeSlurm, profile: Any) -> Any:
+    """The kubelet's PodManager on the job-per-pod provider, its records under ``tmp_path/kubelet``."""
+    from hpkctl.kube.events import EventRecorder
+    from hpkctl.kubelet.pods import PodManager
+    from hpkctl.provider.jobpod import JobPodProvider
+    from hpkctl.provider.records import Records
+
+    provider = JobPodProvider(slurm=slurm, profile=profile, records=Records(tmp_path / "kubelet"))  # type: ignore[arg-type]
+    return PodManager(kube=kube, provider=provider, profile=profile, node_name="hpk",  # type: ignore[arg-type]
+                      recorder=EventRecorder(kube, component="kubelet"))  # type: ignore[arg-type]

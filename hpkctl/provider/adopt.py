@@ -30,7 +30,7 @@ from hpkctl.jobs.info import is_job_id
 from hpkctl.pod.flags import uid_from_comment
 from hpkctl.pod.paths import JOB_ID, PodDir
 
-log = logging.getLogger("hpkctl.kubelet.adopt")
+log = logging.getLogger("hpkctl.provider.adopt")
 
 #: phases after which a pod never runs again (Kubernetes: a terminal phase is final)
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

@@ -8,12 +8,19 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hpkctl.files import write_atomic
-from hpkctl.kubelet.objects import TOKEN_SECONDS, ApiObjects
 
 REFRESH_AT = 0.8
+TOKEN_SECONDS = 3607  # what ServiceAccount admission asks for in kube-api-access-* (a real pod's dump)
+
+
+class TokenSource(Protocol):
+    """Where new tokens come from (the kubelet's ``ApiObjects``: a TokenRequest to the API server)."""
+
+    def service_account_token(self, namespace: str, service_account: str, *, audience: str | None,
+                              expiration_seconds: int | None) -> bytes | None: ...
 
 
 def token_files(pod: Mapping[str, Any]) -> list[tuple[str, str | None, int]]:
@@ -35,7 +42,7 @@ def refresh_after(pod: Mapping[str, Any]) -> float | None:
     return min(exp for _, _, exp in files) * REFRESH_AT if files else None
 
 
-def refresh(objects: ApiObjects, pod: Mapping[str, Any], pod_dir: Path) -> int:
+def refresh(objects: TokenSource, pod: Mapping[str, Any], pod_dir: Path) -> int:
     """Request each token again and replace its file; the number replaced. Raises the API's errors."""
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
     sa = (pod.get("spec") or {}).get("serviceAccountName") or "default"

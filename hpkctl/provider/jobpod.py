@@ -1,0 +1,322 @@
+"""The first pod provider: one Slurm job per pod (:class:`JobPodProvider`).
+
+A pod becomes a pod directory (its job script, files and status files) and an ``sbatch`` of its script,
+with the pod's uid in the job comment. Its record (:mod:`hpkctl.provider.records`) is written *before*
+each step that creates something outside the process, so a process killed at any instant never
+duplicates or orphans a job: the next one finds the job by the uid (:mod:`hpkctl.provider.adopt`). A
+delete marks the pod as deleted, sends the batch shell TERM (the job stops its containers as Kubernetes
+does), waits for ``pod.done`` up to the grace period and then cancels the job, one non-blocking step per
+call. Statuses come from :mod:`hpkctl.provider.jobstatus`; logs and exec from the pod directory and an
+``srun --overlap`` step.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpkctl.errors import HpkError, PodError
+from hpkctl.jobs import Slurm, SlurmTimeout, SubmitError
+from hpkctl.pod import pod_dir_for, render_pod, write_pod_dir
+from hpkctl.pod.lifecycle import stop_wait
+from hpkctl.pod.paths import EXITCODE, JOB_STARTED, POD_DONE, STARTED, PodDir
+from hpkctl.pod.status import container_done
+from hpkctl.provider.adopt import JobFinder, ran_before, terminal_phase
+from hpkctl.provider.api import (ContainerRun, Created, Deletion, ExecSession, ImagePullFailed, Leftover, Note,
+                                 Outcome, PodInputs, PodRef, StatusReport, Watched)
+from hpkctl.provider.changes import ChangeLog
+from hpkctl.provider.jobcache import JobCache
+from hpkctl.provider.jobstatus import StatusRounds, final_report
+from hpkctl.provider.pulls import ImagePuller
+from hpkctl.provider.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records
+from hpkctl.provider.slurmjobs import ended, images_to_pull, job_partition_option, lowered_note, mark_deleting, submit_job
+from hpkctl.provider.tokens import TokenSource, refresh
+from hpkctl.sites.schema import SiteProfile
+
+log = logging.getLogger("hpkctl.provider.jobpod")
+
+DELETE_CHECK = 0.5  # seconds between checks that a stopping pod has finished its stop sequence
+STOP_MARGIN = 5.0  # past the grace periods, before the job is cancelled
+
+
+class JobPodProvider:
+    """:class:`~hpkctl.provider.api.PodProvider` with a Slurm job per pod; ``records``: where this front
+    end's records live (a kubelet's: ``<state_dir>/kubelet/<node>``)."""
+
+    def __init__(self, *, slurm: Slurm, profile: SiteProfile, records: Records) -> None:
+        self.slurm = slurm
+        self.profile = profile
+        self.records = records
+        self.puller = ImagePuller(profile)
+        self.finder = JobFinder(slurm)
+        self.jobs = JobCache(slurm, every=profile.kubelet.slurm_poll)
+        self.changes = ChangeLog(Path(os.path.expanduser(profile.pods.state_dir)))
+        self.rounds = StatusRounds(slurm, profile, self.jobs, self.changes, self._pod_dir)
+        self._recs: dict[str, PodRecord] = {}
+        self._lock = threading.Lock()
+        self._term_sent: dict[str, float] = {}  # uid -> when its batch shell got TERM
+        self._deleting: set[str] = set()
+
+    @classmethod
+    def for_node(cls, *, slurm: Slurm, profile: SiteProfile, node_state: Path) -> JobPodProvider:
+        """The provider of the kubelet whose state directory is ``node_state``
+        (``<state_dir>/kubelet/<node>``: its records are under ``pods/`` there)."""
+        return cls(slurm=slurm, profile=profile, records=Records(node_state))
+
+    # ------------------------------------------------------------------ counters for bench/
+    @property
+    def slurm_calls(self) -> int:
+        return self.jobs.slurm_calls
+
+    @property
+    def stop_queries(self) -> int:
+        return self.jobs.stop_queries
+
+    # ------------------------------------------------------------------ records
+    def _rec(self, uid: str) -> PodRecord | None:
+        with self._lock:
+            return self._recs.get(uid)
+
+    def _save(self, rec: PodRecord) -> None:
+        self.records.save(rec)
+        with self._lock:
+            self._recs[rec.uid] = rec
+
+    def _pod_dir(self, uid: str) -> Path | None:
+        rec = self._rec(uid)
+        return Path(rec.pod_dir) if rec is not None and rec.pod_dir else None
+
+    def start(self) -> None:
+        self.changes.ensure()  # before any pod is submitted: its job writes markers from the start
+
+    def leftovers(self) -> list[Leftover]:
+        recs = self.records.load_all()
+        with self._lock:
+            self._recs = dict(recs)
+        log.info("loaded %d pod record(s)", len(recs))
+        return [Leftover(ref=PodRef(r.uid, r.namespace, r.name), job_id=r.job_id, state=r.state,
+                         stopped_at=r.stopped, saved=functools.partial(_saved_pod, r)) for r in recs.values()]
+
+    def give_up(self, ref: PodRef) -> None:
+        if self._rec(ref.uid) is None:
+            self._save(PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir="", state=FAILED,
+                                 submitted=time.time()))
+
+    # ------------------------------------------------------------------ create
+    def create(self, pod: Mapping[str, Any], inputs: PodInputs) -> Created:
+        ref = PodRef.of(pod)
+        rec = self._rec(ref.uid)
+        if rec is not None and rec.job_id:
+            return Created(Outcome.ADOPTED, job_id=rec.job_id, where="its record", final=rec.state != SUBMITTED)
+        found = self._ran_already(ref, pod, rec)
+        if found is not None:
+            return found
+        rendered = render_pod(pod, self.profile, objects=inputs.objects, services=inputs.services)
+        warnings = tuple(rendered.warnings)
+        if self.profile.apptainer.pull == "submit":
+            images = images_to_pull(rendered)
+            ready = inputs.ready
+
+            def pulled() -> None:
+                if ready is not None:
+                    ready(ref.uid)
+
+            try:
+                pending = self.puller.ensure(images, when_done=pulled)
+            except PodError as exc:
+                self.puller.forget(images)
+                raise ImagePullFailed(exc.reason, self._pull_message(exc, images), hint=exc.hint) from exc
+            if pending:
+                return Created(Outcome.PULLING, images=tuple(i.source for i in images), warnings=warnings)
+        root = Path(rendered.plan.pod_dir)
+        rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=str(root), state=SUBMITTING,
+                        submitted=time.time())
+        self._save(rec)  # the intent, before anything outside this process exists
+        write_pod_dir(rendered, pod_json=json.dumps(pod, indent=1).encode())
+        try:
+            job_id, lowered = submit_job(self.slurm, root / "job" / "job.sh", workdir=root,
+                                         deadline=rendered.plan.active_deadline,
+                                         partition=job_partition_option(rendered.plan))
+        except SlurmTimeout:
+            log.warning("pod %s: sbatch timed out; the job may exist: looking for it by uid next", ref.key)
+            return Created(Outcome.RETRY, retry_after=5.0, warnings=warnings)
+        except SubmitError as exc:
+            rec.state = FAILED
+            self._save(rec)
+            raise PodError("SlurmRejected", f"Slurm refused the job: {exc.message}", hint=exc.hint) from exc
+        notes = self._submitted(ref, rec, job_id)
+        if lowered:
+            notes += (Note("TimeLimitLowered", lowered_note(job_id, lowered, deadline=rendered.plan.active_deadline,
+                                                            grace=rendered.plan.grace), warning=True),)
+        return Created(Outcome.SUBMITTED, job_id=job_id, notes=notes, warnings=warnings)
+
+    def _pull_message(self, exc: PodError, images: Sequence[Any]) -> str:
+        message = exc.message
+        if exc.reason == "ErrImagePull":  # e.g. compute nodes without internet (JSC)
+            names = " ".join(i.source.removeprefix("docker://") for i in images)
+            message += (f" (if this node cannot reach the registry, pull where it can, e.g. on a login "
+                        f"node: hpkctl pull {names} --site {self.profile.name}")
+            if any(i.policy == "Always" for i in images):  # :latest or untagged, or asked for
+                message += ("; and set imagePullPolicy: IfNotPresent, or Always pulls again after "
+                            f"[apptainer] always_pull_window ({self.profile.apptainer.always_pull_window} s)")
+            message += ")"
+        return message
+
+    def _ran_already(self, ref: PodRef, pod: Mapping[str, Any], rec: PodRecord | None) -> Created | None:
+        """Before any submission: a pod whose API phase is terminal is never run again, and a job
+        found by the pod's uid (``JobFinder.find``) is adopted, not duplicated; a pod the API says
+        has run but whose job left no trace fails instead of running twice."""
+        pod_dir = Path(rec.pod_dir) if rec is not None and rec.pod_dir else Path(pod_dir_for(self.profile, ref.uid))
+        found = self.finder.find(uid=ref.uid, pod=pod, pod_dir=pod_dir, fresh=rec is not None)
+        phase = terminal_phase(pod)
+        if found is None and not phase and not ran_before(pod):
+            return None
+        if rec is None:
+            rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=str(pod_dir),
+                            state=SUBMITTING, submitted=time.time())
+        if found is not None:
+            log.info("pod %s: adopting job %s, found by the pod's uid in %s", ref.key, found.job_id, found.where)
+            notes = self._submitted(ref, rec, found.job_id)
+            # a terminal phase in the API stands; the job is only remembered (a delete cancels nothing new)
+            return Created(Outcome.ADOPTED, job_id=found.job_id, where=found.where, final=bool(phase), notes=notes)
+        rec.state = FAILED
+        self._save(rec)
+        if phase:
+            log.info("pod %s: %s in the API and no record of it here: not run again", ref.key, phase)
+            return Created(Outcome.RAN_BEFORE, final=True)
+        raise PodError("JobLost", "the pod's containers ran, but its Slurm job is in no record of this kubelet, "
+                       "no pod directory and no Slurm query any more (the kubelet's state directory was lost or "
+                       "changed); it is not run a second time: delete the pod and create it again to rerun it")
+
+    def _submitted(self, ref: PodRef, rec: PodRecord, job_id: str) -> tuple[Note, ...]:
+        rec.job_id, rec.state = job_id, SUBMITTED
+        self.rounds.changed(ref.uid)  # read its status at the next round
+        try:
+            self._save(rec)
+        except OSError as exc:
+            # the job exists: follow it from memory; after a restart it is found again by the pod's uid
+            # (its job.id, squeue), never submitted a second time (issue 20.7: a full state disk)
+            log.warning("pod %s: Slurm job %s runs, but its record cannot be written (%s); it is followed "
+                        "from memory", ref.key, job_id, exc)
+            with self._lock:
+                self._recs[rec.uid] = rec
+            return (Note("RecordNotWritten", f"the kubelet cannot write its record of Slurm job {job_id}: "
+                         f"{exc.strerror or exc}; free space in its state directory", warning=True),)
+        return ()
+
+    # ------------------------------------------------------------------ delete
+    def delete(self, ref: PodRef, *, grace: float | None, pod: Mapping[str, Any], report: bool = True) -> Deletion:
+        rec = self._rec(ref.uid)
+        job_id = rec.job_id if rec else ""
+        if rec is not None and rec.state == STOPPED:
+            return Deletion(done=True, job_id=job_id)
+        job = self.jobs.job_now(job_id, self._live_jobs) if job_id else None
+        killing = False
+        if ref.uid not in self._deleting:
+            self._deleting.add(ref.uid)
+            killing = bool(job_id) and not ended(job)  # a finished pod has nothing left to kill
+        cancelled = False
+        if job_id and not ended(job):
+            pd = PodDir(Path(rec.pod_dir)) if rec is not None and rec.pod_dir else None
+            started = self._term_sent.get(ref.uid)
+            # Slurm's answer may be slurm_poll old: a job it still called PENDING may have started
+            running = job is not None and (job.state == "RUNNING" or pd is not None and pd.exists(JOB_STARTED))
+            if running and pd is not None and started is None:
+                mark_deleting(pd)  # so the pod's status says deleted, not killed by its time limit
+                self.slurm.cancel(job_id, signal="TERM", batch_only=True)
+                self._term_sent[ref.uid] = time.monotonic()
+                return Deletion(done=False, job_id=job_id, recheck_after=DELETE_CHECK, killing=killing)
+            limit = stop_wait(pod.get("spec") or {}, grace=grace, margin=STOP_MARGIN)
+            if started is not None and pd is not None and not pd.exists(POD_DONE) and \
+                    time.monotonic() - started < limit:
+                return Deletion(done=False, job_id=job_id, recheck_after=DELETE_CHECK, killing=killing)
+            self.slurm.cancel(job_id)
+            cancelled = True
+        final = None
+        if report and job_id and rec is not None and rec.pod_dir:
+            try:
+                final = final_report(ref.uid, Path(rec.pod_dir), pod)
+            except OSError as exc:
+                log.debug("pod %s: final status not read: %s", ref.key, exc)
+        if rec is not None:
+            rec.state, rec.stopped = STOPPED, time.time()
+            self._save(rec)
+        self._term_sent.pop(ref.uid, None)
+        self._deleting.discard(ref.uid)
+        self.rounds.forget(ref.uid)
+        return Deletion(done=True, job_id=job_id, killing=killing, cancelled=cancelled, final=final)
+
+    def _live_jobs(self) -> list[str]:
+        with self._lock:
+            return [r.job_id for r in self._recs.values() if r.job_id and r.state == SUBMITTED]
+
+    # ------------------------------------------------------------------ status
+    def statuses(self, pods: Sequence[Watched], *, now: float | None = None) -> list[StatusReport]:
+        return self.rounds.statuses(pods, deleting=self._deleting, now=now)
+
+    def refresh_tokens(self, ref: PodRef, pod: Mapping[str, Any], objects: TokenSource) -> None:
+        pod_dir = self._pod_dir(ref.uid)
+        if pod_dir is not None:
+            refresh(objects, pod, pod_dir)
+
+    def clean(self, keep: float) -> int:
+        """Remove directories and records of pods stopped more than ``keep`` seconds ago."""
+        with self._lock:
+            old = [r for r in self._recs.values() if r.state == STOPPED and time.time() - r.stopped >= keep]
+        state = Path(os.path.expanduser(self.profile.pods.state_dir)).resolve()
+        for rec in old:
+            if rec.pod_dir and Path(rec.pod_dir).resolve().is_relative_to(state):
+                shutil.rmtree(rec.pod_dir, ignore_errors=True)
+            self.records.remove(rec.uid)
+            with self._lock:
+                self._recs.pop(rec.uid, None)
+        self.changes.clean(state / "pods")
+        return len(old)
+
+    def shutdown(self) -> None:
+        self.puller.shutdown()
+
+    # ------------------------------------------------------------------ logs and exec
+    def log_file(self, uid: str, container: str, *, previous: bool = False) -> Path | None:
+        pod_dir = self._pod_dir(uid)
+        if pod_dir is None:
+            return None
+        path = PodDir(pod_dir).log(container, previous=previous)
+        return path if path.is_file() else None
+
+    def container_run(self, uid: str, container: str) -> ContainerRun:
+        pod_dir, rec = self._pod_dir(uid), self._rec(uid)
+        if pod_dir is None or rec is None:
+            return ContainerRun(running=False)
+        pd = PodDir(pod_dir)
+        code = pd.read_container(container, EXITCODE)
+        running = bool(rec.job_id) and pd.read_container(container, STARTED) is not None and code is None \
+            and not pd.exists(POD_DONE)
+        return ContainerRun(running=running, exit_code=code)
+
+    def log_complete(self, uid: str, container: str, *, policy: str) -> bool:
+        pod_dir = self._pod_dir(uid)
+        return pod_dir is None or container_done(PodDir(pod_dir), container, policy=policy)
+
+    async def exec(self, uid: str, container: str, command: Sequence[str], *, tty: bool,
+                   stdin: bool) -> ExecSession:
+        rec = self._rec(uid)
+        if rec is None or not rec.job_id or not rec.pod_dir:
+            raise HpkError(f"pod {uid} has no Slurm job to run the command in")
+        return await self.slurm.exec_step(rec.job_id, pod_dir=Path(rec.pod_dir), container=container,
+                                          command=command, tty=tty, stdin=stdin)
+
+
+def _saved_pod(rec: PodRecord) -> dict[str, Any]:
+    try:
+        return dict(json.loads(PodDir(Path(rec.pod_dir)).pod_json.read_text()))
+    except (OSError, ValueError):
+        return {"metadata": {"name": rec.name, "namespace": rec.namespace, "uid": rec.uid}, "spec": {}}
