@@ -10,44 +10,12 @@ import ipaddress
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-# Slurm's time formats: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
-# "days-hours:minutes", "days-hours:minutes:seconds"; "" means "not set".
-_SLURM_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2})$")
+from hpkctl.sites.pilot import PilotSection
+from hpkctl.sites.slurmfmt import _Section, _slurm_mem, seconds_to_slurm_time, slurm_time_to_seconds
 
-
-def slurm_time_to_seconds(value: str) -> int:
-    """Convert a Slurm time string to seconds (``"1-02:00:00"`` → 93600)."""
-    if not _SLURM_TIME.match(value):
-        raise ValueError(f"{value!r} is not a Slurm time (use e.g. '30', '01:30:00' or '1-00:00:00')")
-    days = 0
-    if "-" in value:
-        d, value = value.split("-", 1)
-        days = int(d)
-        parts = [int(p) for p in value.split(":")]
-        hours, minutes, seconds = (parts + [0, 0])[:3]
-    else:
-        parts = [int(p) for p in value.split(":")]
-        if len(parts) == 1:
-            hours, minutes, seconds = 0, parts[0], 0
-        elif len(parts) == 2:
-            hours, minutes, seconds = 0, parts[0], parts[1]
-        else:
-            hours, minutes, seconds = parts
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-
-
-def seconds_to_slurm_time(seconds: int) -> str:
-    """Format seconds as Slurm's ``D-HH:MM:SS`` (rounded up to whole minutes, as Slurm does)."""
-    minutes = -(-max(seconds, 60) // 60)
-    days, minutes = divmod(minutes, 24 * 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{days}-{hours:02d}:{minutes:02d}:00" if days else f"{hours:02d}:{minutes:02d}:00"
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+__all__ = ["PilotSection", "seconds_to_slurm_time", "slurm_time_to_seconds"]
 
 
 class SiteInfo(_Section):
@@ -230,16 +198,6 @@ class KubeletSection(_JobSection):
                           "([controlplane] job_time)")
 
 
-_SLURM_MEM = re.compile(r"^[1-9][0-9]*[KMGT]?$")
-
-
-def _slurm_mem(value: str) -> str:
-    """An sbatch ``--mem`` value (``4G``, ``4096``, ``512M``), or "" for none."""
-    if value and not _SLURM_MEM.match(value):
-        raise ValueError(f"{value!r} is not an sbatch --mem value (write e.g. '4G', '512M' or '4096' for MB)")
-    return value
-
-
 def _network(text: str, what: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     try:
         return ipaddress.ip_network(text.strip(), strict=True)
@@ -363,3 +321,4 @@ class SiteProfile(_Section):
     pods: PodsSection = PodsSection()
     kubelet: KubeletSection = KubeletSection()
     controlplane: ControlPlaneSection = ControlPlaneSection()
+    pilot: PilotSection = PilotSection()

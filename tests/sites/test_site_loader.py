@@ -177,7 +177,7 @@ def test_user_file_overrides_builtin_key_by_key(write) -> None:
     # every leaf key has an origin
     assert len(expl.origins) == sum(len(m.model_fields) for m in (
         type(p.site), type(p.slurm), type(p.gpu), type(p.apptainer), type(p.pods), type(p.kubelet),
-        type(p.controlplane)))
+        type(p.controlplane), type(p.pilot)))
 
 
 def test_lists_are_replaced_and_tables_merged(write) -> None:
