@@ -1,0 +1,71 @@
+"""hpkctl/pilot/plan.py: packing, time, scaling, renewal and release, on books made by hand."""
+
+from __future__ import annotations
+
+from hpkctl.jobs.alloc import NodeShare
+from hpkctl.pilot.plan import Held, Need, Plan, Rules, Shape, place, plan, unfit
+
+NOW = 1_000_000.0
+RULES = Rules(Shape(nodes=0, per_node=NodeShare(4, 4096), seconds=3600), max_allocations=3, idle_release=300,
+              renewal_margin=600)
+
+
+def running(job: str, *, left: float = 3000, nodes: dict[str, NodeShare] | None = None, **pods: tuple[str, Need]) -> Held:
+    return Held(job, "RUNNING", nodes or {"n1": NodeShare(4, 4096)}, NOW + left, dict(pods))
+
+
+def need(uid: str, cpus: int = 1, mem: int = 512, runtime: int = 0) -> Need:
+    return Need(uid, cpus, mem, 0, runtime)
+
+
+def test_pods_pack_into_the_fullest_allocation_and_the_tightest_node() -> None:
+    a = running("1", p1=("n1", need("p1", 2)))
+    b = running("2")
+    assert place([b, a], need("x"), NOW, RULES) == ("1", "n1")  # not the empty one: it can go idle
+    wide = running("3", nodes={"n1": NodeShare(8, 8192), "n2": NodeShare(8, 8192)}, q=("n2", need("q", 6)))
+    assert place([wide], need("x", 2), NOW, RULES) == ("3", "n2")  # the node with the least room that fits
+
+
+def test_no_place_without_the_cpus_memory_or_gpus() -> None:
+    full = running("1", p1=("n1", need("p1", 3)))
+    assert place([full], need("x", 2), NOW, RULES) is None
+    assert place([running("2")], need("x", 1, mem=5000), NOW, RULES) is None
+    assert place([running("2")], Need("x", 1, 1, gpus=1), NOW, RULES) is None
+    assert place([Held("4", "PENDING")], need("x"), NOW, RULES) is None  # not running yet
+
+
+def test_never_where_the_allocation_ends_before_the_deadline_or_the_margin() -> None:
+    short = running("1", left=500)
+    assert place([short], need("x"), NOW, RULES) is None  # no deadline: the 600 s margin
+    assert place([short], need("x", runtime=400), NOW, RULES) == ("1", "n1")  # deadline + grace fits
+    assert place([running("2", left=1000)], need("x", runtime=1200), NOW, RULES) is None
+
+
+def test_pending_pods_that_fit_nowhere_request_allocations_up_to_the_most() -> None:
+    assert plan([], [need(f"p{i}", 2) for i in range(5)], NOW, RULES) == Plan(request=3)  # 2 per allocation, max 3
+    # a requested (pending) allocation counts as room for what it will hold
+    assert plan([Held("9", "PENDING")], [need("a", 2), need("b", 2)], NOW, RULES) == Plan(request=0)
+    assert plan([running("1")], [need("a", 4), need("b", 1)], NOW, RULES) == Plan(request=1)
+
+
+def test_a_pod_no_allocation_could_ever_hold_says_why_and_requests_nothing() -> None:
+    assert "raise [pilot] time_limit" in unfit(need("x", runtime=4000), RULES)
+    assert "bigger shape" in unfit(need("x", 8), RULES)
+    assert plan([], [need("x", 8)], NOW, RULES) == Plan()
+
+
+def test_a_successor_before_the_last_busy_allocation_stops_taking_pods() -> None:
+    busy = running("1", left=1100, p=("n1", need("p")))  # less than 2 x 600 s left
+    assert plan([busy], [], NOW, RULES) == Plan(request=1, successor=True)
+    assert plan([busy, Held("2", "PENDING")], [], NOW, RULES) == Plan()  # already requested
+    assert plan([running("1", left=1300, p=("n1", need("p")))], [], NOW, RULES) == Plan()
+
+
+def test_idle_allocations_are_released_after_the_idle_time_or_at_once_when_too_short() -> None:
+    idle = running("1")
+    idle.idle_since = NOW - 301
+    fresh = running("2")
+    fresh.idle_since = NOW - 10
+    ending = running("3", left=500)
+    busy = running("4", left=500, p=("n1", need("p", runtime=100)))
+    assert plan([idle, fresh, ending, busy], [], NOW, RULES).release == ("1", "3")
