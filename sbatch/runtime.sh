@@ -443,8 +443,11 @@ hpk_restarts() {
 hpk_oom_kills() {
   local root=${HPK_CGROUP_ROOT:-/sys/fs/cgroup} ctrl path dir
   local -a files=()
+  local level='/job_[0-9]+'
+  # pilot mode: the pod is one step of an allocation that holds other pods; only its step counts
+  [ -z "${HPK_PILOT:-}" ] || level='/job_[0-9]+/step_[0-9]+'
   while IFS=: read -r _ ctrl path; do
-    [[ $path =~ ^(.*/job_[0-9]+)(/|$) ]] && path=${BASH_REMATCH[1]}
+    [[ $path =~ ^(.*$level)(/|$) ]] && path=${BASH_REMATCH[1]}
     case $ctrl in
       memory)
         while IFS= read -r -d '' dir; do files+=("$dir"); done \
@@ -620,9 +623,9 @@ hpk_terminate() {
 
 # hpk_linger: after a delete's stop sequence, wait (TERM no longer trapped) for the scancel that
 # follows it, so Slurm records the job CANCELLED, as for any cancelled job. Bounded: if nobody
-# cancels, the job ends by itself.
+# cancels, the job ends by itself. Not in pilot mode: a pod's step just ends (143), nobody cancels it.
 hpk_linger() {
-  [ -e "$HPK_STATUS/pod.deleting" ] || return 0
+  [ -e "$HPK_STATUS/pod.deleting" ] && [ -z "${HPK_PILOT:-}" ] || return 0
   trap - TERM INT
   sleep 60 &
   wait "$!"
@@ -834,7 +837,7 @@ hpk_host_part() {
   hpk_put job.started "$(hpk_now)"
   hpk_deadline
   hpk_put job.node "$(hostname -s)"
-  hpk_put job.id "${SLURM_JOB_ID:-none}"
+  hpk_put job.id "${SLURM_JOB_ID:-none}${HPK_PILOT:+.${SLURM_STEP_ID:-}}"  # pilot mode: JOB.STEP
   HPK_HOST_IP=$(hostname -I 2>/dev/null | cut -d' ' -f1)
   export HPK_HOST_IP
   hpk_memory_dir

@@ -56,6 +56,9 @@ def register(sub: Any) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the containers' logs")
     p.add_argument("--replace", action="store_true",
                    help="delete an existing run of the same name first (cancel its job, remove its directory)")
+    p.add_argument("--pilot", action="store_true",
+                   help="run the pod as a job step in an allocation held for such runs (pilot mode, [pilot] in "
+                        "the profile), whatever the profile says")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("status", help="show the private cluster (hpkctl start), then the runs of 'hpkctl run'")
@@ -114,6 +117,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile = load_site(site_of(args, announce=not args.quiet))
     out = sys.stderr
     slurm = Slurm(profile.slurm)
+    if args.pilot or profile.pilot.enabled:
+        return _run_pilot(args, profile, slurm)
     # SIGINT, SIGTERM (a batch system, `timeout`, `runuser`) and SIGHUP (a closing terminal) cancel
     # the job once; sbatch and the record of its job id are never interrupted (hpkctl.local.signals).
     interrupts = Interrupts().install()
@@ -157,6 +162,47 @@ def cmd_run(args: argparse.Namespace) -> int:
         wait_ended(slurm, exc.record.job_id, timeout=10)
         forget_run(profile, exc.record)
         raise
+    finally:
+        interrupts.restore()
+    print(result_line(rec, st), file=out)
+    return exit_status(rec, st)
+
+
+def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> int:
+    """``hpkctl run --pilot``: the pod as a step of a held allocation (hpkctl.local.pilotrun)."""
+    from hpkctl.cli import EXIT_ERROR
+    from hpkctl.local.follow import result_line
+    from hpkctl.local.pilotrun import follow_pilot, pilot_profile, start_pilot, stop_pilot
+    from hpkctl.local.records import forget_run
+    from hpkctl.local.runs import exit_status
+    from hpkctl.local.signals import Interrupted, Interrupts
+    from hpkctl.local.submit import prepare_run
+
+    if args.detach or args.now:
+        raise HpkError("--pilot runs one pod in the foreground for now: --detach and --now are not supported with it",
+                       hint="leave out --pilot (a job of its own), or --detach")
+    profile = pilot_profile(profile)
+    out = sys.stderr
+    interrupts = Interrupts().install()
+    rec = None
+    try:
+        try:
+            prep = prepare_run(profile, args.filename, pod_name=args.pod, namespace=args.namespace,
+                               replace=args.replace, slurm=slurm, out=out)
+            if prep.record.is_array:
+                forget_run(profile, prep.record)
+                raise HpkError("--pilot runs a single pod for now, not a workload",
+                               hint="leave out --pilot: a workload runs as a job array")
+            rec, proc = start_pilot(slurm, prep, interrupts, out=out, quiet=args.quiet)
+            st = follow_pilot(rec, proc, out=out, log_out=sys.stdout, quiet=args.quiet)
+        except PodError as exc:
+            print(f"hpkctl: pod cannot run: {exc.reason}: {exc}", file=out)
+            return EXIT_ERROR
+    except Interrupted as exc:
+        if rec is not None:
+            _say(f"\nhpkctl: {'interrupted' if exc.signum == signal.SIGINT else f'got {exc}'}")
+            stop_pilot(slurm, rec, out=out)
+        return exc.exit_status
     finally:
         interrupts.restore()
     print(result_line(rec, st), file=out)

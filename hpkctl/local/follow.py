@@ -95,7 +95,8 @@ def describe(st: PodStatus, *, with_message: bool | None = None) -> str:
 
 
 def result_line(rec: RunRecord, st: PodStatus) -> str:
-    return f"pod {rec.namespace}/{rec.name} (Slurm job {rec.job_id}): {describe(st, with_message=True)}"
+    where = f"pilot allocation {rec.allocation}" if rec.allocation else f"Slurm job {rec.job_id}"
+    return f"pod {rec.namespace}/{rec.name} ({where}): {describe(st, with_message=True)}"
 
 
 def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, quiet: bool = False,

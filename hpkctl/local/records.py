@@ -54,6 +54,7 @@ class RunRecord:
     state: str = SUBMITTED
     pid: int = 0  # the hpkctl process that created the record (for a record stuck in 'submitting')
     kind: str = "Pod"  # or a workload run as a job array (Job, Deployment, ...): hpkctl.local.arrays
+    allocation: str = ""  # pilot mode (hpkctl run --pilot): the held allocation whose step runs the pod
 
     @property
     def is_array(self) -> bool:

@@ -89,7 +89,8 @@ def run_status(rec: RunRecord, job: JobInfo | None, *, job_known: bool = True) -
                          f"the pod directory {rec.pod_dir} is gone (deleted by hand?); {state}; "
                          f"'hpkctl delete {rec.name} -n {rec.namespace}' cancels the job and forgets the run",
                          None, None, job.nodes if job else None, None, [], job)
-    return read_pod_status(rec.dir.root, containers_of(pod), job, job_known=job_known)
+    # pilot mode: the pod is a step of a held allocation; its files say everything
+    return read_pod_status(rec.dir.root, containers_of(pod), job, job_known=job_known and not rec.allocation)
 
 
 def pod_status(slurm: Slurm, rec: RunRecord) -> PodStatus:
@@ -114,7 +115,11 @@ def delete_run(slurm: Slurm, profile: SiteProfile, rec: RunRecord, *, out: TextI
                        hint="try again in a moment, once it has a Slurm job")
     if rec.state == SUBMITTING and not rec.job_id:  # hpkctl stopped during sbatch: a job may carry the uid
         rec.job_id = next((job.job_id for uid, job in pod_jobs(slurm) if uid == rec.uid), "")
-    if rec.job_id and rec.is_array:
+    if rec.allocation:  # pilot mode: stop the pod's step, leave the allocation to others
+        from hpkctl.local.pilotrun import stop_pilot
+
+        stop_pilot(slurm, rec, out=out)
+    elif rec.job_id and rec.is_array:
         _delete_array(slurm, rec, out=out)
     elif rec.job_id and not ended(job := slurm.query([rec.job_id]).get(rec.job_id)):
         if job is not None and job.state == "RUNNING":

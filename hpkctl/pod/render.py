@@ -312,6 +312,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "resolv_conf": quote(plan.resolv_conf),
         "images": [_image_args(words, img, sif, pol) for img, sif, pol in plan.images],
         "apptainer_cgroups": int(apptainer_cgroups(profile.apptainer.exec_flags)),
+        "pilot": int(profile.pilot.enabled),
         "protected": Shell(" ".join(quote(p) for p in protected_paths(profile))) if plan.volumes.hostpath_roots else "",
         "hostpath_checks": [{"path": quote(h.path), "type": quote(h.type), "volume": quote(h.volume)}
                             for h in plan.volumes.hostpath_checks],

@@ -1,0 +1,124 @@
+"""``hpkctl run --pilot``: the prepared pod as a step of an allocation this user holds (pilot mode).
+
+The allocations are this user's ``hpkctl run`` pool for the profile's node (comment ``hpk-pilot
+kubelet=run node=<[pods] node_name>``): a run adopts the ones an earlier run left, requests one when
+none has room, and leaves it held when it ends; the allocation's own script gives it back once no
+step ran for twice ``[pilot] idle_release`` (``sbatch/pilot-holder.sh``). The run follows the pod's
+files as ``hpkctl run`` does (the step's srun is this process's child, in a session of its own); an
+interrupt runs the pod's stop sequence (``pod.deleting``, then TERM to the step's task alone) and
+waits for it. Not yet: ``--detach`` and workloads in pilot mode; concurrent pilot runs do not see
+each other's steps (a step that finds no room fails ``PilotNoRoom``, never waits).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from hpkctl.errors import PodError
+from hpkctl.jobs import Slurm, SlurmError
+from hpkctl.jobs.poll import poll
+from hpkctl.jobs.steps import StepProcess
+from hpkctl.local.follow import FILE_POLL, LogTail, describe
+from hpkctl.local.records import SUBMITTED, RunRecord, forget_run, save_record
+from hpkctl.local.runs import mark_deleting
+from hpkctl.local.signals import Interrupts
+from hpkctl.local.submit import PreparedRun
+from hpkctl.pilot.launch import find_spot, need_of, start_pod_step
+from hpkctl.pilot.pool import Pool
+from hpkctl.pod import paths as f
+from hpkctl.pod.lifecycle import stop_wait
+from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
+from hpkctl.sites.schema import SiteProfile
+
+RUN_OWNER = "run"
+PLACE_TIMEOUT = 600.0  # seconds a run waits for a requested allocation to start
+
+
+def pilot_profile(profile: SiteProfile) -> SiteProfile:
+    """``profile`` with ``[pilot] enabled`` (``--pilot`` turns it on whatever the profile says)."""
+    return profile.model_copy(update={"pilot": profile.pilot.model_copy(update={"enabled": True})})
+
+
+def run_pool(slurm: Slurm, profile: SiteProfile) -> Pool:
+    pool = Pool(slurm, profile, owner=RUN_OWNER, node=profile.pods.node_name,
+                state_dir=Path(profile.pods.state_dir).expanduser())
+    pool.adopt()
+    return pool
+
+
+def start_pilot(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, *, out: TextIO,
+                quiet: bool = False) -> tuple[RunRecord, StepProcess]:
+    """Place the prepared pod and start its step; the record then names the allocation."""
+    profile, rec = prep.profile, prep.record
+    try:
+        need = need_of(prep.rendered)
+        pool = run_pool(slurm, profile)
+        spot = find_spot(pool, need, timeout=PLACE_TIMEOUT)
+    except BaseException:
+        forget_run(profile, rec)
+        raise
+    with interrupts.deferred():
+        proc = start_pod_step(slurm, prep.rendered, spot, need)
+        rec.job_id, rec.allocation, rec.state = "", spot[0], SUBMITTED
+        save_record(profile, rec)
+    if not quiet:
+        print(f"pod {rec.namespace}/{rec.name}: started as a step of pilot allocation {spot[0]} on {spot[1]} "
+              f"({need.cpus} CPUs, {need.memory_mb} MB; pod directory {rec.pod_dir})", file=out)
+    return rec, proc
+
+
+def follow_pilot(rec: RunRecord, proc: StepProcess, *, out: TextIO, log_out: TextIO, quiet: bool = False,
+                 sleep: Callable[[float], None] = time.sleep) -> PodStatus:
+    """Stream the containers' logs and progress until the pod is done (or its step ended)."""
+    pod = rec.pod()
+    containers = containers_of(pod)
+    mains = [n for n, init in containers if not init]
+    tail = LogTail(rec.dir.logs_dir, [n for n, _ in containers], log_out,
+                   prefixed={n for n, init in containers if init or len(mains) > 1})
+    last = {"line": ""}
+
+    def step() -> PodStatus | None:
+        tail.pump()
+        ended = proc.poll() is not None
+        if rec.dir.exists(f.POD_DONE) or ended:
+            if ended and not rec.dir.exists(f.JOB_STARTED):
+                log = rec.dir.logs_dir / "srun.log"
+                said = log.read_text(errors="replace").strip() if log.exists() else ""
+                raise PodError("PilotNoRoom", f"the pod's step did not start in allocation {rec.allocation}: "
+                               f"{said or 'srun exited ' + str(proc.poll())}")
+            proc.wait()
+            tail.pump(final=True)
+            return read_pod_status(rec.dir.root, containers, None, job_known=False)
+        st = read_pod_status(rec.dir.root, containers, None, job_known=False)
+        line = describe(st)
+        if not quiet and line != last["line"]:
+            print(f"pod {rec.namespace}/{rec.name} (pilot allocation {rec.allocation}): {line}", file=out)
+            last["line"] = line
+        return None
+
+    return poll(step, every=FILE_POLL, sleep=sleep)
+
+
+def stop_pilot(slurm: Slurm, rec: RunRecord, *, out: TextIO) -> bool:
+    """The pod's stop sequence: ``pod.deleting``, TERM to the step's task (preStop, SIGTERM, grace,
+    SIGKILL, sidecars last, all in the script), wait for ``pod.done``, then kill what is left.
+    True if the pod finished within its grace periods."""
+    step = (rec.dir.read(f.JOB_ID) or "").strip()
+    if rec.dir.exists(f.POD_DONE) or "." not in step:
+        return True
+    spec = rec.pod().get("spec") or {}
+    print(f"pod {rec.namespace}/{rec.name}: stopping its containers (step {step})", file=out)
+    mark_deleting(rec.dir)
+    try:
+        slurm.cancel_step(step, signal="TERM")
+        done = bool(poll(lambda: True if rec.dir.exists(f.POD_DONE) else None, timeout=stop_wait(spec)))
+    except TimeoutError:
+        done = False
+    except SlurmError as exc:
+        print(f"hpkctl: warning: cannot signal step {step}: {exc.message}", file=out)
+        done = False
+    slurm.cancel_step(step)
+    return done

@@ -1,0 +1,195 @@
+"""The held allocations of one pilot-mode kubelet (or ``hpkctl run --pilot``), on the books and in Slurm.
+
+The books are the allocations this owner holds (found again after a restart by their job comment,
+``hpk-pilot kubelet=<owner> node=<node>``) and the pods placed in each. Decisions come from
+:mod:`hpkctl.pilot.plan`; this class only asks Slurm and acts: ``sbatch`` of the holder, ``scancel``
+of an allocation to release, one ``scontrol show job -d`` per allocation until it runs (its nodes'
+shares), one ``squeue`` for all of them per :meth:`refresh`. Thread-safe: one lock around the books.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpkctl.jobs import Slurm, TERMINAL_STATES
+from hpkctl.jobs.alloc import NodeShare, hold_args
+from hpkctl.pilot.plan import RUNNING, WAITING, Held, Need, Plan, Rules, Shape, place, plan
+from hpkctl.resources import data_dir
+from hpkctl.sites.pilot import mem_mb
+from hpkctl.sites.schema import SiteProfile
+
+log = logging.getLogger(__name__)
+COMMENT_PREFIX = "hpk-pilot"
+
+
+def owner_comment(owner: str, node: str) -> str:
+    """The job comment of this owner's allocations (words without spaces: kubelet and node names)."""
+    return f"{COMMENT_PREFIX} kubelet={owner} node={node}"
+
+
+def rules_for(profile: SiteProfile, *, node_share: NodeShare | None = None) -> Rules:
+    """The allocator's rules from ``[pilot]``; ``node_share``: a whole node of the partition (for
+    ``nodes`` > 0, from ``sinfo``)."""
+    p = profile.pilot
+    if p.nodes > 0:
+        share = node_share or NodeShare(1, 1)
+        shape = Shape(p.nodes, share, p.time_seconds)
+    else:
+        shape = Shape(0, NodeShare(p.cpus, mem_mb(p.memory), p.gpus), p.time_seconds)
+    return Rules(shape, p.max_allocations, p.idle_release, p.renewal_margin)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the node can offer: held now, plus what could still be requested."""
+
+    held: NodeShare
+    requestable: NodeShare
+
+
+class Pool:
+    def __init__(self, slurm: Slurm, profile: SiteProfile, *, owner: str, node: str, state_dir: Path,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.slurm = slurm
+        self.profile = profile
+        self.comment = owner_comment(owner, node)
+        self.name = f"hpk_pilot_{node}"  # '_': never a pod's job name
+        self.state_dir = state_dir
+        self.clock = clock
+        share = None
+        if profile.pilot.nodes > 0:
+            partition = profile.pilot.partition or profile.slurm.partition
+            found = slurm.nodes(partition=partition)
+            if found:
+                share = NodeShare(found[0].cpus, found[0].memory_mb, found[0].gpus)
+        self.rules = rules_for(profile, node_share=share)
+        self._helds: dict[str, Held] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ books
+
+    def helds(self) -> list[Held]:
+        with self._lock:
+            return list(self._helds.values())
+
+    def adopt(self) -> list[str]:
+        """Take over this owner's allocations that Slurm still runs or queues (after a restart); their ids."""
+        found = [j for j in self.slurm.user_jobs() if j.comment == self.comment and j.state not in TERMINAL_STATES]
+        with self._lock:
+            for job in found:
+                self._helds.setdefault(job.job_id, Held(job.job_id, job.state, idle_since=self.clock()))
+        self.refresh()
+        return [j.job_id for j in found]
+
+    def assign(self, uid: str, need: Need, job_id: str, node: str) -> None:
+        """Book a pod that already runs in ``job_id`` on ``node`` (adopted after a restart)."""
+        with self._lock:
+            held = self._helds.setdefault(job_id, Held(job_id, RUNNING))
+            held.pods[uid] = (node, need)
+            held.idle_since = None
+
+    def place(self, need: Need) -> tuple[str, str] | None:
+        """Book ``need`` in a running allocation with room: (allocation, node), or None for now."""
+        with self._lock:
+            spot = place(self._helds.values(), need, self.clock(), self.rules)
+            if spot is not None:
+                held = self._helds[spot[0]]
+                held.pods[need.uid] = (spot[1], need)
+                held.idle_since = None
+            return spot
+
+    def done(self, uid: str) -> None:
+        """The pod's step ended: its share is free again."""
+        with self._lock:
+            for held in self._helds.values():
+                if held.pods.pop(uid, None) is not None and not held.pods:
+                    held.idle_since = self.clock()
+
+    def where(self, uid: str) -> tuple[str, str] | None:
+        with self._lock:
+            return next(((h.job_id, h.pods[uid][0]) for h in self._helds.values() if uid in h.pods), None)
+
+    def capacity(self) -> Capacity:
+        """The node's capacity: the held allocations' shares plus what could still be requested."""
+        with self._lock:
+            shares = [s for h in self._helds.values() for s in h.nodes.values()]
+            room = self.rules.max_allocations - len(self._helds)
+        node, n = self.rules.shape.per_node, max(self.rules.shape.nodes, 1) * max(room, 0)
+        held = NodeShare(sum(s.cpus for s in shares), sum(s.memory_mb for s in shares), sum(s.gpus for s in shares))
+        return Capacity(held, NodeShare(node.cpus * n, node.memory_mb * n, node.gpus * n))
+
+    # ------------------------------------------------------------------ Slurm
+
+    def refresh(self) -> list[str]:
+        """Ask Slurm about every allocation (one squeue; scontrol for those not yet known running):
+        states, ends, nodes. Allocations that ended leave the books; the uids placed in them are returned."""
+        with self._lock:
+            ids = list(self._helds)
+        if not ids:
+            return []
+        states = self.slurm.query(ids)
+        lost: list[str] = []
+        for job_id in ids:
+            info = states.get(job_id)
+            state = info.state if info else "GONE"
+            details = None
+            with self._lock:
+                held = self._helds[job_id]
+                need_details = state == RUNNING and (held.state != RUNNING or not held.nodes)
+            if need_details:
+                details = self.slurm.allocation(job_id)
+            with self._lock:
+                if state not in (RUNNING, *WAITING):
+                    lost += list(held.pods)
+                    del self._helds[job_id]
+                    continue
+                held.state = state
+                if details is not None and details.state == RUNNING and details.nodes:
+                    held.nodes, held.end = dict(details.nodes), details.end
+                    if not held.pods and held.idle_since is None:
+                        held.idle_since = self.clock()
+                elif info is not None and info.end_time is not None:
+                    held.end = info.end_time.timestamp()
+        return lost
+
+    def tick(self, pending: Sequence[Need]) -> Plan:
+        """Request the allocations ``pending`` pods need (and a successor), release idle ones."""
+        with self._lock:
+            decision = plan(list(self._helds.values()), pending, self.clock(), self.rules)
+        for job_id in decision.release:
+            log.info("pilot: releasing idle allocation %s", job_id)
+            self.slurm.cancel(job_id)
+            with self._lock:
+                self._helds.pop(job_id, None)
+        for _ in range(decision.request):
+            job_id = self.hold()
+            with self._lock:
+                self._helds[job_id] = Held(job_id, "PENDING")
+        return decision
+
+    def hold(self) -> str:
+        """Submit one allocation of the profile's shape; its job id."""
+        p, s = self.profile.pilot, self.profile.slurm
+        out_dir = self.state_dir / "pilot"
+        out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        extra = [f"--account={s.account}"] if s.account else []
+        extra += [f"--qos={s.qos}"] if s.qos else []
+        args = hold_args(name=self.name, comment=self.comment, partition=p.partition or s.partition,
+                         time_limit=p.time_limit, nodes=p.nodes, cpus=p.cpus, memory_mb=mem_mb(p.memory), gpus=p.gpus,
+                         gres_name=self.profile.gpu.gres_name, output=out_dir / "holder-%j.out", extra_args=extra)
+        job_id = self.slurm.hold(data_dir("sbatch") / "pilot-holder.sh", args=args,
+                                 script_args=[str(2 * p.idle_release)])
+        log.info("pilot: requested allocation %s (%s)", job_id, self.comment)
+        return job_id
+
+    def release_all(self) -> None:
+        """Cancel every allocation on the books (``hpkctl stop --all``; tests)."""
+        for held in self.helds():
+            self.slurm.cancel(held.job_id)
+        with self._lock:
+            self._helds.clear()
