@@ -49,7 +49,10 @@ def step(hpk_dir: Path, name: str, body: str, *, cpus: int, node: str = "") -> t
 
 def test_steps_are_bounded_listed_signalled_and_the_idle_holder_releases_itself(hpk_dir: Path) -> None:
     require_cluster(SINGLE_CONF, 1)
-    body = ('echo "$SLURM_JOB_ID.$SLURM_STEP_ID $(nproc)" >{n}.id; trap "echo TERM >{n}.term; exit 143" TERM; '
+    # SLURM_CPUS_ON_NODE: the step's CPUs as Slurm allotted them (nproc can say fewer here: slurm.conf
+    # gives this 2-core machine 16 CPUs, and a cpuset keeps only the CPU ids that exist)
+    body = ('echo "$SLURM_JOB_ID.$SLURM_STEP_ID $SLURM_CPUS_ON_NODE $(nproc)" >{n}.id; '
+            'trap "echo TERM >{n}.term; exit 143" TERM; '
             "while :; do sleep 0.1; done")
     (job, running, _, _, a_ids, b_ids, _, c_exit, a_step, b_step, listed, _, term, a_exit, _, b_exit,
      gone) = drive(hpk_dir, SINGLE_CONF, [
@@ -74,7 +77,8 @@ def test_steps_are_bounded_listed_signalled_and_the_idle_holder_releases_itself(
     assert isinstance(job, str) and job.isdigit(), job
     assert running["nodes"] == {"vm": {"cpus": 4, "memory_mb": 1000, "gpus": 0}}
     assert running["comment"] == COMMENT and running["end"] is not None
-    assert a_ids.split() == [a_step, "2"] and b_ids.split() == [b_step, "2"]  # own step, own 2 CPUs
+    assert a_ids.split()[:2] == [a_step, "2"] and b_ids.split()[:2] == [b_step, "2"]  # own step, own 2 CPUs
+    assert int(a_ids.split()[2]) <= 2 and int(b_ids.split()[2]) <= 2  # the cpuset holds no more
     assert c_exit == 1 and "busy" in (hpk_dir / "pod-c.srun").read_text()
     mine = {s["name"]: s["step_id"] for s in listed if s["job_id"] == job}
     assert mine == {"pod-a": a_step, "pod-b": b_step}
