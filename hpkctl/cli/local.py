@@ -172,11 +172,9 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
     """``hpkctl run --pilot``: the pod as a step of a held allocation (hpkctl.local.pilotrun)."""
     from hpkctl.cli import EXIT_ERROR
     from hpkctl.local.follow import result_line
-    from hpkctl.local.pilotrun import follow_pilot, pilot_profile, start_pilot, stop_pilot
-    from hpkctl.local.records import forget_run
+    from hpkctl.local.pilotrun import follow_pilot, pilot_profile, prepare_single, start_pilot, stop_pilot
     from hpkctl.local.runs import exit_status
     from hpkctl.local.signals import Interrupted, Interrupts
-    from hpkctl.local.submit import prepare_run
 
     if args.detach or args.now:
         raise HpkError("--pilot runs one pod in the foreground for now: --detach and --now are not supported with it",
@@ -187,12 +185,8 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
     rec = None
     try:
         try:
-            prep = prepare_run(profile, args.filename, pod_name=args.pod, namespace=args.namespace,
-                               replace=args.replace, slurm=slurm, out=out)
-            if prep.record.is_array:
-                forget_run(profile, prep.record)
-                raise HpkError("--pilot runs a single pod for now, not a workload",
-                               hint="leave out --pilot: a workload runs as a job array")
+            prep = prepare_single(profile, args.filename, pod_name=args.pod, namespace=args.namespace,
+                                  replace=args.replace, slurm=slurm, out=out)
             rec, proc = start_pilot(slurm, prep, interrupts, out=out, quiet=args.quiet)
             st = follow_pilot(rec, proc, out=out, log_out=sys.stdout, quiet=args.quiet)
         except PodError as exc:

@@ -17,15 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from hpkctl.errors import PodError
+from hpkctl.errors import HpkError, PodError
 from hpkctl.jobs import Slurm, SlurmError
 from hpkctl.jobs.poll import poll
 from hpkctl.jobs.steps import StepProcess
 from hpkctl.local.follow import FILE_POLL, LogTail, describe
 from hpkctl.local.records import SUBMITTED, RunRecord, forget_run, save_record
-from hpkctl.local.runs import mark_deleting
+from hpkctl.provider.slurmjobs import mark_deleting
 from hpkctl.local.signals import Interrupts
-from hpkctl.local.submit import PreparedRun
+from hpkctl.local.submit import PreparedRun, prepare_run
 from hpkctl.pilot.launch import find_spot, need_of, start_pod_step
 from hpkctl.pilot.pool import Pool
 from hpkctl.pod import paths as f
@@ -47,6 +47,18 @@ def run_pool(slurm: Slurm, profile: SiteProfile) -> Pool:
                 state_dir=Path(profile.pods.state_dir).expanduser())
     pool.adopt()
     return pool
+
+
+def prepare_single(profile: SiteProfile, manifest: str, *, pod_name: str | None, namespace: str | None,
+                   replace: bool, slurm: Slurm, out: TextIO) -> PreparedRun:
+    """``prepare_run`` for one pod; a workload is refused (no job arrays in pilot mode yet)."""
+    prep = prepare_run(profile, manifest, pod_name=pod_name, namespace=namespace, replace=replace, slurm=slurm,
+                       out=out)
+    if prep.record.is_array:
+        forget_run(profile, prep.record)
+        raise HpkError("--pilot runs a single pod for now, not a workload",
+                       hint="leave out --pilot: a workload runs as a job array")
+    return prep
 
 
 def start_pilot(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, *, out: TextIO,
