@@ -12,8 +12,6 @@
 """
 
 import argparse
-import importlib.machinery
-import importlib.util
 import os
 import sys
 
@@ -106,7 +104,7 @@ def write(path, text, mode=0o644):
 
 def world_writable_dirs(rootfs):
     """Directories anyone may create files in (mode o+w), e.g. /tmp: the stand-in gives them an
-    overlay upper copy under --writable-tmpfs (see prepare_overlay in standin_apptainer.py)."""
+    overlay upper copy under --writable-tmpfs (see prepare_overlay in standin_apptainer/overlay.py)."""
     out = []
     for top, dirs, _files in os.walk(rootfs):
         for d in dirs:
@@ -132,12 +130,11 @@ def cmd_meta(a):
 
 
 def load_standin():
-    path = os.path.join(HERE, "standin_apptainer.py")
-    loader = importlib.machinery.SourceFileLoader("apptainer_standin", path)
-    spec = importlib.util.spec_from_loader("apptainer_standin", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    """The stand-in's package (standin_apptainer/ beside this file), the same code the executable runs."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import standin_apptainer
+    return standin_apptainer
 
 
 def cmd_index(a):

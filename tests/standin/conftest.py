@@ -7,11 +7,11 @@ pods' jobs run it. With CI=true a missing store, bwrap or user fails the tests i
 
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.util
 import os
 import pwd
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -91,11 +91,13 @@ def debian_ready(standin_ready: pwd.struct_passwd) -> None:
 
 @pytest.fixture(scope="session")
 def module() -> ModuleType:
-    """The stand-in's module, for unit tests of its pure functions."""
-    path = STANDIN_DIR / "standin_apptainer.py"
-    loader = importlib.machinery.SourceFileLoader("standin_apptainer_under_test", str(path))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
+    """The stand-in's package, for unit tests of its pure functions (under its own name, so it never
+    meets another copy in sys.modules)."""
+    path = STANDIN_DIR / "standin_apptainer" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("standin_apptainer_under_test", path,
+                                                  submodule_search_locations=[str(path.parent)])
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
+    sys.modules[spec.name] = mod  # its modules import each other relative to it
+    spec.loader.exec_module(mod)
     return mod
