@@ -6,8 +6,8 @@ missing ConfigMap), the node status loop and the scheduler's unschedulable pods.
 from [d/2, d] of the current step d, so that many clients cut off together do not come back
 together. ``rng`` is a parameter so tests get the same draws every time.
 
-(The fixed interval sequences of :mod:`hpkctl.jobs.poll` are polling schedules, not back-offs: a
-job that has not ended yet is not a failure.)
+(:class:`hpkctl.jobs.poll.Schedule`, the growing intervals at which a job is asked whether it
+ended, is a polling schedule, not a back-off: a job that has not ended yet is not a failure.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Slurm is polled with growing intervals (0.5, 1, 2, 4, 8 s, the last repeating), as submitit does:
 a short job is noticed quickly, a long one costs slurmctld one call every few seconds. Local files
-are cheap and are read at a fixed, short interval; :class:`Backoff` lets such a loop ask Slurm only
+are cheap and are read at a fixed, short interval; :class:`Schedule` lets such a loop ask Slurm only
 when its own back-off says so. ``sleep`` and ``clock`` are parameters so tests never wait.
 """
 
@@ -17,8 +17,9 @@ T = TypeVar("T")
 DEFAULT_BACKOFF: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
-class Backoff:
-    """Growing intervals, the last one repeating. ``due()`` says whether the next call is due now."""
+class Schedule:
+    """A polling schedule (not a failure back-off: that is :class:`hpkctl.backoff.Backoff`): growing
+    intervals, the last one repeating. ``due()`` says whether the next call is due now."""
 
     def __init__(self, intervals: Sequence[float] = DEFAULT_BACKOFF, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -56,7 +57,7 @@ def poll(step: Callable[[], T | None], *, every: float | Sequence[float] = DEFAU
     ``every`` is a fixed interval or a back-off sequence. Raises ``TimeoutError`` naming ``what``
     when ``timeout`` seconds pass first (``step`` always runs at least once).
     """
-    backoff = Backoff((every,) if isinstance(every, (int, float)) else every, clock=clock)
+    backoff = Schedule((every,) if isinstance(every, (int, float)) else every, clock=clock)
     deadline = None if timeout is None else clock() + timeout
     while True:
         result = step()

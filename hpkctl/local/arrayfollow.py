@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm
-from hpkctl.jobs.poll import Backoff
+from hpkctl.jobs.poll import Schedule
 from hpkctl.local.arrays import ArrayStatus, IndexStatus, WorkloadFile, array_status, element_ids
 from hpkctl.local.follow import FILE_POLL, SLURM_POLL, LogTail
 from hpkctl.local.records import RunRecord
@@ -87,7 +87,7 @@ def follow_array(slurm: Slurm, rec: RunRecord, states: Callable[[list[str]], dic
     info = WorkloadFile.read(rec.pod_dir)
     logs = ArrayLogs(info, log_out) if log_out is not None else None
     ids = element_ids(rec, info.count)
-    ask, settle, read = Backoff((slurm_poll,), clock=clock), Backoff(SETTLE, clock=clock), Backoff((STATUS_POLL,), clock=clock)
+    ask, settle, read = Schedule((slurm_poll,), clock=clock), Schedule(SETTLE, clock=clock), Schedule((STATUS_POLL,), clock=clock)
     jobs: dict[str, JobInfo | None] = {}
     last = ""
     st: ArrayStatus | None = None

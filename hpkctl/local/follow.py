@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError
-from hpkctl.jobs.poll import Backoff, poll
+from hpkctl.jobs.poll import Schedule, poll
 from hpkctl.local.records import RunRecord
 from hpkctl.local.runs import NeverStarts, pod_status
 from hpkctl.pod.lifecycle import grace_period
@@ -115,7 +115,7 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
     # One main container: its output unprefixed (like kubectl logs); otherwise "[name] line".
     prefixed = {n for n, init in containers if init or len(mains) > 1}
     tail = LogTail(rec.dir.logs_dir, names, log_out, prefixed=prefixed)
-    ask = Backoff((slurm_poll,), clock=clock)
+    ask = Schedule((slurm_poll,), clock=clock)
     state: dict[str, object] = {"job": None, "asked": False, "line": ""}
 
     def step() -> PodStatus | None:
@@ -182,7 +182,7 @@ def follow_logs(slurm: Slurm, rec: RunRecord, container: str, *, out: TextIO, sl
     (its files say so, or Slurm, asked every ``slurm_poll``, says the job ended)."""
     tail = LogTail(rec.dir.logs_dir, [container], out, prefixed=set())
     policy = restart_policies(rec.pod()).get(container, "Never")
-    ask = Backoff((slurm_poll,), clock=clock)
+    ask = Schedule((slurm_poll,), clock=clock)
 
     def step() -> bool | None:
         tail.pump()
