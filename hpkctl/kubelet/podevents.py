@@ -32,17 +32,17 @@ class PodEvents:
 
     def missing(self, t: Tracked, missing: list[tuple[str, str]], *, mandatory: bool) -> None:
         for kind, name in missing:
-            tag = f"missing:{kind}:{name}"
-            if t.extra.get(tag):
+            tag = f"{kind}:{name}"
+            if tag in t.state.missing:
                 continue
-            t.extra[tag] = True
+            t.state.missing.add(tag)
             which = "Mandatory" if mandatory else "Optional"
             self.post(t, f"{which}{kind}NotFound",
                       f"{kind.lower()} {t.namespace}/{name} not found" + ("" if mandatory else " (optional: skipped)"),
                       warning=mandatory)
 
     def transitions(self, t: Tracked, before: PodStatus | None, st: PodStatus, kills: tuple[ProbeKill, ...]) -> None:
-        seen = t.extra.setdefault("started", {})
+        seen = t.state.started
         for c in st.containers:
             # every run that started, even one that ended between two polls (and is in its back-off now)
             ran = c.state in ("running", "terminated") or c.reason == "CrashLoopBackOff"
@@ -58,7 +58,7 @@ class PodEvents:
         """BackOff (Warning) once per back-off of a container, in the kubelet's words."""
         if c.reason != "CrashLoopBackOff" or c.state != "waiting":
             return
-        seen = t.extra.setdefault("backoffs", set())
+        seen = t.state.backoff_events
         if (c.name, c.last_finished_at) in seen:
             return
         seen.add((c.name, c.last_finished_at))
@@ -69,7 +69,7 @@ class PodEvents:
     def _probe_kills(self, t: Tracked, kills: list[ProbeKill]) -> None:
         """Unhealthy + Killing once per run a probe stopped (the provider reports the kill again after
         the restart, as the previous run's: the same key)."""
-        seen = t.extra.setdefault("kills", set())
+        seen = t.state.probe_kills
         for k in kills:
             if (k.container, k.run) in seen:
                 continue

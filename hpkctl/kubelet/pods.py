@@ -1,15 +1,22 @@
-"""API pods to a pod provider and back: the kubelet's reconcile loop.
+"""API pods to a pod provider and back: the kubelet as a pod controller (watch → queue → provider →
+status patch and events).
 
 Every pod the API server binds to the node arrives through the reflector (:meth:`PodManager.on_event`,
 :meth:`PodManager.on_sync`) and is handled by :meth:`PodManager.sync` on a bounded pool of workers,
-one worker per pod uid at a time (:class:`~hpkctl.kube.workqueue.WorkQueue`). How a pod runs is the
-provider's business (:class:`~hpkctl.provider.PodProvider`; the daemon gives the kubelet the job-per-pod
-one); the kubelet reads the API's objects for it, and turns what it answers into status patches and
-events. Nothing here waits for long: a pull, a grace period or a back-off re-queues the pod for later,
-so one slow pod never holds the others up.
+one worker per pod uid at a time (:class:`~hpkctl.kube.workqueue.WorkQueue`). The worker is the pod's
+one writer: it creates and deletes through the provider, patches the status and posts the events.
+How a pod runs is the provider's business (:class:`~hpkctl.provider.PodProvider`; the daemon gives the
+kubelet the job-per-pod one); the kubelet reads the API's objects for it. Nothing here waits for long:
+a pull, a grace period or a back-off re-queues the pod for later, so one slow pod never holds the
+others up. A back-off is a gate (:class:`~hpkctl.kubelet.podstate.PodState`): a watch event during it
+(the echo of the kubelet's own status patch, say) creates nothing, so no render, no ConfigMap or
+Secret GET and no TokenRequest; a pod whose images are being pulled is created again only when the
+provider says the pulls ended.
 
-Status flows the other way in :meth:`PodManager.poll`: the provider reports the pods that changed
-(one Slurm query for all of them) and a status patch is sent only when something changed.
+Status changes are *detected* in :meth:`PodManager.poll`: the provider reports the pods that changed
+(one Slurm query for all of them); each report is handed to the pod's worker and the uid queued.
+Every 10 s the poll also queues the pods whose status in the API server no longer says what the
+kubelet reported (:mod:`hpkctl.kubelet.statusmgr`).
 
 A per-pod problem never escapes: it becomes the pod's status (a reason and a message) and an event.
 """
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from hpkctl.errors import PodError
@@ -27,9 +35,10 @@ from hpkctl.kube.events import EventSink
 from hpkctl.kube.workqueue import WorkQueue
 from hpkctl.kubelet.objects import ApiObjects, ServiceCache
 from hpkctl.kubelet.podevents import PodEvents
-from hpkctl.kubelet.podstatus import api_status, never_regresses, reported_starts, status_patch
+from hpkctl.kubelet.podstate import Phase
+from hpkctl.kubelet.podstatus import reported_starts
+from hpkctl.kubelet.statusmgr import RECONCILE_EVERY, StatusManager, waiting_containers
 from hpkctl.kubelet.table import PodTable, Tracked
-from hpkctl.pod.status import PodStatus
 from hpkctl.provider import (Created, ImagePullFailed, Leftover, Outcome, PodInputs, PodProvider, PodRef,
                              StatusReport, Watched)
 from hpkctl.provider.tokens import refresh_after
@@ -38,18 +47,10 @@ from hpkctl.sites.schema import SiteProfile
 log = logging.getLogger("hpkctl.kubelet.pods")
 
 JOB_ID_ANNOTATION = "hpk.io/slurm-job-id"
-BACKOFF_START, BACKOFF_MAX = 10.0, 300.0  # as the kubelet's CreateContainerConfigError / image back-off
 
 
 def _meta(pod: dict[str, Any]) -> dict[str, Any]:
     return pod.get("metadata") or {}
-
-
-def _waiting_containers(pod: dict[str, Any], reason: str, message: str) -> list[dict[str, Any]]:
-    """Every main container waiting for ``reason``: the pod never reached Slurm."""
-    return [{"name": c.get("name"), "image": c.get("image", ""), "imageID": "", "ready": False, "restartCount": 0,
-             "started": False, "state": {"waiting": {"reason": reason, "message": message}}}
-            for c in (pod.get("spec") or {}).get("containers") or []]
 
 
 class PodManager:
@@ -67,7 +68,8 @@ class PodManager:
         self.services = ServiceCache(kube)
         self._left: dict[str, Leftover] = {}  # what the previous kubelet left, by uid
         self._gone: set[str] = set()  # uids whose API object no longer exists
-        self._resend: set[str] = set()  # uids whose last status report the API did not take
+        self.status = StatusManager(kube=kube, events=self.events, host_ip=host_ip)
+        self._reconciled = time.monotonic()
         self._synced_once = False
 
     def load_records(self) -> None:
@@ -83,11 +85,14 @@ class PodManager:
             left = self._left.get(uid)
             t = Tracked(uid=uid, namespace=meta.get("namespace") or "default", name=meta.get("name") or "", pod=pod)
             t.sent = dict(pod.get("status") or {})
-            t.extra["started"] = reported_starts(t.sent)  # a restarted kubelet announces only new starts
+            t.state.started = reported_starts(t.sent)  # a restarted kubelet announces only new starts
+            t.state.sent_version = str(meta.get("resourceVersion") or "")
             if left is not None:
                 t.job_id = left.job_id
                 if left.state == "failed":
-                    t.extra["final"] = True
+                    t.state.phase = Phase.FINAL
+                elif left.job_id:
+                    t.state.phase = Phase.SUBMITTED
             self.table.put(t)
         else:
             t.pod = pod
@@ -130,63 +135,118 @@ class PodManager:
 
     # ------------------------------------------------------------------ the reconcile step
     def sync(self, uid: str) -> None:
+        """The pod's one writer: stop it, act on what the status loop saw, send a status left unsent,
+        create it (unless its back-off gate holds), refresh its tokens."""
         t = self.table.get(uid)
         if t is None:
             return
+        report: StatusReport | None = None
         try:
             if uid in self._gone:
                 self._stop(t, final_delete=False)
             elif _meta(t.pod).get("deletionTimestamp"):
                 self._stop(t, final_delete=True)
-            elif t.extra.get("final"):
-                return
-            elif not t.job_id:
-                self._create(t)
-            elif (_meta(t.pod).get("annotations") or {}).get(JOB_ID_ANNOTATION) != t.job_id:
-                self._annotate(t, t.job_id)  # killed between sbatch and the annotation: finish the step
+            else:
+                report = t.state.take()
+                if report is not None and not t.state.final:
+                    self._apply(t, report)
+                report = None
+                if wait := self.status.retry(t):
+                    self.queue.add_after(uid, wait)
+                if not t.state.final:
+                    self._reconcile(t)
         except (KubeError, KubeUnavailable) as exc:
             log.warning("pod %s: API server: %s (retrying)", t.key, exc)
-            self.queue.add_after(uid, self._backoff(t))
+            self._retry(t, report)
         except SlurmError as exc:
             log.warning("pod %s: Slurm: %s (retrying)", t.key, exc)
-            self.queue.add_after(uid, self._backoff(t))
+            self._retry(t, report)
         except OSError as exc:  # the pod directory cannot be written (disk full, quota): retry later
             log.warning("pod %s: %s (retrying)", t.key, exc)
             self.events.post(t, "Failed", f"cannot prepare the pod directory: {exc}", warning=True)
-            self.queue.add_after(uid, self._backoff(t))
+            self._retry(t, report)
         except Exception as exc:  # noqa: BLE001 - a bad pod never takes the kubelet down
             log.exception("pod %s: unexpected error", t.key)
             try:
                 self._fail(t, "KubeletError", f"{type(exc).__name__}: {exc} (a bug in hpkctl: please report it "
                            "with the kubelet's log)")
             except Exception:  # noqa: BLE001 - the API is down too: the next sync tries again
-                self.queue.add_after(uid, self._backoff(t))
+                self._retry(t, None)
 
-    def _backoff(self, t: Tracked) -> float:
-        delay = float(t.extra.get("backoff") or BACKOFF_START / 2)
-        t.extra["backoff"] = min(delay * 2, BACKOFF_MAX)
-        return delay
+    def _retry(self, t: Tracked, report: StatusReport | None) -> None:
+        """After a failure: a status report is tried again soon (its own back-off, from 1 s), anything
+        else once the pod's gate opens again."""
+        if report is not None:
+            t.state.give_back(report)
+            self.queue.add_after(t.uid, t.state.patch_backoff.next())
+        else:
+            self.queue.add_after(t.uid, t.state.close_gate(time.monotonic()))
+
+    def _reconcile(self, t: Tracked) -> None:
+        if not t.job_id:
+            if wait := t.state.gated(time.monotonic()):
+                self.queue.add_after(t.uid, wait)  # the gate holds: no render, no GETs, no token, no sbatch
+            elif t.state.phase is not Phase.PULLING or t.state.pulled:
+                self._create(t)
+        elif t.state.annotated != t.job_id and \
+                (_meta(t.pod).get("annotations") or {}).get(JOB_ID_ANNOTATION) != t.job_id:
+            self._annotate(t, t.job_id)  # killed between sbatch and the annotation: finish the step
+        else:
+            self._refresh_token(t)
+
+    def _apply(self, t: Tracked, r: StatusReport) -> None:
+        """Act on a report of the provider's status round."""
+        self.events.notes(t, r.notes)
+        if r.failure is not None:
+            self._fail(t, r.failure.reason, r.failure.message)
+            return
+        if r.status is None:
+            return  # a note alone: its job was looked at, nothing read
+        if r.keep_containers:  # the pod directory is gone: keep the containers as last reported
+            status = dict(t.sent or {})
+            status.update({"reason": r.status.reason, "message": r.status.message})
+            if r.status.phase:
+                status["phase"] = r.status.phase
+            accepted = self.status.send(t, status) or t.state.unsent is None
+        else:
+            accepted = self.status.report(t, r.status, r.probe_kills)
+        if not accepted:  # refused: reported again once the patch gate opens
+            t.state.give_back(replace(r, notes=()))
+            self.queue.add_after(t.uid, max(0.0, t.state.patch_gate - time.monotonic()))
+        elif r.final:
+            t.state.phase = Phase.FINAL
+
+    def _pulled(self, uid: str) -> None:
+        """From a pull thread: the provider's pulls for ``uid`` ended; its worker creates it again."""
+        t = self.table.get(uid)
+        if t is not None:
+            t.state.pulled = True
+        self.queue.add(uid)
 
     # ------------------------------------------------------------------ create
     def _create(self, t: Tracked) -> None:
+        """One create through the provider; runs only with the pod's gate open (a failure closes it
+        for the next back-off delay) and, while its images are pulled, only once the pulls ended."""
         objects = ApiObjects(self.kube, pod=t.pod)
-        inputs = PodInputs(objects=objects, services=self.services.for_pod(t.pod), ready=self.queue.add)
+        inputs = PodInputs(objects=objects, services=self.services.for_pod(t.pod), ready=self._pulled)
+        t.state.pulled = False  # before create: a pull that ends during the call is not missed
         try:
             created = self.provider.create(t.pod, inputs)
         except ImagePullFailed as exc:
-            t.extra.pop("pulling", None)
-            reason = "ImagePullBackOff" if t.extra.get("pull_failed") else exc.reason
-            t.extra["pull_failed"] = True
+            t.state.phase, t.state.pulling = Phase.WAITING, ()
+            reason = "ImagePullBackOff" if t.state.pull_failed else exc.reason
+            t.state.pull_failed = True
             self.events.post(t, "Failed", exc.message, warning=True)
             self._waiting(t, reason, exc.message)
-            self.queue.add_after(t.uid, self._backoff(t))
+            self.queue.add_after(t.uid, t.state.close_gate(time.monotonic()))
             return
         except PodError as exc:
             mandatory = exc.reason == "CreateContainerConfigError"
             self.events.missing(t, objects.missing, mandatory=mandatory)
             if mandatory:
+                t.state.phase = Phase.WAITING
                 self._waiting(t, exc.reason, exc.message)
-                self.queue.add_after(t.uid, self._backoff(t))
+                self.queue.add_after(t.uid, t.state.close_gate(time.monotonic()))
             else:
                 self._fail(t, exc.reason, f"{exc.message}" + (f" (fix: {exc.hint})" if exc.hint else ""))
             return
@@ -194,27 +254,26 @@ class PodManager:
         for w in created.warnings:
             log.info("pod %s: %s", t.key, w)
         if created.outcome == Outcome.PULLING:
-            if not t.extra.get("pulling"):
-                t.extra["pulling"] = created.images
+            if t.state.phase is not Phase.PULLING:
+                t.state.phase, t.state.pulling = Phase.PULLING, created.images
                 self.events.post(t, "Pulling", "Pulling image(s) " + ", ".join(created.images))
-            if not t.extra.get("pull_failed"):  # after a failure the pod shows ImagePullBackOff meanwhile
+            if not t.state.pull_failed:  # after a failure the pod shows ImagePullBackOff meanwhile
                 self._waiting(t, "ContainerCreating", "pulling images")
             return
         if created.outcome == Outcome.RETRY:
             self.queue.add_after(t.uid, created.retry_after)
             return
-        if (images := t.extra.pop("pulling", None)):
-            self.events.post(t, "Pulled", "Image(s) pulled: " + ", ".join(images))
-        if created.final:
-            t.extra["final"] = True
+        if t.state.phase is Phase.PULLING:
+            self.events.post(t, "Pulled", "Image(s) pulled: " + ", ".join(t.state.pulling))
+        t.state.phase = Phase.FINAL if created.final else Phase.SUBMITTED
         if created.job_id:
             self._submitted(t, created)
         if (due := refresh_after(t.pod)) is not None and created.outcome == Outcome.SUBMITTED:
-            t.extra["token_due"] = time.time() + due
+            t.state.token_due = time.time() + due
 
     def _submitted(self, t: Tracked, created: Created) -> None:
         t.job_id = created.job_id
-        t.extra.pop("backoff", None)
+        t.state.open_gate()
         self.events.notes(t, tuple(n for n in created.notes if n.reason != "TimeLimitLowered"))
         try:
             self._annotate(t, created.job_id)  # first: the job id is what users and tools wait for (issue 23.2)
@@ -229,36 +288,24 @@ class PodManager:
         which keeps annotation changes, so the kubelet needs no right to update pods."""
         self.kube.patch(pod_path(t.namespace, t.name, "status"),
                         {"metadata": {"uid": t.uid, "annotations": {JOB_ID_ANNOTATION: job_id}}})
+        t.state.annotated = job_id
 
     def _waiting(self, t: Tracked, reason: str, message: str) -> None:
-        self._send(t, {"phase": "Pending", "containerStatuses": _waiting_containers(t.pod, reason, message)})
+        self.status.waiting(t, reason, message)
 
     def _fail(self, t: Tracked, reason: str, message: str) -> None:
         log.warning("pod %s: %s: %s", t.key, reason, message)
         self.events.post(t, "Failed", f"{reason}: {message}", warning=True)
         t.error = reason
-        t.extra["final"] = True
+        t.state.phase = Phase.FINAL
         status = {"phase": "Failed", "reason": reason, "message": message,
-                  "containerStatuses": _waiting_containers(t.pod, reason, message[:1000])}
+                  "containerStatuses": waiting_containers(t.pod, reason, message[:1000])}
         if not t.job_id:
             self.provider.give_up(PodRef(t.uid, t.namespace, t.name))
         self._send(t, status)
 
     def _send(self, t: Tracked, status: dict[str, Any]) -> bool:
-        patch = status_patch(t.uid, status, t.sent)
-        if patch is None:
-            return False
-        try:
-            self.kube.patch(pod_path(t.namespace, t.name, "status"), patch)
-        except KubeError as exc:
-            if exc.code in (404, 409):  # deleted meanwhile, or another pod now has the name
-                return False
-            raise
-        t.sent = {**(t.sent or {}), **{k: v for k, v in status.items()}}
-        for k, v in patch["status"].items():
-            if v is None:
-                t.sent.pop(k, None)
-        return True
+        return self.status.send(t, status)
 
     # ------------------------------------------------------------------ delete
     def _stop(self, t: Tracked, *, final_delete: bool) -> None:
@@ -277,7 +324,7 @@ class PodManager:
             return
         if d.final is not None and d.final.status is not None:
             try:
-                self._report(t, d.final.status, d.final)
+                self.status.report(t, d.final.status, d.final.probe_kills)
             except (KubeError, KubeUnavailable, OSError) as exc:
                 log.debug("pod %s: final status not sent: %s", t.key, exc)
         if final_delete:
@@ -290,76 +337,60 @@ class PodManager:
                     raise
         self.table.pop(t.uid)
         self._gone.discard(t.uid)
-        self._resend.discard(t.uid)
         if t.uid in self._left:
             self._left[t.uid] = Leftover(ref=ref, job_id=d.job_id, state="stopped")
         self.recorder.forget(t.uid)
         log.info("pod %s (uid %s) stopped%s", t.key, t.uid, f", job {d.job_id} cancelled" if d.cancelled else "")
 
     # ------------------------------------------------------------------ status
-    def _report(self, t: Tracked, st: PodStatus, report: StatusReport) -> None:
-        new = api_status(t.pod, st, job_id=t.job_id, host_ip=self.host_ip, previous=t.sent)
-        if not never_regresses(new, t.sent, spec=t.pod.get("spec") or {}):
-            log.warning("pod %s: not reporting a terminated container as running again", t.key)
-            return
-        before = t.status
-        self._send(t, new)  # raises when the API cannot be told: then nothing below happens either
-        t.status = st
-        self.events.transitions(t, before, st, report.probe_kills)
-
     def poll(self, *, now: float | None = None) -> int:
-        """One status round (the provider reports what changed); the number of pods whose status was read."""
-        watched = [Watched(PodRef(t.uid, t.namespace, t.name), t.pod, t.job_id, reread=t.uid in self._resend)
-                   for t in self.table.snapshot() if t.job_id and not t.extra.get("final")]
+        """One status round: the provider reports what changed and each report is handed to its pod's
+        worker (this loop never patches or fails a pod itself); every ``RECONCILE_EVERY`` (10 s) the
+        pods whose status in the API server lost what the kubelet reported are queued too. The
+        number of pods whose status was read."""
+        mono = time.monotonic() if now is None else now
+        watched = [Watched(PodRef(t.uid, t.namespace, t.name), t.pod, t.job_id)
+                   for t in self.table.snapshot() if t.job_id and not t.state.final]
         read = 0
         for r in self.provider.statuses(watched, now=now) if watched else []:
             t = self.table.get(r.uid)
             if t is None:
                 continue
-            try:
-                self.events.notes(t, r.notes)
-                if r.failure is not None:
-                    self._fail(t, r.failure.reason, r.failure.message)
-                    continue
-                if r.status is None:
-                    continue  # a note alone: its job was looked at, nothing read
-                if r.keep_containers:  # the pod directory is gone: keep the containers as last reported
-                    status = dict(t.sent or {})
-                    status.update({"reason": r.status.reason, "message": r.status.message})
-                    if r.status.phase:
-                        status["phase"] = r.status.phase
-                    self._send(t, status)
-                else:
-                    self._report(t, r.status, r)
-            except (KubeError, KubeUnavailable) as exc:
-                log.warning("pod %s: status not sent: %s (next round)", t.key, exc)
-                self._resend.add(t.uid)
-                continue
-            self._resend.discard(t.uid)
-            if r.final:
-                t.extra["final"] = True
-            read += not r.keep_containers
+            t.state.observe(r)
+            self.queue.add(r.uid)
+            read += r.status is not None and not r.keep_containers
+        if mono - self._reconciled >= RECONCILE_EVERY:
+            self._reconciled = mono
+            for t in self.table.snapshot():
+                if not t.deleting and t.uid not in self._gone and self.status.needs_reconcile(t):
+                    t.state.reconcile = True
+                    self.queue.add(t.uid)
         return read
 
+    def _token_due(self, t: Tracked, now: float) -> bool:
+        return bool(not t.state.final and not t.deleting and t.job_id and refresh_after(t.pod) is not None
+                    and t.state.token_due <= now)
+
     def refresh_tokens(self, *, now: float | None = None) -> int:
-        """Renew the projected tokens of running pods that are due (after a restart: all of them
-        once, since their issue time is unknown). The number of pods refreshed."""
+        """Queue the running pods whose projected tokens are due (after a restart: all of them once,
+        since their issue time is unknown); their workers renew them. The number queued."""
         now = time.time() if now is None else now
-        n = 0
-        for t in self.table.snapshot():
-            if t.extra.get("final") or t.deleting or not t.job_id:
-                continue
-            due = t.extra.get("token_due", 0.0)
-            after = refresh_after(t.pod)
-            if after is None or due > now:
-                continue
-            try:
-                self.provider.refresh_tokens(PodRef(t.uid, t.namespace, t.name), t.pod, ApiObjects(self.kube, pod=t.pod))
-                t.extra["token_due"] = now + after
-                n += 1
-            except (KubeError, KubeUnavailable, OSError) as exc:
-                log.warning("pod %s: token refresh failed (next round): %s", t.key, exc)
-        return n
+        due = [t for t in self.table.snapshot() if self._token_due(t, now)]
+        for t in due:
+            self.queue.add(t.uid)
+        return len(due)
+
+    def _refresh_token(self, t: Tracked) -> None:
+        """Worker: renew the pod's projected tokens if due (a failure waits for the next janitor round)."""
+        now = time.time()
+        after = refresh_after(t.pod)
+        if after is None or not self._token_due(t, now):
+            return
+        try:
+            self.provider.refresh_tokens(PodRef(t.uid, t.namespace, t.name), t.pod, ApiObjects(self.kube, pod=t.pod))
+            t.state.token_due = now + after
+        except (KubeError, KubeUnavailable, OSError) as exc:
+            log.warning("pod %s: token refresh failed (next round): %s", t.key, exc)
 
     def clean(self) -> int:
         """Remove what pods deleted more than ``keep_pod_dirs`` seconds ago left."""

@@ -3,8 +3,9 @@ re-created under the same name is another pod, and virtual-kubelet's worst bugs 
 that).
 
 One :class:`Tracked` per pod the API server has bound to this node (or that the kubelet still has a
-job for). The reconcile workers own the entries; the HTTPS server and the status loop only read them,
-through :meth:`PodTable.by_name` and :meth:`PodTable.snapshot`.
+job for). The reflector replaces ``pod`` (the server's copy); the pod's reconcile worker owns the rest
+(:class:`~hpkctl.kubelet.podstate.PodState` says who writes what); the HTTPS server and the status
+loop read them, through :meth:`PodTable.by_name` and :meth:`PodTable.snapshot`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpkctl.kubelet.podstate import PodState
 from hpkctl.pod.status import PodStatus
 
 
@@ -27,7 +29,7 @@ class Tracked:
     sent: dict[str, Any] | None = None  # the last status the API server accepted
     deleting: bool = False  # the stop sequence has begun
     error: str = ""  # a reason the pod could not be submitted (it has a Failed/Pending status saying so)
-    extra: dict[str, Any] = field(default_factory=dict)
+    state: PodState = field(default_factory=PodState)
 
     @property
     def key(self) -> str:

@@ -21,7 +21,7 @@ from hpkctl.provider.changes import ChangeLog
 from hpkctl.provider.records import SUBMITTED, PodRecord
 from hpkctl.pod import paths
 from hpkctl.sites import load_site
-from tests.support.kubelet_fakes import FakeKube, FakeSlurm, _pod, pod_manager
+from tests.support.kubelet_fakes import FakeKube, FakeSlurm, _pod, pod_manager, poll_and_work
 from tests.support.ci import REPO
 
 K = 50
@@ -68,18 +68,18 @@ def _write(m: PodManager, uid: str, name: str, value: str, *, marker: bool = Tru
 
 def test_a_round_reads_only_the_pods_that_left_a_marker(live: Any) -> None:
     m, kube, slurm, now = live
-    assert m.poll() == K  # the first round: every pod once
+    assert poll_and_work(m) == K  # the first round: every pod once
     assert len(slurm.queries) == 1 and len(slurm.queries[0]) == K
     ops, patches = m.provider.changes.ops, len(kube.status_patches())
     now[0] += 0.5
-    assert m.poll() == 0  # nothing changed: one readdir, nothing else
+    assert poll_and_work(m) == 0  # nothing changed: one readdir, nothing else
     assert m.provider.changes.ops - ops == 1
     _write(m, "u-7", "c.exitcode", "3")
     _write(m, "u-7", "pod.done", "3")
     _write(m, "u-9", "c.ready", "1")
     ops = m.provider.changes.ops
     now[0] += 0.5
-    assert m.poll() == 2
+    assert poll_and_work(m) == 2
     assert m.provider.changes.ops - ops == 1 + 2 * 2  # the readdir; per changed pod its marker taken, its status/ stat'ed
     assert sorted(p.name for p in m.provider.changes.dir.iterdir()) == []
     sent = kube.status_patches()[patches:]
@@ -90,7 +90,7 @@ def test_a_round_reads_only_the_pods_that_left_a_marker(live: Any) -> None:
 def test_a_write_after_the_read_is_read_next_round(live: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The marker is taken before the files are read: a write during the read leaves a new marker."""
     m, kube, slurm, now = live
-    m.poll()
+    poll_and_work(m)
     real = jobstatus_mod.read_pod_status
 
     def during_read(pod_dir: Path, *a: Any, **kw: Any) -> Any:
@@ -102,9 +102,9 @@ def test_a_write_after_the_read_is_read_next_round(live: Any, monkeypatch: pytes
     monkeypatch.setattr(jobstatus_mod, "read_pod_status", during_read)
     _write(m, "u-3", "c.ready", "1")
     now[0] += 0.5
-    assert m.poll() == 1
+    assert poll_and_work(m) == 1
     now[0] += 0.5
-    assert m.poll() == 1
+    assert poll_and_work(m) == 1
     last = [p for p in kube.status_patches() if p["metadata"]["uid"] == "u-3"][-1]
     assert last["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
 
@@ -113,29 +113,29 @@ def test_slurm_is_asked_once_per_slurm_poll_for_every_pod_stopping_ones_included
     m, kube, slurm, now = live
     every = m.profile.kubelet.slurm_poll
     assert every == 10.0  # the default budget
-    m.poll()
+    poll_and_work(m)
     t = m.table.get("u-0")
     t.pod["metadata"]["deletionTimestamp"] = "2026-11-26T10:00:00Z"
     m.sync("u-0")  # the stop sequence uses the round's answer: RUNNING, so TERM to the batch shell
     assert slurm.cancelled == [("100", "TERM")] and m.provider.stop_queries == 0
     for _ in range(int(every / 0.5) - 1):
         now[0] += 0.5
-        m.poll()
+        poll_and_work(m)
         m.sync("u-0")  # re-checks: pod.done not there yet; no squeue of its own
     assert len(slurm.queries) == 1 and m.provider.stop_queries == 0
     now[0] += 0.5
-    m.poll()
+    poll_and_work(m)
     assert len(slurm.queries) == 2 and "100" in slurm.queries[1] and len(slurm.queries[1]) == K
 
 
 def test_slurm_facts_change_the_status_without_a_marker(live: Any) -> None:
     """What only Slurm knows (the job killed: here OUT_OF_MEMORY) is read at the next Slurm round."""
     m, kube, slurm, now = live
-    m.poll()
+    poll_and_work(m)
     slurm.jobs["105"] = JobInfo(job_id="105", state="OUT_OF_MEMORY", exit_code=0, signal=9)
     assert "OUT_OF_MEMORY" in TERMINAL_STATES
     now[0] += m.profile.kubelet.slurm_poll
-    assert m.poll() == 1
+    assert poll_and_work(m) == 1
     last = [p for p in kube.status_patches() if p["metadata"]["uid"] == "u-5"][-1]
     assert last["status"]["phase"] == "Failed"
 
@@ -144,21 +144,21 @@ def test_the_audit_finds_a_change_without_a_marker(live: Any) -> None:
     """A runtime without markers (a job of an older hpkctl) or a pod directory removed by hand:
     every ``status_audit`` each live pod's ``status/`` is stat'ed, and only moved ones are read."""
     m, kube, slurm, now = live
-    m.poll()
+    poll_and_work(m)
     _write(m, "u-11", "c.exitcode", "1", marker=False)
     (m.provider._pod_dir("u-11") / "status" / "c.exitcode").rename(  # a rename, as the job writes
         m.provider._pod_dir("u-11") / "status" / "c.exitcode.x")
     (m.provider._pod_dir("u-11") / "status" / "c.exitcode.x").rename(
         m.provider._pod_dir("u-11") / "status" / "c.exitcode")
     now[0] += 0.5
-    assert m.poll() == 0
+    assert poll_and_work(m) == 0
     ops = m.provider.changes.ops
     now[0] = 1000.0 + m.profile.kubelet.status_audit
-    assert m.poll() == 1
+    assert poll_and_work(m) == 1
     assert m.provider.changes.ops - ops == 1 + K  # the readdir and one stat per live pod, this round only
     ops = m.provider.changes.ops
     now[0] += 0.5
-    assert m.poll() == 0 and m.provider.changes.ops - ops == 1
+    assert poll_and_work(m) == 0 and m.provider.changes.ops - ops == 1
 
 
 def test_stale_markers_of_removed_pods_are_cleaned(tmp_path: Path) -> None:

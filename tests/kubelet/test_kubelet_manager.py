@@ -15,7 +15,7 @@ from hpkctl.kubelet.pods import PodManager
 from hpkctl.provider import jobpod as jobpod_mod
 from hpkctl.provider.records import STOPPED, SUBMITTED, SUBMITTING, PodRecord
 from hpkctl.sites import load_site
-from tests.support.kubelet_fakes import FakeKube, FakeSlurm, _pod, pod_manager
+from tests.support.kubelet_fakes import FakeKube, FakeSlurm, _pod, pod_manager, poll_and_work
 
 
 @pytest.fixture
@@ -196,22 +196,22 @@ def test_a_deadline_above_the_partition_limit_is_lowered_not_cancelled(mgr: Any,
     now = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: now[0])
     _pending_pod(m, slurm, tmp_path, "70", deadline=100)
-    m.poll(now=now[0])
+    poll_and_work(m, now=now[0])
     assert slurm.shortened == [("70", 180)] and slurm.cancelled == []
     (ev,) = [e for e in kube.events() if e["reason"] == "TimeLimitLowered"]
     # 180 s limit, grace 30 + margin 10 and up to a minute of Slurm's own: TERM as early as 80 s
     assert "activeDeadlineSeconds 100 s" in ev["message"] and "lowered to 180 s" in ev["message"]
     assert "up to 20 s before the deadline" in ev["message"] and ev["type"] == "Warning"
     now[0] += 20
-    m.poll(now=now[0])  # Slurm has not re-evaluated yet
+    poll_and_work(m, now=now[0])  # Slurm has not re-evaluated yet
     assert slurm.cancelled == [] and len(slurm.shortened) == 1
     now[0] += 20
-    m.poll(now=now[0])
+    poll_and_work(m, now=now[0])
     assert slurm.cancelled == [("70", None)] and len(slurm.shortened) == 1
     (patch,) = [p for p in kube.status_patches() if p["status"].get("reason") == "SlurmNeverStarts"]
     assert "PartitionTimeLimit" in patch["status"]["message"]
     now[0] += 20
-    m.poll(now=now[0])  # failed: never again
+    poll_and_work(m, now=now[0])  # failed: never again
     assert slurm.cancelled == [("70", None)]
 
 
@@ -223,7 +223,7 @@ def test_a_partition_time_limit_without_room_is_never_starts(mgr: Any, tmp_path:
     m, kube, slurm = mgr
     slurm.max_time["short"] = max_time
     _pending_pod(m, slurm, tmp_path, "71", deadline=deadline)
-    m.poll()
+    poll_and_work(m)
     assert slurm.shortened == [] and slurm.cancelled == [("71", None)]
 
 

@@ -315,8 +315,7 @@ def test_logs_whole_tail_limit_and_previous(served: Served) -> None:
 def test_a_log_read_that_hangs_holds_up_only_its_own_stream(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     """File reads run off the server's event loop: while one log read is stuck (a hung file system,
     here a read that waits on an event), other requests are answered."""
-    t = track(served.table, served.root, "a", ["main"], running=("main",))
-    assert t.pod_dir is not None
+    t = track(served, "a", ["main"], running=("main",))
     _write(t.pod_dir / "logs" / "main.log", "one\ntwo\n")
     stuck, release = threading.Event(), threading.Event()
 

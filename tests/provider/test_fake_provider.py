@@ -94,7 +94,7 @@ def test_the_kubelet_runs_pods_on_another_provider_unchanged(tmp_path: Any) -> N
     from hpkctl.kube.events import EventRecorder
     from hpkctl.kubelet.pods import PodManager
     from hpkctl.sites import load_site
-    from tests.support.kubelet_fakes import FakeKube
+    from tests.support.kubelet_fakes import FakeKube, poll_and_work
 
     clock = FakeClock()
     provider = FakeProvider(clock=clock)
@@ -112,9 +112,9 @@ def test_the_kubelet_runs_pods_on_another_provider_unchanged(tmp_path: Any) -> N
     assert [e["message"] for e in kube.events() if e["reason"] == "Submitted"] == [f"Submitted as Slurm job {job}"]
 
     provider.set_phase("u-1", "Running")
-    assert m.poll() == 1
+    assert poll_and_work(m) == 1
     assert kube.status_patches()[-1]["status"]["phase"] == "Running"
-    assert m.poll() == 0  # nothing changed: nothing reported, nothing sent
+    assert poll_and_work(m) == 0  # nothing changed: nothing reported, nothing sent
 
     pod = dict(pod, metadata={**pod["metadata"], "deletionTimestamp": "2026-11-26T10:00:00Z",
                               "deletionGracePeriodSeconds": 3})

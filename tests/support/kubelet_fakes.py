@@ -99,3 +99,11 @@ def pod_manager(tmp_path: Any, kube: FakeKube, slurm: FakeSlurm, profile: Any) -
     provider = JobPodProvider(slurm=slurm, profile=profile, records=Records(tmp_path / "kubelet"))  # type: ignore[arg-type]
     return PodManager(kube=kube, provider=provider, profile=profile, node_name="hpk",  # type: ignore[arg-type]
                       recorder=EventRecorder(kube, component="kubelet"))  # type: ignore[arg-type]
+
+
+def poll_and_work(m: Any, **kw: Any) -> int:
+    """A status round of a PodManager whose workers were not started, then what it queued worked off
+    on this thread: the status loop only detects changes; the pods' workers patch them."""
+    read = int(m.poll(**kw))
+    m.queue.drain()
+    return read
