@@ -27,6 +27,7 @@ from hpkctl.errors import HpkError, PodError
 from hpkctl.jobs import Slurm, SlurmTimeout, SubmitError
 from hpkctl.pod import pod_dir_for, render_pod, write_pod_dir
 from hpkctl.pod.lifecycle import stop_wait
+from hpkctl.pod.render import RenderedPod
 from hpkctl.pod.paths import EXITCODE, JOB_STARTED, POD_DONE, STARTED, PodDir
 from hpkctl.pod.status import container_done
 from hpkctl.provider.adopt import JobFinder, ran_before, terminal_phase
@@ -64,6 +65,7 @@ class JobPodProvider:
         self._lock = threading.Lock()
         self._term_sent: dict[str, float] = {}  # uid -> when its batch shell got TERM
         self._deleting: set[str] = set()
+        self._parked: dict[str, RenderedPod] = {}  # uid -> its render, kept while its images are pulled
 
     @classmethod
     def for_node(cls, *, slurm: Slurm, profile: SiteProfile, node_state: Path) -> JobPodProvider:
@@ -106,6 +108,8 @@ class JobPodProvider:
                          stopped_at=r.stopped, saved=functools.partial(_saved_pod, r)) for r in recs.values()]
 
     def give_up(self, ref: PodRef) -> None:
+        with self._lock:
+            self._parked.pop(ref.uid, None)
         if self._rec(ref.uid) is None:
             self._save(PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir="", state=FAILED,
                                  submitted=time.time()))
@@ -116,10 +120,13 @@ class JobPodProvider:
         rec = self._rec(ref.uid)
         if rec is not None and rec.job_id:
             return Created(Outcome.ADOPTED, job_id=rec.job_id, where="its record", final=rec.state != SUBMITTED)
-        found = self._ran_already(ref, pod, rec)
-        if found is not None:
-            return found
-        rendered = render_pod(pod, self.profile, objects=inputs.objects, services=inputs.services)
+        with self._lock:
+            rendered = self._parked.pop(ref.uid, None)  # parked for a pull: no second render, no GETs
+        if rendered is None:
+            found = self._ran_already(ref, pod, rec)
+            if found is not None:
+                return found
+            rendered = render_pod(pod, self.profile, objects=inputs.objects, services=inputs.services)
         warnings = tuple(rendered.warnings)
         if self.profile.apptainer.pull == "submit":
             images = images_to_pull(rendered)
@@ -135,6 +142,8 @@ class JobPodProvider:
                 self.puller.forget(images)
                 raise ImagePullFailed(exc.reason, self._pull_message(exc, images), hint=exc.hint) from exc
             if pending:
+                with self._lock:
+                    self._parked[ref.uid] = rendered
                 return Created(Outcome.PULLING, images=tuple(i.source for i in images), warnings=warnings)
         root = Path(rendered.plan.pod_dir)
         rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=str(root), state=SUBMITTING,
@@ -214,6 +223,8 @@ class JobPodProvider:
 
     # ------------------------------------------------------------------ delete
     def delete(self, ref: PodRef, *, grace: float | None, pod: Mapping[str, Any], report: bool = True) -> Deletion:
+        with self._lock:
+            self._parked.pop(ref.uid, None)
         rec = self._rec(ref.uid)
         job_id = rec.job_id if rec else ""
         if rec is not None and rec.state == STOPPED:

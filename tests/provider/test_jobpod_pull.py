@@ -1,0 +1,62 @@
+"""The job-per-pod provider keeps a pod's render while its images are pulled (issue 21.2): the create
+that follows the pull's end neither renders again nor reads the pod's ConfigMaps, Secrets or tokens
+a second time; a delete or a give-up drops what was kept."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpkctl.provider import Outcome, PodInputs, PodRef
+from hpkctl.provider import jobpod as jobpod_mod
+from hpkctl.provider.jobpod import JobPodProvider
+from hpkctl.provider.records import Records
+from hpkctl.sites import load_site
+from tests.support.kubelet_fakes import FakeSlurm, _pod
+
+
+class Puller:
+    """Pulls that end when the test says so."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def ensure(self, images: list[Any], *, when_done: Callable[[], None]) -> list[Any]:
+        return [] if self.done else [object()]
+
+    def forget(self, images: list[Any]) -> None:
+        pass
+
+
+def test_a_pod_parked_for_its_pull_is_rendered_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = load_site("ci")
+    profile = profile.model_copy(update={
+        "pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)}),
+        "apptainer": profile.apptainer.model_copy(update={"pull": "submit"})})
+    slurm = FakeSlurm()
+    provider = JobPodProvider(slurm=slurm, profile=profile, records=Records(tmp_path / "kubelet"))  # type: ignore[arg-type]
+    provider.puller = Puller()  # type: ignore[assignment]
+    renders: list[str] = []
+    real = jobpod_mod.render_pod
+
+    def counting(pod: Any, *a: Any, **kw: Any) -> Any:
+        renders.append(pod["metadata"]["uid"])
+        return real(pod, *a, **kw)
+
+    monkeypatch.setattr(jobpod_mod, "render_pod", counting)
+    pod = _pod()
+    assert provider.create(pod, PodInputs()).outcome is Outcome.PULLING
+    assert provider.create(pod, PodInputs()).outcome is Outcome.PULLING  # still pulling: the same render
+    provider.puller.done = True  # type: ignore[attr-defined]
+    created = provider.create(pod, PodInputs())
+    assert created.outcome is Outcome.SUBMITTED and slurm.submitted == 1
+    assert renders == ["u-1"]
+    # a pod deleted (or given up) while parked leaves nothing kept behind
+    other = _pod("q", "u-2")
+    provider.puller.done = False  # type: ignore[attr-defined]
+    assert provider.create(other, PodInputs()).outcome is Outcome.PULLING
+    provider.give_up(PodRef.of(other))
+    assert "u-2" not in provider._parked
