@@ -51,7 +51,7 @@ def status(cluster: Cluster, *, pods: bool = True) -> ClusterStatus:
             kube.close()
     if st.pods:  # job ids from the kubelet's records, not from annotations pod authors can write
         try:
-            recorded = recorded_jobs(cluster)[0]
+            recorded = recorded_jobs(cluster)
         except SlurmError:
             recorded = {}
         st.pods = [PodRow(p.namespace, p.name, p.phase, recorded.get(p.uid, ""), uid=p.uid) for p in st.pods]

@@ -30,7 +30,7 @@ from hpkctl.kube.address import host_address
 from hpkctl.kubelet.node import LeaseKeeper, NodeReporter, NodeState
 from hpkctl.kubelet.objects import cluster_dns
 from hpkctl.kubelet.pods import PodManager
-from hpkctl.provider.jobpod import JobPodProvider
+from hpkctl.provider.jobpod import JobPodProvider, node_state_dir
 from hpkctl.kubelet.server import KubeletServer
 from hpkctl.runtime import apptainer_version
 from hpkctl.sites.schema import SiteProfile
@@ -63,9 +63,9 @@ class Kubelet:
         self.kube = Kube(opts.kubeconfig, pool_size=cfg.workers + 4)
         self.slurm = Slurm(profile.slurm)
         self.address = opts.address or host_address()
-        state = Path(os.path.expanduser(profile.pods.state_dir)) / "kubelet" / opts.node_name
+        state = node_state_dir(profile, opts.node_name)
         self.state_dir = state
-        self.provider = JobPodProvider.for_node(slurm=self.slurm, profile=profile, node_state=state)
+        self.provider = JobPodProvider.for_node(slurm=self.slurm, profile=profile, node_name=opts.node_name)
         self.lock = ExclusiveLock(state / "kubelet.lock")
         # events are posted on their own thread, through client-go's spam filter and aggregation
         self.recorder = EventBroadcaster(EventRecorder(self.kube, component="kubelet", host=opts.node_name),

@@ -22,6 +22,9 @@ from hpkctl.pod.phase import init_summary, live_phase, main_summary
 
 # Slurm outcomes that explain the end of the pod better than the script could.
 _SLURM_WINS = {"DeadlineExceeded", "OOMKilled", "NodeLost", "Preempted", "BootFailure", "Cancelled", "Revoked"}
+#: a CANCELLED job whose pod was deleted through hpkctl (it wrote pod.deleting before its TERM and scancel)
+DELETED = ("the pod was deleted through hpkctl (hpkctl delete, an interrupted hpkctl run, the kubelet or hpkctl "
+           "stop --all): its containers were stopped with their grace period, then its Slurm job was cancelled")
 
 
 @dataclass
@@ -298,7 +301,8 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
         pd.read_container(c.name, f.REASON) == "OOMKilled" or c.last_reason == "OOMKilled" for c in cs)
     if (outcome is not None and outcome.phase == "Failed" and outcome.reason in _SLURM_WINS and not forgeable
             and not (outcome.reason == "OOMKilled" and contained)):
-        return make("Failed", outcome.reason, outcome.message, outcome.exit_code)
+        deleted = outcome.reason == "Cancelled" and pd.exists(f.POD_DELETING)  # hpkctl's own scancel
+        return make("Failed", outcome.reason, DELETED if deleted else outcome.message, outcome.exit_code)
     if done is not None:
         if failed:
             reason, _, message = failed.partition("\n")

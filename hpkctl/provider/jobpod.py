@@ -12,6 +12,7 @@ call. Statuses come from :mod:`hpkctl.provider.jobstatus`; logs and exec from th
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -68,10 +69,18 @@ class JobPodProvider:
         self._parked: dict[str, RenderedPod] = {}  # uid -> its render, kept while its images are pulled
 
     @classmethod
-    def for_node(cls, *, slurm: Slurm, profile: SiteProfile, node_state: Path) -> JobPodProvider:
-        """The provider of the kubelet whose state directory is ``node_state``
-        (``<state_dir>/kubelet/<node>``: its records are under ``pods/`` there)."""
-        return cls(slurm=slurm, profile=profile, records=Records(node_state))
+    def for_node(cls, *, slurm: Slurm, profile: SiteProfile, node_name: str) -> JobPodProvider:
+        """The provider of the kubelet of node ``node_name``: its records are under ``pods/`` in
+        :func:`node_state_dir`."""
+        return cls(slurm=slurm, profile=profile, records=Records(node_state_dir(profile, node_name)))
+
+    def follow(self, uid: str, job_id: str) -> None:
+        """Take ``job_id`` (checked by the caller against the job's comment; ``""``: none) as the pod's
+        job from now on, in memory: a front end that stops what a kubelet left (:mod:`~hpkctl.provider.nodepods`)."""
+        with self._lock:
+            rec = self._recs.get(uid)
+            if rec is not None:
+                self._recs[uid] = dataclasses.replace(rec, job_id=job_id, state=SUBMITTED if job_id else rec.state)
 
     # ------------------------------------------------------------------ counters for bench/
     @property
@@ -324,6 +333,11 @@ class JobPodProvider:
             raise HpkError(f"pod {uid} has no Slurm job to run the command in")
         return await self.slurm.exec_step(rec.job_id, pod_dir=Path(rec.pod_dir), container=container,
                                           command=command, tty=tty, stdin=stdin)
+
+
+def node_state_dir(profile: SiteProfile, node_name: str) -> Path:
+    """Where the kubelet of node ``node_name`` keeps its state (its lock, certificates and records)."""
+    return Path(os.path.expanduser(profile.pods.state_dir)) / "kubelet" / node_name
 
 
 def _saved_pod(rec: PodRecord) -> dict[str, Any]:

@@ -524,23 +524,45 @@ def test_stop_cancels_successors_first_then_kubelet_then_control_plane(tmp_path:
     assert slurm.jobs["14"]["state"] == "RUNNING"
 
 
-def test_stop_all_finds_the_pods_jobs_in_the_kubelets_records(tmp_path: Path) -> None:
+def _kubelet_record(tmp_path: Path, uid: str, state: str, job_id: str) -> Path:
+    """A record of the cluster's kubelet (node hpk) and its pod's directory, whose job has already run
+    its stop sequence when asked (pod.done): the stop --all tests need no grace period to pass."""
+    from hpkctl.provider.records import PodRecord, Records
+
+    pod_dir = tmp_path / "state" / "pods" / uid
+    (pod_dir / "status").mkdir(parents=True)
+    (pod_dir / "job").mkdir()
+    (pod_dir / "job" / "pod.json").write_text(json.dumps({"metadata": {"uid": uid, "name": uid, "namespace": "default"},
+                                                          "spec": {"terminationGracePeriodSeconds": 3}}))
+    (pod_dir / "status" / "job.started").write_text("2026-11-26T10:00:00Z\n")
+    (pod_dir / "status" / "pod.done").write_text("143\n")
+    Records(tmp_path / "state" / "kubelet" / "hpk").save(PodRecord(uid=uid, namespace="default", name=uid,
+                                                                   pod_dir=str(pod_dir), state=state, job_id=job_id))
+    return pod_dir
+
+
+def test_stop_all_stops_the_pods_in_the_kubelets_records_as_a_delete_does(tmp_path: Path) -> None:
+    """After the kubelet, its pods' jobs, found in its records: each gets the delete marker (its status
+    says deleted, not "reached its time limit"), TERM to its batch shell, then scancel once its stop
+    sequence is done; hpkctl run's pod (no record of the kubelet's) is left alone."""
     slurm = FakeSlurm()
     cluster, said = fake_cluster(tmp_path, slurm)
     slurm.add("11", job_comment(KUBELET, cluster.cid, site="ci"))
     slurm.add("20", "hpk-uid=u1 hpk-pod=default/a")
     slurm.add("21", "hpk-uid=u2 hpk-pod=default/b")  # recorded as submitting: found by its uid
     slurm.add("22", "hpk-uid=u3 hpk-pod=default/c")  # hpkctl run's, not the kubelet's: left alone
-    records = tmp_path / "state" / "kubelet" / "hpk" / "pods"
-    records.mkdir(parents=True)
-    (records / "u1.json").write_text(json.dumps({"uid": "u1", "state": "submitted", "job_id": "20"}))
-    (records / "u2.json").write_text(json.dumps({"uid": "u2", "state": "submitting", "job_id": ""}))
-    (records / "u9.json").write_text(json.dumps({"uid": "u9", "state": "stopped", "job_id": "29"}))
+    dirs = [_kubelet_record(tmp_path, "u1", "submitted", "20"), _kubelet_record(tmp_path, "u2", "submitting", "")]
+    _kubelet_record(tmp_path, "u9", "stopped", "29")
     cluster.stop(all_pods=True)
-    order = [c[1] for c in slurm.calls]
-    assert order[0] == "11" and set(order[1:3]) == {"20", "21"} and "22" not in order
+    cancels = [c[1:] for c in slurm.calls if c[0] == "cancel"]
+    assert cancels[0] == ("11", "TERM", "batch")
+    for job in ("20", "21"):
+        assert cancels.index((job, "TERM", "batch")) < cancels.index((job, "", "")), cancels
+    assert {c[0] for c in cancels} == {"11", "20", "21"}
     assert slurm.jobs["22"]["state"] == "RUNNING"
-    assert any("pods: stopping 2 Slurm job(s)" in s for s in said)
+    assert all((d / "status" / "pod.deleting").is_file() for d in dirs)
+    assert any("pods: stopping 2 Slurm job(s) of the node's pods, each with its grace period" in s for s in said)
+    assert not (tmp_path / "state" / "pods" / "u9" / "status" / "pod.deleting").exists()
 
 
 @pytest.mark.parametrize("kind", [CONTROLPLANE, KUBELET])
@@ -566,10 +588,8 @@ def test_a_bait_pods_annotation_never_names_a_job_to_stop_or_show(tmp_path: Path
     slurm.add("11", job_comment(KUBELET, cluster.cid, site="ci"))
     slurm.add("20", "hpk-uid=u1 hpk-pod=default/a")
     slurm.add("30", "hpk-uid=mine hpk-pod=default/unrelated")
-    records = tmp_path / "state" / "kubelet" / "hpk" / "pods"
-    records.mkdir(parents=True)
-    (records / "u1.json").write_text(json.dumps({"uid": "u1", "state": "submitted", "job_id": "20"}))
-    (records / "u2.json").write_text(json.dumps({"uid": "u2", "state": "submitted", "job_id": "30"}))
+    _kubelet_record(tmp_path, "u1", "submitted", "20")
+    _kubelet_record(tmp_path, "u2", "submitted", "30")
     pods = [{"metadata": {"namespace": "default", "name": "a", "uid": "u1"}, "status": {"phase": "Running"}},
             {"metadata": {"namespace": "tenant", "name": "bait", "uid": "u3",
                           "annotations": {"hpk.io/slurm-job-id": "30"}}, "status": {"phase": "Running"}}]

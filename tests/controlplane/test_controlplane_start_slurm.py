@@ -481,6 +481,33 @@ def test_a_successor_takes_over_from_the_state_directory(site: Site) -> None:
     assert site.active() == {}
 
 
+def test_stop_all_deletes_a_running_pod_with_its_grace_period(site: Site) -> None:
+    """``hpkctl stop --all`` stops the kubelet's pods as ``kubectl delete`` does, through the provider:
+    the delete marker, TERM to the batch shell, the pod's own grace period (its TERM handler runs), then
+    scancel. It used to skip the marker, so such a pod said DeadlineExceeded, "reached its time limit"."""
+    _started(site)
+    graceful = _pod("graceful", "trap 'echo stopping; exit 0' TERM; echo up; while :; do sleep 1; done")
+    graceful["spec"]["terminationGracePeriodSeconds"] = 20
+    site.kubectl("create", "-f", "-", input=json.dumps(graceful))
+    uid = _wait_pod(site, "graceful", "Running")["metadata"]["uid"]
+    wait_for("the pod's TERM handler", lambda: site.kubectl("logs", "graceful", check=False).stdout == "up\n",
+             timeout=60, every=0.5)
+    job = json.loads(site.kubectl("get", "pod", "graceful", "-o", "json").stdout)["metadata"]["annotations"][
+        "hpk.io/slurm-job-id"]
+    r = site.hpkctl("stop", "--site", str(site.profile), "--all")
+    assert r.returncode == 0, r.stderr
+    assert "pods: stopping 1 Slurm job(s) of the node's pods, each with its grace period" in r.stderr, r.stderr
+    assert site.active() == {}
+    status = site.dir / "pods" / "pods" / uid / "status"
+    reason, _, message = (status / "pod.failed").read_text().partition("\n")
+    assert reason == "Terminated" and "the pod was deleted" in message, (reason, message)  # not DeadlineExceeded
+    assert (status / "c.exitcode").read_text().strip() == "0"  # its handler ended it within its grace
+    assert (site.dir / "pods" / "pods" / uid / "logs" / "c.log").read_text() == "up\nstopping\n"
+    line = wait_for("the pod job's jobcomp line", lambda: next(
+        (ln for ln in JOBCOMP.read_text().splitlines() if ln.startswith(f"JobId={job} ")), None), timeout=30, every=0.5)
+    assert "JobState=CANCELLED" in line, line
+
+
 def test_doctor_on_a_working_site_and_on_a_broken_one(site: Site, root: Path) -> None:
     _started(site)
     r = site.hpkctl("doctor", "--site", str(site.profile))

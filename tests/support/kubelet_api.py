@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from hpkctl.jobs import Slurm
@@ -22,16 +23,23 @@ from hpkctl.kubelet.server import KubeletServer
 from hpkctl.kubelet.table import PodTable, Tracked
 from hpkctl.pod import paths as f
 from hpkctl.pod.paths import PodDir
+from hpkctl.provider.jobpod import JobPodProvider
+from hpkctl.provider.records import SUBMITTED, PodRecord, Records
+from hpkctl.sites import load_site
 from hpkctl.sites.schema import SlurmSection
 from tests.support.ci import HPK_USER, REPO
 
 
-def tracked(pod_dir: Path) -> Tracked:
-    """The table entry of a pod ``hpkctl run`` started: its object, directory and job id."""
+def tracked(pod_dir: Path, records: Records) -> Tracked:
+    """The table entry of a pod ``hpkctl run`` started (its object and job id), and the provider's
+    record of it (its directory)."""
     pod = json.loads(PodDir(pod_dir).pod_json.read_text())
     meta = pod["metadata"]
-    return Tracked(uid=meta["uid"], namespace=meta.get("namespace") or "default", name=meta["name"], pod=pod,
-                   pod_dir=pod_dir, job_id=PodDir(pod_dir).read(f.JOB_ID) or "")
+    t = Tracked(uid=meta["uid"], namespace=meta.get("namespace") or "default", name=meta["name"], pod=pod,
+                job_id=PodDir(pod_dir).read(f.JOB_ID) or "")
+    records.save(PodRecord(uid=t.uid, namespace=t.namespace, name=t.name, pod_dir=str(pod_dir), state=SUBMITTED,
+                           job_id=t.job_id))
+    return t
 
 
 def main(argv: list[str]) -> int:
@@ -43,14 +51,20 @@ def main(argv: list[str]) -> int:
     p.add_argument("pod_dirs", nargs="+", type=Path)
     args = p.parse_args(argv)
     table = PodTable()
-    for d in args.pod_dirs:
-        table.put(tracked(d))
-    server = KubeletServer(table, slurm=Slurm(SlurmSection(conf_file=args.slurm_conf)), node_name="hpk",
-                           host="127.0.0.1", port=0, cert_file=args.cert, key_file=args.key, client_ca_file=args.ca)
-    server.start()
-    print(server.port, flush=True)
-    sys.stdin.read()
-    server.stop()
+    with tempfile.TemporaryDirectory() as state:
+        profile = load_site("ci")
+        profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": state})})
+        provider = JobPodProvider(slurm=Slurm(SlurmSection(conf_file=args.slurm_conf)), profile=profile,
+                                  records=Records(Path(state)))
+        for d in args.pod_dirs:
+            table.put(tracked(d, provider.records))
+        provider.leftovers()  # the provider reads the records
+        server = KubeletServer(table, provider=provider, node_name="hpk", host="127.0.0.1", port=0,
+                               cert_file=args.cert, key_file=args.key, client_ca_file=args.ca)
+        server.start()
+        print(server.port, flush=True)
+        sys.stdin.read()
+        server.stop()
     return 0
 
 
