@@ -361,6 +361,27 @@ def test_dev_shm_is_shared_between_containers(standin: Standin, busybox_sif: Pat
     assert r.out == "shared\n"
 
 
+
+def test_no_mount_dev_leaves_no_usable_device(standin: Standin, busybox_sif: Path) -> None:
+    # Why `--no-mount dev` cannot give a container /dev/termination-log (issue 22.8). Apptainer
+    # v1.3.0-v1.5.3 internal/pkg/runtime/engine/apptainer/container_linux.go: addDevMount mounts
+    # no /dev at all ("disallowed by configuration"; /dev is the image's, where the underlay creates
+    # a missing bind destination: underlay_linux.go createLayer), addUserbindsMount skips every bind
+    # whose source and destination start with /dev ("Skipping ... disallowed by configuration"),
+    # and mounts every other bind MS_NODEV (its defaultFlags): a device node reached through a
+    # source outside /dev (a symlink) is there but cannot be opened.
+    (standin.workdir / "null").symlink_to("/dev/null")
+    msg = standin.file("termination-log", "")
+    r = standin.run("exec", "--contain", "--no-mount", "dev", "--bind", "/dev/zero",
+                    "--bind", f"{standin.workdir}/null:/dev/null", "--bind", f"{msg}:/dev/termination-log",
+                    str(busybox_sif), "sh", "-c",
+                    "test -e /dev/zero || echo no-zero; echo x > /dev/null || echo no-null; "
+                    "echo Sleep expired > /dev/termination-log && echo written")
+    assert "WARNING: Skipping /dev/zero bind mount: disallowed by configuration" in r.err, r.both
+    assert r.out == "no-zero\nno-null\nwritten\n", r.both
+    assert "Permission denied" in r.err
+    assert msg.read_text() == "Sleep expired\n"
+
 def test_pwd_and_hostname(standin: Standin, busybox_sif: Path) -> None:
     # src action_flags.go: --pwd/--cwd "initial working directory", --hostname "set container
     # hostname"; a --pwd that does not exist is an error (process_linux.go)
