@@ -39,7 +39,8 @@ sys.path.insert(0, str(REPO))
 
 from bench.pod_start import Calls, p90, wait_files  # noqa: E402
 from hpkctl.jobs import Slurm  # noqa: E402
-from hpkctl.local.pilotrun import pilot_profile, run_pool  # noqa: E402
+from hpkctl.local.pilotrun import run_pool  # noqa: E402
+from hpkctl.provider.pilotpod import pilot_enabled  # noqa: E402
 from hpkctl.pilot.launch import find_spot, need_of, start_pod_step  # noqa: E402
 from hpkctl.pod import render_pod, write_pod_dir  # noqa: E402
 from hpkctl.sites import load_site  # noqa: E402
@@ -62,7 +63,7 @@ class Bench:
         self.root = root
         self.calls = Calls(root)
         os.environ["PATH"] = f"{self.calls.dir}:{os.environ['PATH']}"
-        self.profile = pilot_profile(load_site(site))
+        self.profile = pilot_enabled(load_site(site))
         self.slurm = Slurm(self.profile.slurm)
         self.pool = run_pool(self.slurm, self.profile)
         self.script = root / "touch.sh"

@@ -31,6 +31,9 @@ def register(sub: Any) -> None:
     p.add_argument("--tls-private-key-file", default=None, metavar="PATH")
     p.add_argument("--client-ca-file", default=None, metavar="PATH",
                    help="CA whose client certificates may use the kubelet API (default: the kubeconfig's CA)")
+    p.add_argument("--pilot", action="store_true",
+                   help="run pods as job steps in allocations this kubelet holds ([pilot] in the profile), "
+                        "whatever the profile says")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request and decision")
     p.set_defaults(func=cmd_kubelet)
 
@@ -72,7 +75,7 @@ def cmd_kubelet(args: argparse.Namespace) -> int:
                           port=profile.kubelet.port if args.port is None else args.port,
                           address=args.address if args.address is not None else profile.kubelet.address,
                           cert_file=args.tls_cert_file, key_file=args.tls_private_key_file,
-                          client_ca_file=args.client_ca_file)
+                          client_ca_file=args.client_ca_file, pilot=args.pilot)
     return run_kubelet(profile, opts, stop=_stop_on_signals())
 
 

@@ -172,14 +172,15 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
     """``hpkctl run --pilot``: the pod as a step of a held allocation (hpkctl.local.pilotrun)."""
     from hpkctl.cli import EXIT_ERROR
     from hpkctl.local.follow import result_line
-    from hpkctl.local.pilotrun import follow_pilot, pilot_profile, prepare_single, start_pilot, stop_pilot
+    from hpkctl.local.pilotrun import follow_pilot, prepare_single, start_pilot, stop_pilot
+    from hpkctl.provider.pilotpod import pilot_enabled
     from hpkctl.local.runs import exit_status
     from hpkctl.local.signals import Interrupted, Interrupts
 
     if args.detach or args.now:
         raise HpkError("--pilot runs one pod in the foreground for now: --detach and --now are not supported with it",
                        hint="leave out --pilot (a job of its own), or --detach")
-    profile = pilot_profile(profile)
+    profile = pilot_enabled(profile)
     out = sys.stderr
     interrupts = Interrupts().install()
     rec = None

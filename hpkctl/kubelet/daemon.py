@@ -50,6 +50,7 @@ class KubeletOptions:
     cert_file: str | None = None
     key_file: str | None = None
     client_ca_file: str | None = None
+    pilot: bool = False  # pods as job steps in held allocations (hpkctl kubelet --pilot), whatever [pilot] says
 
 
 class Kubelet:
@@ -65,7 +66,13 @@ class Kubelet:
         self.address = opts.address or host_address()
         state = node_state_dir(profile, opts.node_name)
         self.state_dir = state
-        self.provider = JobPodProvider.for_node(slurm=self.slurm, profile=profile, node_name=opts.node_name)
+        if opts.pilot or profile.pilot.enabled:
+            from hpkctl.provider.pilotpod import PilotPodProvider
+
+            self.provider: JobPodProvider = PilotPodProvider.for_pilot_node(
+                slurm=self.slurm, profile=profile, node_state=state, node=opts.node_name)
+        else:
+            self.provider = JobPodProvider.for_node(slurm=self.slurm, profile=profile, node_name=opts.node_name)
         self.lock = ExclusiveLock(state / "kubelet.lock")
         # events are posted on their own thread, through client-go's spam filter and aggregation
         self.recorder = EventBroadcaster(EventRecorder(self.kube, component="kubelet", host=opts.node_name),

@@ -30,16 +30,12 @@ from hpkctl.pilot.launch import find_spot, need_of, start_pod_step
 from hpkctl.pilot.pool import Pool
 from hpkctl.pod import paths as f
 from hpkctl.pod.lifecycle import stop_wait
+from hpkctl.provider.pilotpod import pilot_enabled
 from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.sites.schema import SiteProfile
 
 RUN_OWNER = "run"
 PLACE_TIMEOUT = 600.0  # seconds a run waits for a requested allocation to start
-
-
-def pilot_profile(profile: SiteProfile) -> SiteProfile:
-    """``profile`` with ``[pilot] enabled`` (``--pilot`` turns it on whatever the profile says)."""
-    return profile.model_copy(update={"pilot": profile.pilot.model_copy(update={"enabled": True})})
 
 
 def run_pool(slurm: Slurm, profile: SiteProfile) -> Pool:
@@ -92,10 +88,21 @@ def follow_pilot(rec: RunRecord, proc: StepProcess, *, out: TextIO, log_out: Tex
                    prefixed={n for n, init in containers if init or len(mains) > 1})
     last = {"line": ""}
 
+    deleted = PodStatus("Failed", "Terminated", "the pod was deleted (hpkctl delete); its containers were "
+                        "stopped with their grace period", None, None, None, None)
+
+    def gone() -> bool:
+        return rec.dir_missing
+
     def step() -> PodStatus | None:
+        if gone():  # `hpkctl delete` stopped the pod and removed its directory
+            proc.wait()
+            return deleted
         tail.pump()
         ended = proc.poll() is not None
         if rec.dir.exists(f.POD_DONE) or ended:
+            if ended and gone():
+                return deleted
             if ended and not rec.dir.exists(f.JOB_STARTED):
                 log = rec.dir.logs_dir / "srun.log"
                 said = log.read_text(errors="replace").strip() if log.exists() else ""

@@ -1,0 +1,201 @@
+"""The second pod provider: pods as job steps in allocations the kubelet holds (pilot mode).
+
+Everything a pod is made of stays the job-per-pod provider's (:class:`JobPodProvider`): the record
+written before anything exists outside the process, the pod directory and job script (rendered with
+``[pilot] enabled``: no ``#SBATCH`` lines, ``HPK_PILOT=1``), adoption by uid, status rounds from the
+change log and the files, logs, exec. What differs is where the script runs and how it is stopped:
+
+* ``create`` books the pod in a held allocation (:mod:`hpkctl.pilot`) and starts its step (``srun
+  --jobid=J --exact``); when none has room it requests one and answers ``RETRY`` (never waits). The
+  pod's job id, for the record, the API's ``hpk.io/slurm-job-id`` and the status rounds, is the
+  allocation's; the step's own id is ``status/job.id`` (``J.S``).
+* ``delete`` marks the pod deleted and sends TERM to the step's task alone (``scancel --signal=TERM
+  J.S``), then kills the step once ``pod.done`` is there or the grace periods are over.
+* A pod is final when its files say it finished (``pod.done``): the allocation runs on for others.
+* Each status round reaps the srun of ended steps and lets the pool request and release allocations.
+
+Not yet: a pod adopted after a kubelet restart is booked again only from its record's allocation (its
+resources are re-read from the saved pod); exec reaches a pod on the allocation's first node only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpkctl.errors import PodError
+from hpkctl.jobs import Slurm
+from hpkctl.jobs.steps import StepProcess
+from hpkctl.pilot.launch import need_of, start_pod_step
+from hpkctl.pilot.plan import Need, unfit
+from hpkctl.pilot.pool import Pool
+from hpkctl.pod import render_pod, write_pod_dir
+from hpkctl.pod.lifecycle import stop_wait
+from hpkctl.pod.paths import JOB_ID, POD_DONE, PodDir
+from hpkctl.provider.api import Created, Deletion, Leftover, Outcome, PodInputs, PodRef, StatusReport, Watched
+from hpkctl.provider.jobpod import DELETE_CHECK, STOP_MARGIN, JobPodProvider
+from hpkctl.provider.jobstatus import final_report
+from hpkctl.provider.records import STOPPED, SUBMITTING, PodRecord, Records
+from hpkctl.provider.slurmjobs import mark_deleting
+from hpkctl.sites.schema import SiteProfile
+
+log = logging.getLogger("hpkctl.provider.pilotpod")
+WAIT_FOR_ROOM = 1.0  # seconds before create is asked again while an allocation is being requested
+
+
+def pilot_enabled(profile: SiteProfile) -> SiteProfile:
+    """``profile`` with ``[pilot] enabled`` (``--pilot`` turns it on whatever the profile says)."""
+    return profile.model_copy(update={"pilot": profile.pilot.model_copy(update={"enabled": True})})
+
+
+class PilotPodProvider(JobPodProvider):
+    """:class:`~hpkctl.provider.api.PodProvider` whose pods are steps of held allocations."""
+
+    def __init__(self, *, slurm: Slurm, profile: SiteProfile, records: Records, node: str, state_dir: Path) -> None:
+        super().__init__(slurm=slurm, profile=pilot_enabled(profile), records=records)
+        self.pool = Pool(slurm, self.profile, owner="kubelet", node=node, state_dir=state_dir)
+        self._steps: dict[str, StepProcess] = {}
+        self._pending: dict[str, Need] = {}
+        self._plock = threading.Lock()
+
+    @property
+    def profile(self) -> SiteProfile:
+        return self._profile
+
+    @profile.setter
+    def profile(self, value: SiteProfile) -> None:
+        """The kubelet hands its provider the profile with the cluster's DNS: pilot mode stays on."""
+        self._profile = pilot_enabled(value)
+
+    @classmethod
+    def for_pilot_node(cls, *, slurm: Slurm, profile: SiteProfile, node_state: Path, node: str) -> PilotPodProvider:
+        return cls(slurm=slurm, profile=profile, records=Records(node_state), node=node, state_dir=node_state)
+
+    def start(self) -> None:
+        super().start()
+        held = self.pool.adopt()
+        log.info("pilot: holding %d allocation(s) of an earlier kubelet: %s", len(held), ", ".join(held) or "none")
+
+    def leftovers(self) -> list[Leftover]:
+        out = super().leftovers()
+        for left in out:  # book the pods an earlier kubelet started in the allocations it held
+            rec = self._rec(left.ref.uid)
+            if left.live and rec is not None and rec.job_id and rec.pod_dir:
+                pd = PodDir(Path(rec.pod_dir))
+                node = (pd.read("job.node") or "").strip()
+                if not pd.exists(POD_DONE) and node:
+                    try:
+                        need = need_of(render_pod(left.saved(), self.profile, strict=False))
+                    except PodError:
+                        continue
+                    self.pool.assign(left.ref.uid, need, rec.job_id, node)
+        return out
+
+    def create(self, pod: Mapping[str, Any], inputs: PodInputs) -> Created:
+        ref = PodRef.of(pod)
+        rec = self._rec(ref.uid)
+        if rec is not None and rec.job_id:
+            return Created(Outcome.ADOPTED, job_id=rec.job_id, where="its record", final=rec.state != "submitted")
+        found = self._ran_already(ref, pod, rec)
+        if found is not None:
+            return found
+        rendered = render_pod(pod, self.profile, objects=inputs.objects, services=inputs.services)
+        need = need_of(rendered)
+        why = unfit(need, self.pool.rules)
+        if why:
+            raise PodError("PilotTooLarge", why)
+        spot = self.pool.place(need)
+        if spot is None:
+            self.pool.refresh()
+            spot = self.pool.place(need)
+        if spot is None:
+            with self._plock:
+                self._pending[ref.uid] = need
+                pending = list(self._pending.values())
+            self.pool.tick(pending)
+            return Created(Outcome.RETRY, retry_after=WAIT_FOR_ROOM, warnings=tuple(rendered.warnings))
+        with self._plock:
+            self._pending.pop(ref.uid, None)
+        root = Path(rendered.plan.pod_dir)
+        rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=str(root), state=SUBMITTING,
+                        submitted=time.time())
+        self._save(rec)  # the intent, before the step exists
+        write_pod_dir(rendered, pod_json=json.dumps(pod, indent=1).encode())
+        try:
+            proc = start_pod_step(self.slurm, rendered, spot, need)
+        except BaseException:
+            self.pool.done(ref.uid)
+            raise
+        with self._plock:
+            self._steps[ref.uid] = proc
+        notes = self._submitted(ref, rec, spot[0])
+        log.info("pod %s: step of pilot allocation %s on %s (%d CPUs, %d MB)", ref.key, spot[0], spot[1], need.cpus,
+                 need.memory_mb)
+        return Created(Outcome.SUBMITTED, job_id=spot[0], notes=notes, warnings=tuple(rendered.warnings))
+
+    def delete(self, ref: PodRef, *, grace: float | None, pod: Mapping[str, Any], report: bool = True) -> Deletion:
+        with self._plock:
+            self._pending.pop(ref.uid, None)
+        rec = self._rec(ref.uid)
+        if rec is None or rec.state == STOPPED or not rec.pod_dir:
+            return super().delete(ref, grace=grace, pod=pod, report=report)
+        pd = PodDir(Path(rec.pod_dir))
+        step = (pd.read(JOB_ID) or "").strip()
+        killing = ref.uid not in self._deleting and not pd.exists(POD_DONE)
+        self._deleting.add(ref.uid)
+        if "." in step and not pd.exists(POD_DONE):
+            sent = self._term_sent.get(ref.uid)
+            if sent is None:
+                mark_deleting(pd)
+                self.slurm.cancel_step(step, signal="TERM")
+                self._term_sent[ref.uid] = time.monotonic()
+                return Deletion(done=False, job_id=rec.job_id, recheck_after=DELETE_CHECK, killing=killing)
+            if time.monotonic() - sent < stop_wait(pod.get("spec") or {}, grace=grace, margin=STOP_MARGIN):
+                return Deletion(done=False, job_id=rec.job_id, recheck_after=DELETE_CHECK, killing=killing)
+        if "." in step:
+            self.slurm.cancel_step(step)
+        with self._plock:
+            proc = self._steps.pop(ref.uid, None)
+        if proc is not None and proc.poll() is None:
+            proc.wait(timeout=30)
+        self.pool.done(ref.uid)
+        final = final_report(ref.uid, Path(rec.pod_dir), pod) if report else None
+        rec.state, rec.stopped = STOPPED, time.time()
+        self._save(rec)
+        self._term_sent.pop(ref.uid, None)
+        self._deleting.discard(ref.uid)
+        self.rounds.forget(ref.uid)
+        return Deletion(done=True, job_id=rec.job_id, killing=killing, cancelled=True, final=final)
+
+    def statuses(self, pods: Sequence[Watched], *, now: float | None = None) -> list[StatusReport]:
+        with self._plock:
+            ended = [uid for uid, proc in self._steps.items() if proc.poll() is not None]
+            for uid in ended:
+                del self._steps[uid]
+            pending = list(self._pending.values())
+        for uid in ended:
+            self.pool.done(uid)
+        try:
+            self.pool.refresh()
+            self.pool.tick(pending)
+        except Exception:  # noqa: BLE001 - Slurm's trouble must not stop the pods' status
+            log.exception("pilot: refreshing the allocations failed")
+        out = []
+        for report in super().statuses(pods, now=now):
+            pod_dir = self._pod_dir(report.uid)
+            # the allocation runs on for other pods: the pod's own files say it is done
+            if report.status is not None and report.status.finished and pod_dir is not None \
+                    and PodDir(pod_dir).exists(POD_DONE):
+                report = dataclasses.replace(report, final=True)
+                self.pool.done(report.uid)
+            out.append(report)
+        return out
+
+    def shutdown(self) -> None:
+        super().shutdown()  # steps and allocations stay: the next kubelet adopts them

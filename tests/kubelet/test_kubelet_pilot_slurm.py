@@ -1,0 +1,116 @@
+"""The kubelet in pilot mode end to end ([pilot] enabled: hpkctl/provider/pilotpod.py): the API
+stand-in + ``hpkctl scheduler`` + ``hpkctl kubelet`` as user hpk + the real local Slurm + the Apptainer
+stand-in. Pods run as job steps of an allocation the kubelet holds, with the job script of a job of
+their own."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import Cluster, running_cluster
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    held: set[str] = set()
+    for c in running_cluster(lambda root: "\n[pilot]\nenabled = true\n"):
+        c.held = held  # type: ignore[attr-defined]
+        try:
+            yield c
+        finally:
+            for job in held:  # the holder would give them back itself after 2 x idle_release
+                subprocess.run(["scancel", job], capture_output=True, check=False)
+
+
+def squeue(*args: str) -> str:
+    return subprocess.run(["squeue", "--noheader", *args], capture_output=True, text=True, check=False).stdout
+
+
+def bpod(name: str, script: str, **spec: Any) -> dict[str, Any]:
+    spec.setdefault("restartPolicy", "Never")
+    containers = spec.pop("containers", None) or [{"name": "c", "image": "busybox", "command": ["sh", "-c", script]}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": containers, **spec}}
+
+
+def out_pod(name: str, script: str, out: Path, **spec: Any) -> dict[str, Any]:
+    """A pod whose container writes to ``out`` (a hostPath at /out)."""
+    return bpod(name, "", containers=[{"name": "c", "image": "busybox", "command": ["sh", "-c", script],
+                                       "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
+                volumes=[{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}], **spec)
+
+
+def test_a_pod_runs_as_a_step_of_the_kubelet_s_allocation(cluster: Cluster) -> None:
+    """The pod is bound, placed in an allocation the kubelet requested (its comment names the kubelet
+    and node; the pod's job id annotation is the allocation's), its init container runs first, it
+    succeeds with its exit code, and the allocation stays held for the next pod."""
+    pod = bpod("pilot-hello", "echo main ran",
+               initContainers=[{"name": "init", "image": "busybox", "command": ["sh", "-c", "echo init ran"]}])
+    cluster.create(pod)
+    p = cluster.wait_phase("pilot-hello", "Succeeded", "Failed", timeout=120)
+    job = cluster.job_id("pilot-hello")
+    cluster.held.add(job)  # type: ignore[attr-defined]
+    assert p["status"]["phase"] == "Succeeded", p["status"]
+    [cs] = p["status"]["containerStatuses"]
+    assert cs["state"]["terminated"]["exitCode"] == 0
+    [init] = p["status"]["initContainerStatuses"]
+    assert init["state"]["terminated"]["exitCode"] == 0
+    line = squeue(f"--jobs={job}", "--format=%j|%T|%k").strip()
+    assert line == "hpk_pilot_hpk|RUNNING|hpk-pilot kubelet=kubelet node=hpk", line
+    logs = cluster.kubectl("logs", "pilot-hello", "-c", "c")
+    assert logs.stdout == "main ran\n", logs.stdout + logs.stderr
+
+
+def test_delete_stops_the_pod_s_step_with_its_grace_period(cluster: Cluster) -> None:
+    """Deleting a running pod: TERM reaches the container through the pod's own stop sequence (not a
+    kill of the step), the pod goes from the API, and its step is gone from Slurm."""
+    out = Path(tempfile.mkdtemp(prefix="hpk-pilot-", dir="/tmp"))
+    out.chmod(0o777)
+    try:
+        pod = out_pod("pilot-stop", "trap 'echo got TERM >/out/term; exit 0' TERM; while :; do sleep 0.2; done", out,
+                      terminationGracePeriodSeconds=10)
+        cluster.create(pod)
+        cluster.wait_phase("pilot-stop", "Running", timeout=120)
+        job = cluster.job_id("pilot-stop")
+        cluster.held.add(job)  # type: ignore[attr-defined]
+        steps = squeue("--steps", f"--jobs={job}", "--format=%i|%j")
+        assert any(s.endswith("|pilot-stop") for s in steps.splitlines()), steps  # a step named after the pod
+        code, _ = cluster.api.delete("/api/v1/namespaces/default/pods/pilot-stop")
+        assert code == 200
+        wait_for("the pod to go", lambda: cluster.pod("pilot-stop") is None, timeout=60)
+        assert (out / "term").read_text() == "got TERM\n"
+        assert not any(s.endswith("|pilot-stop") for s in squeue("--steps", f"--jobs={job}", "--format=%i|%j")
+                       .splitlines())
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_a_restarted_kubelet_adopts_its_allocation_and_the_running_step(cluster: Cluster) -> None:
+    """The kubelet stops while a pod's step runs: the step runs on (its srun is in a session of its
+    own), the next kubelet adopts the allocation and the pod, which succeeds having run once."""
+    out = Path(tempfile.mkdtemp(prefix="hpk-pilot-", dir="/tmp"))
+    out.chmod(0o777)
+    try:
+        pod = out_pod("pilot-adopt", "echo ran >>/out/runs; sleep 6", out)
+        cluster.create(pod)
+        cluster.wait_phase("pilot-adopt", "Running", timeout=120)
+        job = cluster.job_id("pilot-adopt")
+        cluster.held.add(job)  # type: ignore[attr-defined]
+        assert cluster.stop_process(cluster.kubelet) is not None
+        cluster.start_kubelet()
+        p = cluster.wait_phase("pilot-adopt", "Succeeded", "Failed", timeout=90)
+        assert p["status"]["phase"] == "Succeeded", p["status"]
+        assert (out / "runs").read_text() == "ran\n"  # once: adopted, not started again
+        assert cluster.job_id("pilot-adopt") == job
+        assert squeue(f"--jobs={job}", "--format=%T").strip() == "RUNNING"  # still held, not orphaned twice
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
