@@ -187,6 +187,60 @@ def test_scrubbed_machine_environment_stays_empty_and_read_only(section, tmp_pat
     assert len(SCRUBBED.env) == 0
 
 
+#: Where hpkctl/jobs may start a process other than through plumbum's scrubbed machine: the
+#: long-running srun of a pilot step (steps.py, a child in its own session that outlives the call)
+#: and of exec (step.py, asyncio streams). A short command (sbatch, squeue, scancel, scontrol,
+#: sacct...) goes through Commands.run, so it gets the scrubbed environment, the timeout and the
+#: process-group kill in one place.
+_OTHER_STARTS = {"steps.py": {"subprocess.Popen"}, "step.py": {"asyncio.create_subprocess_exec"}}
+_STARTS = {"subprocess.Popen", "subprocess.run", "subprocess.call", "subprocess.check_call",
+           "subprocess.check_output", "subprocess.getoutput", "subprocess.getstatusoutput",
+           "asyncio.create_subprocess_exec", "asyncio.create_subprocess_shell", "os.posix_spawn",
+           "os.posix_spawnp", "os.fork"}
+
+
+def _starts(source: str) -> set[str]:
+    """``module.function`` of each process-starting call in ``source`` (attribute calls, as written)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            value = node.func.value
+            if isinstance(value, ast.Name) and f"{value.id}.{node.func.attr}" in _STARTS:
+                found.add(f"{value.id}.{node.func.attr}")
+        if isinstance(node, ast.ImportFrom) and node.module in ("subprocess", "asyncio", "os"):
+            found |= {f"{node.module}.{a.name}" for a in node.names} & _STARTS
+    return found
+
+
+def test_short_slurm_commands_start_only_through_the_scrubbed_plumbum_machine() -> None:
+    """Slurm's short commands run through plumbum (jobs/scrubbed.py), as the layer promises; a
+    ``subprocess.Popen`` beside Commands.run would bypass the timeout and the group kill."""
+    jobs_dir = Path(command_module.__file__).parent
+    got = {p.name: s for p in sorted(jobs_dir.glob("*.py")) if (s := _starts(p.read_text()))}
+    assert got == _OTHER_STARTS, (
+        f"process starts in hpkctl/jobs outside Commands.run: {got}; run a short Slurm command with "
+        "Commands.run (plumbum's scrubbed machine), or add a long-running child to _OTHER_STARTS with why")
+    assert _starts("import subprocess\nsubprocess.run(['squeue'])\n") == {"subprocess.run"}  # the scan sees one
+
+
+def test_commands_run_starts_its_process_on_the_scrubbed_machine(section, tmp_path, monkeypatch) -> None:
+    from hpkctl.jobs import scrubbed
+
+    started: list[tuple[str, list[str]]] = []
+    real = scrubbed.popen
+
+    def recording(exe: str, args: list[str], *, env: dict[str, str]) -> scrubbed.Proc:
+        started.append((Path(exe).name, list(args)))
+        return real(exe, args, env=env)
+
+    monkeypatch.setattr(scrubbed, "popen", recording)
+    bin_dir = _fake_bin(tmp_path, "squeue", "exit 0\n")
+    Slurm(section(bin_dir=str(bin_dir)), env={"PATH": "/bin"}).query(["1"])
+    assert [name for name, _ in started] == ["squeue"]
+
+
 # ---------------------------------------------------------------------------- finding and running commands
 
 
