@@ -1106,3 +1106,63 @@ def test_a_crashing_container_waits_in_crash_loop_back_off_between_runs(launched
         wait_for("kubectl's CrashLoopBackOff", lambda: "CrashLoopBackOff" in c.kubectl("get", "pod", "rc-crashloop").stdout)
     finally:
         _delete(c, "rc-crashloop", wait=False)
+
+
+# ---------------------------------------------------------------------------- the same cases in pilot mode
+# A kubelet in pilot mode ([pilot] enabled: hpkctl/provider/pilotpod.py) runs its pods as job steps of
+# allocations it holds, from the same job script: these cases, unchanged, prove the pod semantics are
+# the same under both providers. Cases about the Slurm job itself (CANCELLED in jobcomp, a job's time
+# limit, jobs found by uid) have no pilot equivalent and are not repeated.
+PILOT = "\n[pilot]\nenabled = true\nmax_allocations = 3\n"
+
+
+@pytest.fixture(scope="module")
+def pilot_cluster() -> Iterator[Cluster]:
+    yield from _cluster_with(PILOT)
+
+
+@pytest.fixture(scope="module")
+def pilot_launched(request: pytest.FixtureRequest, pilot_cluster: Cluster) -> Iterator[Launched]:
+    yield from launch_selected(request, pilot_cluster, lambda item: "pilot_launched" in item.fixturenames)
+
+
+def _in_pilot_mode(case: Any) -> Any:
+    """``case`` again, on the pilot-mode kubelet: the same pods (its launch builder), the same asserts."""
+    def test(pilot_launched: Launched) -> None:
+        case(pilot_launched)
+
+    test._hpk_launch = case._hpk_launch  # type: ignore[attr-defined]
+    test._hpk_early = getattr(case, "_hpk_early", False)  # type: ignore[attr-defined]
+    test.__doc__ = f"{case.__name__}, on a kubelet in pilot mode. {case.__doc__ or ''}"
+    return test
+
+
+test_pilot_hooks_in_order_and_the_grace_period_on_delete = _in_pilot_mode(
+    test_hooks_in_order_and_the_grace_period_on_delete)
+test_pilot_failing_liveness_probe_restarts_the_container = _in_pilot_mode(
+    test_failing_liveness_probe_restarts_the_container)
+test_pilot_hello_world = _in_pilot_mode(test_hello_world)
+test_pilot_init_containers_pass_data_through_an_empty_dir = _in_pilot_mode(
+    test_init_containers_pass_data_through_an_empty_dir)
+test_pilot_failed_init_container_fails_the_pod = _in_pilot_mode(test_failed_init_container_fails_the_pod)
+test_pilot_failing_container_gives_its_exit_code_and_reason = _in_pilot_mode(
+    test_failing_container_gives_its_exit_code_and_reason)
+test_pilot_restart_policy_on_failure_restarts_until_success = _in_pilot_mode(
+    test_restart_policy_on_failure_restarts_until_success)
+test_pilot_memory_over_the_limit_is_oom_killed = _in_pilot_mode(test_memory_over_the_limit_is_oom_killed)
+test_pilot_job_pod_with_a_native_sidecar_completes = _in_pilot_mode(test_job_pod_with_a_native_sidecar_completes)
+test_pilot_active_deadline_is_deadline_exceeded = _in_pilot_mode(test_active_deadline_is_deadline_exceeded)
+test_pilot_termination_messages_and_a_failed_post_start_hook = _in_pilot_mode(
+    test_termination_messages_and_a_failed_post_start_hook)
+
+
+def test_pilot_cases_ran_as_steps_of_held_allocations(pilot_launched: Launched) -> None:
+    """The cases above ran as steps: the kubelet placed each pod in an allocation it holds, whose
+    job is named hpk_pilot_hpk (no pod of theirs was a job of its own)."""
+    log = pilot_launched.cluster.log("kubelet")
+    placed = re.findall(r"pod default/(\S+): step of pilot allocation (\d+) on ", log)
+    assert len({name for name, _ in placed}) >= 11, log[-3000:]
+    for job in {job for _, job in placed}:
+        name = subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={job}", "--format=%j"],
+                              capture_output=True, text=True, check=False).stdout.strip()
+        assert name in ("hpk_pilot_hpk", ""), name  # "": released and forgotten by Slurm
