@@ -76,10 +76,12 @@ def test_delete_stops_the_pod_s_step_with_its_grace_period(cluster: Cluster) -> 
     out = Path(tempfile.mkdtemp(prefix="hpk-pilot-", dir="/tmp"))
     out.chmod(0o777)
     try:
-        pod = out_pod("pilot-stop", "trap 'echo got TERM >/out/term; exit 0' TERM; while :; do sleep 0.2; done", out,
-                      terminationGracePeriodSeconds=10)
+        pod = out_pod("pilot-stop", "trap 'echo got TERM >/out/term; exit 0' TERM; : >/out/trapped; "
+                      "while :; do sleep 0.2; done", out, terminationGracePeriodSeconds=10)
         cluster.create(pod)
         cluster.wait_phase("pilot-stop", "Running", timeout=120)
+        # Running says the container started, not that its shell has set the trap yet
+        wait_for("the container's TERM trap", (out / "trapped").exists, timeout=60)
         job = cluster.job_id("pilot-stop")
         cluster.held.add(job)  # type: ignore[attr-defined]
         steps = squeue("--steps", f"--jobs={job}", "--format=%i|%j")
@@ -100,13 +102,19 @@ def test_a_restarted_kubelet_adopts_its_allocation_and_the_running_step(cluster:
     out = Path(tempfile.mkdtemp(prefix="hpk-pilot-", dir="/tmp"))
     out.chmod(0o777)
     try:
-        pod = out_pod("pilot-adopt", "echo ran >>/out/runs; sleep 6", out)
+        # the step runs until the test says so: it is certainly running across the restart, however
+        # long stopping and starting the kubelet takes on a loaded machine
+        pod = out_pod("pilot-adopt", "echo ran >>/out/runs; while [ ! -e /out/go ]; do sleep 0.2; done", out)
         cluster.create(pod)
         cluster.wait_phase("pilot-adopt", "Running", timeout=120)
         job = cluster.job_id("pilot-adopt")
         cluster.held.add(job)  # type: ignore[attr-defined]
+        wait_for("the container's first line", lambda: (out / "runs").exists(), timeout=60)
         assert cluster.stop_process(cluster.kubelet) is not None
         cluster.start_kubelet()
+        assert any(s.endswith("|pilot-adopt") for s in squeue("--steps", f"--jobs={job}", "--format=%i|%j")
+                   .splitlines()), "the pod's step did not run on while the kubelet was away"
+        (out / "go").touch()
         p = cluster.wait_phase("pilot-adopt", "Succeeded", "Failed", timeout=90)
         assert p["status"]["phase"] == "Succeeded", p["status"]
         assert (out / "runs").read_text() == "ran\n"  # once: adopted, not started again
