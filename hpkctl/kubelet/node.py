@@ -231,7 +231,8 @@ class LeaseKeeper:
             return dict(self.kube.get(lease_path(self.node_name), timeout=(3, 8)))
 
     def renew(self) -> None:
-        for attempt in range(5):
+        backoff = Backoff(initial=0.2, cap=7.0)
+        for _ in range(5):
             if self.lease is None:
                 try:
                     self.lease = dict(self.kube.get(lease_path(self.node_name), timeout=(3, 8)))
@@ -252,7 +253,7 @@ class LeaseKeeper:
                 if exc.code not in (404, 409):
                     raise
                 self.lease = None  # someone else wrote it, or it vanished: read (or create) again
-                self.stop.wait(min(0.2 * 2 ** attempt, 7.0))
+                self.stop.wait(backoff.next())
         log.warning("lease: five conflicts in a row; trying again at the next renewal")
 
     def _run(self) -> None:
