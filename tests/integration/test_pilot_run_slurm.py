@@ -66,6 +66,9 @@ def test_delete_runs_the_pods_stop_sequence_in_its_step(hpk: Hpk) -> None:
     job = ""
     try:
         wait_for("the pod running", lambda: _phase(hpk, name) == "Running", timeout=120, every=0.5)
+        # Running says the container started, not that its shell has set the trap: "up" comes after it
+        wait_for("the container's TERM trap", lambda: hpk.hpkctl("logs", name, "--site", "ci").stdout == "up\n",
+                 timeout=60, every=0.5)
         deleted = hpk.hpkctl("delete", name, "--site", "ci")
         assert deleted.rc == 0, deleted.output
         out, err = proc.communicate(timeout=60)

@@ -51,8 +51,9 @@ def test_steps_are_bounded_listed_signalled_and_the_idle_holder_releases_itself(
     require_cluster(SINGLE_CONF, 1)
     # SLURM_CPUS_ON_NODE: the step's CPUs as Slurm allotted them (nproc can say fewer here: slurm.conf
     # gives this 2-core machine 16 CPUs, and a cpuset keeps only the CPU ids that exist)
-    body = ('echo "$SLURM_JOB_ID.$SLURM_STEP_ID $SLURM_CPUS_ON_NODE $(nproc)" >{n}.id; '
-            'trap "echo TERM >{n}.term; exit 143" TERM; '
+    # the trap first: {n}.id, which the test waits for before it sends TERM, then says it is set
+    body = ('trap "echo TERM >{n}.term; exit 143" TERM; '
+            'echo "$SLURM_JOB_ID.$SLURM_STEP_ID $SLURM_CPUS_ON_NODE $(nproc)" >{n}.id; '
             "while :; do sleep 0.1; done")
     (job, running, _, _, a_ids, b_ids, _, c_exit, a_step, b_step, listed, _, term, a_exit, _, b_exit,
      gone) = drive(hpk_dir, SINGLE_CONF, [
