@@ -1156,13 +1156,24 @@ test_pilot_termination_messages_and_a_failed_post_start_hook = _in_pilot_mode(
     test_termination_messages_and_a_failed_post_start_hook)
 
 
+@launch(lambda env: [pod("rc-pilot-placed", [c_("main", "true")])])
 def test_pilot_cases_ran_as_steps_of_held_allocations(pilot_launched: Launched) -> None:
-    """The cases above ran as steps: the kubelet placed each pod in an allocation it holds, whose
-    job is named hpk_pilot_hpk (no pod of theirs was a job of its own)."""
-    log = pilot_launched.cluster.log("kubelet")
-    placed = re.findall(r"pod default/(\S+): step of pilot allocation (\d+) on ", log)
-    assert len({name for name, _ in placed}) >= 11, log[-3000:]
-    for job in {job for _, job in placed}:
+    """Every pod the pilot-mode cases created (this test's own among them, so it holds whichever
+    cases are selected and in whatever order they run) was placed as a step of an allocation the
+    kubelet holds, whose job is named hpk_pilot_hpk: none ran as a job of its own."""
+    c = pilot_launched.cluster
+    assert finished(c, "rc-pilot-placed")["status"]["phase"] == "Succeeded"
+    created = {name for kind, _, name in pilot_launched.created if kind == "Pod"}
+
+    def placed() -> list[tuple[str, str]] | None:
+        found = re.findall(r"pod default/(\S+): step of pilot allocation (\d+) on ", c.log("kubelet"))
+        return found if created <= {name for name, _ in found} else None
+
+    try:
+        steps = wait_for("every pilot-mode pod placed as a step", placed, timeout=120)
+    except AssertionError:
+        raise AssertionError(f"pods never placed as steps: {created}\n{c.log('kubelet')[-3000:]}") from None
+    for job in {job for _, job in steps}:
         name = subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={job}", "--format=%j"],
                               capture_output=True, text=True, check=False).stdout.strip()
         assert name in ("hpk_pilot_hpk", ""), name  # "": released and forgotten by Slurm
