@@ -16,13 +16,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpkctl.errors import HpkError
 from hpkctl.files import ExclusiveLock, LockHeld
-from hpkctl.jobs import Slurm
+from hpkctl.jobs import NodeInfo, Slurm
 from hpkctl.kube import Kube, KubeError, KubeUnavailable
 from hpkctl.kube.events import EventBroadcaster, EventRecorder
 from hpkctl.kube.reflect import Reflector
@@ -83,7 +83,7 @@ class Kubelet:
         self.node_state = NodeState(name=opts.node_name, address=self.address, port=opts.port, site=profile.name,
                                     runtime_version=apptainer_version(profile.apptainer.binary))
         self.reporter = NodeReporter(self.kube.clone(pool_size=2), self.node_state,
-                                     slurm_nodes=lambda: self.slurm.nodes(partition=profile.slurm.partition),
+                                     slurm_nodes=self._capacity_nodes(),
                                      max_pods=cfg.max_pods, stop=stop)
         self.lease = LeaseKeeper(self.kube.clone(pool_size=2), node_name=opts.node_name,
                                  node_uid=lambda: self.reporter.uid, stop=stop)
@@ -168,6 +168,15 @@ class Kubelet:
             log.info("pods get %s", f"the cluster's DNS at {ip}" if ip else "the node's resolver (no cluster DNS on "
                      "port 53)")
         return ip
+
+    def _capacity_nodes(self) -> Callable[[], Sequence[NodeInfo]]:
+        """What the node's capacity sums: the partition's nodes, or in pilot mode the held allocations
+        plus what could still be requested."""
+        from hpkctl.provider.pilotpod import PilotPodProvider
+
+        if isinstance(self.provider, PilotPodProvider):
+            return self.provider.capacity_nodes
+        return lambda: self.slurm.nodes(partition=self.profile.slurm.partition)
 
     def start(self) -> None:
         try:

@@ -101,7 +101,21 @@ class Pool:
                 held = self._helds[spot[0]]
                 held.pods[need.uid] = (spot[1], need)
                 held.idle_since = None
-            return spot
+        if spot is not None:
+            self._touch_lease()
+        return spot
+
+    @property
+    def lease(self) -> Path:
+        """Touched at every placement: the holders' script counts it as use (a short pod's step may
+        come and go between two of its checks)."""
+        return self.state_dir / "pilot" / f"lease-{self.name}"
+
+    def _touch_lease(self) -> None:
+        try:
+            self.lease.touch()
+        except OSError as exc:  # the holders then see only running steps: never fatal
+            log.debug("pilot: cannot touch %s: %s", self.lease, exc)
 
     def done(self, uid: str) -> None:
         """The pod's step ended: its share is free again."""
@@ -182,8 +196,9 @@ class Pool:
         args = hold_args(name=self.name, comment=self.comment, partition=p.partition or s.partition,
                          time_limit=p.time_limit, nodes=p.nodes, cpus=p.cpus, memory_mb=mem_mb(p.memory), gpus=p.gpus,
                          gres_name=self.profile.gpu.gres_name, output=out_dir / "holder-%j.out", extra_args=extra)
+        self._touch_lease()
         job_id = self.slurm.hold(data_dir("sbatch") / "pilot-holder.sh", args=args,
-                                 script_args=[str(2 * p.idle_release)])
+                                 script_args=[str(2 * p.idle_release), str(self.lease)])
         log.info("pilot: requested allocation %s (%s)", job_id, self.comment)
         return job_id
 

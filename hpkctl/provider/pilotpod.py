@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hpkctl.errors import PodError
-from hpkctl.jobs import Slurm
+from hpkctl.jobs import NodeInfo, Slurm
 from hpkctl.jobs.steps import StepProcess
 from hpkctl.pilot.launch import need_of, start_pod_step
 from hpkctl.pilot.plan import Need, unfit
@@ -196,6 +196,14 @@ class PilotPodProvider(JobPodProvider):
                 self.pool.done(report.uid)
             out.append(report)
         return out
+
+    def capacity_nodes(self) -> list[NodeInfo]:
+        """The node's capacity in pilot mode: the held allocations' shares, plus what the allocations
+        that could still be requested would hold (``[pilot] max_allocations``), as two entries."""
+        cap = self.pool.capacity()
+        return [NodeInfo("pilot-held", (), cap.held.cpus, cap.held.memory_mb, cap.held.gpus, "allocated"),
+                NodeInfo("pilot-requestable", (), cap.requestable.cpus, cap.requestable.memory_mb,
+                         cap.requestable.gpus, "idle")]
 
     def shutdown(self) -> None:
         super().shutdown()  # steps and allocations stay: the next kubelet adopts them

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     held: set[str] = set()
-    for c in running_cluster(lambda root: "\n[pilot]\nenabled = true\n"):
+    for c in running_cluster(lambda root: "\n[pilot]\nenabled = true\nmax_allocations = 2\n"):
         c.held = held  # type: ignore[attr-defined]
         try:
             yield c
@@ -47,6 +47,14 @@ def out_pod(name: str, script: str, out: Path, **spec: Any) -> dict[str, Any]:
     return bpod(name, "", containers=[{"name": "c", "image": "busybox", "command": ["sh", "-c", script],
                                        "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
                 volumes=[{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}], **spec)
+
+
+def test_the_node_offers_what_its_allocations_can_hold(cluster: Cluster) -> None:
+    """In pilot mode the node's capacity is the held allocations plus what could still be requested:
+    2 allocations of ci's [pilot] shape (4 CPUs, 2G), not the partition's 16 CPUs."""
+    st = wait_for("the node's capacity", lambda: (n := cluster.api.get("/api/v1/nodes/hpk"))[0] == 200
+                  and n[1]["status"].get("capacity"), timeout=30)
+    assert (st["cpu"], st["memory"]) == ("8", f"{2 * 2048 * 1024}Ki"), st
 
 
 def test_a_pod_runs_as_a_step_of_the_kubelet_s_allocation(cluster: Cluster) -> None:
