@@ -225,7 +225,7 @@ class Side:
 
 class Latency:
     def __init__(self, args: argparse.Namespace, work: Path, calls: Calls, hpkctl: str) -> None:
-        from hpkctl.local.records import record_path
+        from hpkctl.provider.runrecords import record_path
         from hpkctl.sites import load_site
 
         self.args, self.work, self.calls, self.hpkctl = args, work, calls, hpkctl
@@ -309,7 +309,7 @@ def bare_burst(work: Path, count: int, calls: Calls, partition: str, time_limit:
 def hpkctl_burst(work: Path, count: int, calls: Calls, site: str, timeout: float) -> Burst:
     """B pods submitted back to back in one process, as a kubelet would (``submit_pod``)."""
     from hpkctl.jobs import Slurm
-    from hpkctl.local.records import forget_run
+    from hpkctl.provider.runrecords import forget_run
     from hpkctl.local.submit import submit_pod
     from hpkctl.provider.slurmjobs import job_states
     from hpkctl.sites import load_site

@@ -15,7 +15,7 @@ from hpkctl.errors import HpkError, PodError
 if TYPE_CHECKING:
     from hpkctl.jobs import Slurm
     from hpkctl.local.arrays import WorkloadFile
-    from hpkctl.local.records import RunRecord
+    from hpkctl.provider.runrecords import RunRecord
     from hpkctl.local.runs import Unrecorded
     from hpkctl.sites import SiteProfile
 
@@ -29,7 +29,7 @@ def _profile(args: argparse.Namespace) -> SiteProfile:
 def _namespace(value: str) -> str:
     """``-n``'s value, refused unless a namespace (a DNS-1123 label): it names a directory of runs, so
     ``-n ../..`` must never reach a path (issue 20.18)."""
-    from hpkctl.local.records import check_name
+    from hpkctl.provider.runrecords import check_name
 
     try:
         check_name("x", namespace=value)
@@ -93,13 +93,15 @@ def _say(text: str) -> None:
         pass
 
 
-def _cancel(slurm: Slurm, rec: RunRecord, why: str) -> None:
-    """Cancel the run's job once; a failure is reported with what to do, never raised."""
+def _cancel(slurm: Slurm, profile: SiteProfile, rec: RunRecord, why: str) -> None:
+    """Delete the run's pod once, as ``hpkctl delete`` does (its status then says hpkctl deleted it, not
+    "cancelled from outside hpkctl"); a workload's array is cancelled. Failures are said, never raised."""
     from hpkctl.jobs import SlurmError
+    from hpkctl.local.runs import stop_run
 
     _say(f"{why}: cancelling Slurm job {rec.job_id}")
     try:
-        slurm.cancel(rec.job_id)
+        stop_run(slurm, profile, rec, out=sys.stderr)
     except SlurmError as exc:
         _say(f"hpkctl: error: cannot cancel Slurm job {rec.job_id}: {exc}\n  then: scancel {rec.job_id}")
 
@@ -108,7 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hpkctl.cli.common import EXIT_ERROR
     from hpkctl.jobs import Slurm
     from hpkctl.local.follow import follow_run, result_line, settle
-    from hpkctl.local.records import forget_run
+    from hpkctl.provider.runrecords import forget_run
     from hpkctl.local.runs import NeverStarts, exit_status, wait_ended
     from hpkctl.local.signals import Interrupted, Interrupts
     from hpkctl.local.submit import prepare_run, submit_prepared
@@ -148,17 +150,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         if rec is None:
             _say(f"\nhpkctl: {name} before a job was submitted; nothing to cancel")
             return exc.exit_status
-        _cancel(slurm, rec, f"\nhpkctl: {name}")
+        _cancel(slurm, profile, rec, f"\nhpkctl: {name}")
         st = settle(slurm, rec)
         _say(result_line(rec, st))
         return exc.exit_status
     except BrokenPipeError:  # `hpkctl run ... | head`: nobody reads the logs any more, as SIGPIPE would end it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         if rec is not None:
-            _cancel(slurm, rec, "hpkctl: the output was closed")
+            _cancel(slurm, profile, rec, "hpkctl: the output was closed")
         return 128 + signal.SIGPIPE
     except NeverStarts as exc:
-        _cancel(slurm, exc.record, "hpkctl: the job can never start")
+        _cancel(slurm, profile, exc.record, "hpkctl: the job can never start")
         wait_ended(slurm, exc.record.job_id, timeout=10)
         forget_run(profile, exc.record)
         raise
@@ -237,7 +239,7 @@ def _unrecorded(profile: SiteProfile, slurm: Slurm, records: list[RunRecord]) ->
 
 def cmd_status(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
-    from hpkctl.local.records import all_records, load_record
+    from hpkctl.provider.runrecords import all_records, load_record
     from hpkctl.local.arrays import ArrayStatus
     from hpkctl.local.overview import run_statuses
     from hpkctl.pod.status import container_notes
@@ -352,7 +354,7 @@ def _pod_record(profile: SiteProfile, name: str, namespace: str) -> RunRecord:
     """The run of pod ``name``: its own record, a workload's pod (``train-3``), or a workload's
     first pod when ``name`` is the workload (as ``kubectl logs job/train`` picks one)."""
     from hpkctl.local.arrays import find_member, member_record
-    from hpkctl.local.records import all_records, load_record
+    from hpkctl.provider.runrecords import all_records, load_record
 
     try:
         rec = load_record(profile, name, namespace)
@@ -371,7 +373,7 @@ def _pod_record(profile: SiteProfile, name: str, namespace: str) -> RunRecord:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
-    from hpkctl.local.records import all_records, load_record
+    from hpkctl.provider.runrecords import all_records, load_record
     from hpkctl.local.runs import delete_run, wait_ended
 
     profile = _profile(args)

@@ -22,7 +22,7 @@ from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm
 from hpkctl.jobs.poll import Schedule
 from hpkctl.local.arrays import ArrayStatus, IndexStatus, WorkloadFile, array_status, element_ids
 from hpkctl.local.follow import FILE_POLL, SLURM_POLL, LogTail
-from hpkctl.local.records import RunRecord
+from hpkctl.provider.runrecords import RunRecord
 from hpkctl.pod.paths import PodDir
 from hpkctl.pod.status import containers_of
 

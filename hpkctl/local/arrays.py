@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from hpkctl.errors import HpkError, ManifestError
 from hpkctl.jobs import TERMINAL_STATES, JobInfo
 from hpkctl.local.manifest import Manifest, with_api_defaults
-from hpkctl.local.records import SUBMITTING, WORKLOAD_FILE, RunRecord, check_name, create_record, forget_run
+from hpkctl.provider.runrecords import SUBMITTING, WORKLOAD_FILE, RunRecord, check_name, create_record, forget_run
 from hpkctl.local.workload import (JOB_KINDS, Workload, job_workload, member_pods, replica_workload)
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir
 from hpkctl.pod.array import NO_LIMIT, ArrayPlan, render_array

@@ -17,7 +17,7 @@ from typing import BinaryIO, TextIO
 
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError
 from hpkctl.jobs.poll import Schedule, poll
-from hpkctl.local.records import RunRecord
+from hpkctl.provider.runrecords import RunRecord
 from hpkctl.local.runs import NeverStarts, pod_status
 from hpkctl.pod.lifecycle import grace_period
 from hpkctl.provider.slurmjobs import (LOWERED_GRACE, deadline_limit, ended, lower_to_partition, lowered_note,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from hpkctl.errors import HpkError
 from hpkctl.jobs import Slurm, SlurmUnavailable
 from hpkctl.local.arrays import ArrayStatus, WorkloadFile, array_status, element_ids
-from hpkctl.local.records import RunRecord
+from hpkctl.provider.runrecords import RunRecord
 from hpkctl.local.runs import run_status
 from hpkctl.provider.slurmjobs import job_states
 from hpkctl.pod.status import PodStatus

@@ -22,7 +22,7 @@ from hpkctl.jobs import Slurm, SlurmError
 from hpkctl.jobs.poll import poll
 from hpkctl.jobs.steps import StepProcess
 from hpkctl.local.follow import FILE_POLL, LogTail, describe
-from hpkctl.local.records import SUBMITTED, RunRecord, forget_run, save_record
+from hpkctl.provider.runrecords import SUBMITTED, RunRecord, forget_run, save_record
 from hpkctl.provider.slurmjobs import mark_deleting
 from hpkctl.local.signals import Interrupts
 from hpkctl.local.submit import PreparedRun, prepare_run

@@ -1,6 +1,6 @@
 """A run's state as ``hpkctl status`` shows it, how ``delete`` ends it, and ``run``'s exit status.
 
-Everything here takes a :class:`~hpkctl.local.records.RunRecord` and Slurm's view of its job; a
+Everything here takes a :class:`~hpkctl.provider.runrecords.RunRecord` and Slurm's view of its job; a
 record whose pod directory vanished, or whose job id was never written (hpkctl killed during
 ``sbatch``), still gets a status with a reason, never a traceback.
 """
@@ -19,7 +19,10 @@ from typing import Any, TextIO
 from hpkctl.errors import HpkError
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, UserJob
 from hpkctl.jobs.poll import poll
-from hpkctl.local.records import SUBMITTED, SUBMITTING, RunRecord, forget_run, save_record
+from hpkctl.provider import PodRef, delete_and_wait
+from hpkctl.provider.jobpod import JobPodProvider
+from hpkctl.provider.records import node_record_uids
+from hpkctl.provider.runrecords import SUBMITTED, SUBMITTING, RunRecord, RunRecords, forget_run, save_record
 from hpkctl.pod.flags import uid_from_comment
 from hpkctl.provider.slurmjobs import (LOWERED_GRACE, NEVER_STARTS, deadline_limit, ended, job_states,
                                        lower_to_partition, lowered_limit, lowered_note, mark_deleting, never_starts)
@@ -109,7 +112,7 @@ def wait_ended(slurm: Slurm, job_id: str, *, timeout: float = 30.0,
 
 
 def delete_run(slurm: Slurm, profile: SiteProfile, rec: RunRecord, *, out: TextIO) -> None:
-    """Cancel the run's job if it is still queued or running, wait for it to end, forget the run."""
+    """End the run's pod as a delete does (:func:`stop_run`), wait for its job to end, forget the run."""
     if rec.state == SUBMITTING and not rec.job_id and pid_alive(rec.pid) and rec.pid != os.getpid():
         raise HpkError(f"pod {rec.namespace}/{rec.name} is being submitted right now (hpkctl process {rec.pid})",
                        hint="try again in a moment, once it has a Slurm job")
@@ -121,35 +124,35 @@ def delete_run(slurm: Slurm, profile: SiteProfile, rec: RunRecord, *, out: TextI
         stop_pilot(slurm, rec, out=out)
     elif rec.job_id and rec.is_array:
         _delete_array(slurm, rec, out=out)
-    elif rec.job_id and not ended(job := slurm.query([rec.job_id]).get(rec.job_id)):
-        if job is not None and job.state == "RUNNING":
-            stop_gracefully(slurm, rec, out=out)
-        slurm.cancel(rec.job_id)
+    elif rec.job_id and stop_run(slurm, profile, rec, out=out):
         print(f"pod {rec.namespace}/{rec.name}: cancelled Slurm job {rec.job_id}", file=out)
         wait_ended(slurm, rec.job_id)  # let the job end before its directory goes (KillWait is short)
     forget_run(profile, rec)
 
 
-def stop_gracefully(slurm: Slurm, rec: RunRecord, *, out: TextIO, sleep: Callable[[float], None] = time.sleep,
-                    clock: Callable[[], float] = time.monotonic) -> bool:
-    """Send the running job's batch shell SIGTERM alone (``scancel --batch``: a plain ``scancel``
-    signals every process at once, so the containers would get SIGTERM before their preStop hooks);
-    the job stops the containers as Kubernetes does (preStop, SIGTERM, SIGKILL after the grace
-    period; sidecars last). Wait for ``pod.done`` up to the grace periods plus a margin. True if
-    the pod finished in time."""
+def stop_run(slurm: Slurm, profile: SiteProfile, rec: RunRecord, *, out: TextIO) -> bool:
+    """Delete the run's pod through the job-per-pod provider, as the kubelet deletes one: the delete
+    marker (its status then says deleted, not cancelled from outside or timed out), SIGTERM to the
+    batch shell alone (which stops the containers as Kubernetes does: preStop, SIGTERM, SIGKILL after
+    the grace period, sidecars last), a wait for ``pod.done`` up to the grace periods plus a margin,
+    then ``scancel``; a pending job is cancelled at once. True if a job was cancelled. A workload's
+    array is cancelled (:func:`delete_run` stops its pods first: ``_delete_array``)."""
+    if rec.is_array:
+        slurm.cancel(rec.job_id)
+        return True
+    provider = JobPodProvider(slurm=slurm, profile=profile, records=RunRecords(profile))
+    provider.know(rec)
+    ref = PodRef(rec.uid, rec.namespace, rec.name)
     try:
-        spec = rec.pod().get("spec") or {}
+        pod = rec.pod()
     except (OSError, ValueError):
-        return False
-    grace = max(grace_period(spec), 2)
-    limit = stop_wait(spec)
+        pod = {"metadata": {"uid": rec.uid, "name": rec.name, "namespace": rec.namespace}, "spec": {}}
+    first = provider.delete(ref, grace=None, pod=pod, report=False)
+    if first.done:
+        return first.cancelled
+    grace = max(grace_period(pod.get("spec") or {}), 2)
     print(f"pod {rec.namespace}/{rec.name}: stopping its containers (grace period {grace}s)", file=out)
-    mark_deleting(rec.dir)
-    slurm.cancel(rec.job_id, signal="TERM", batch_only=True)
-    try:
-        return bool(poll(lambda: True if rec.dir.exists(POD_DONE) else None, timeout=limit, sleep=sleep, clock=clock))
-    except TimeoutError:
-        return False
+    return delete_and_wait(provider, [(ref, pod)])[rec.uid].cancelled
 
 
 def _delete_array(slurm: Slurm, rec: RunRecord, *, out: TextIO, timeout: float = 30.0,
@@ -229,19 +232,12 @@ def pod_jobs(slurm: Slurm) -> list[tuple[str, UserJob]]:
     return out
 
 
-def kubelet_pod_uids(profile: SiteProfile) -> set[str]:
-    """Uids of the pods a kubelet of this profile runs (its records, ``<state_dir>/kubelet/<node>/pods/
-    <uid>.json``): the cluster's pods, which ``hpkctl status`` shows in its cluster section, not runs."""
-    root = Path(os.path.expanduser(profile.pods.state_dir)) / "kubelet"
-    return {p.stem for p in root.glob("*/pods/*.json")}
-
-
 def unrecorded_jobs(profile: SiteProfile, slurm: Slurm, records: Sequence[RunRecord]) -> list[Unrecorded]:
     """Jobs of pods that no record in ``records`` (all of them, every namespace) names, still queued or
     running, and that are not a kubelet's pods; records stuck in ``submitting`` whose job turns up get
     its id written in (adopted)."""
     by_uid = {r.uid: r for r in records}
-    kubelet = kubelet_pod_uids(profile)
+    kubelet = node_record_uids(profile)  # the cluster's pods, which status shows in its own section
     found = []
     for uid, job in pod_jobs(slurm):
         if uid in kubelet:

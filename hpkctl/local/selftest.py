@@ -26,8 +26,8 @@ from typing import Any, TextIO
 from hpkctl.errors import HpkError
 from hpkctl.jobs import Slurm, SlurmError
 from hpkctl.local.follow import follow_run
-from hpkctl.local.records import RunRecord
-from hpkctl.local.runs import NeverStarts, stop_gracefully
+from hpkctl.provider.runrecords import RunRecord
+from hpkctl.local.runs import NeverStarts, stop_run
 from hpkctl.local.submit import submit_pod
 from hpkctl.pod.paths import POD_DONE, STARTED, PodDir
 from hpkctl.pod.status import PodStatus
@@ -151,8 +151,7 @@ def _run_one(slurm: Slurm, profile: SiteProfile, case: Case, rec: RunRecord, res
                     return
                 time.sleep(0.5)
             time.sleep(1)  # the trap is set by the container's first line
-            stop_gracefully(slurm, rec, out=io.StringIO())
-            slurm.cancel(rec.job_id)
+            stop_run(slurm, profile, rec, out=io.StringIO())
             st = PodStatus("Succeeded", "", "", None, None, None, None)
         else:
             st = follow_run(slurm, rec, out=io.StringIO(), log_out=io.StringIO(), quiet=True,

@@ -17,7 +17,7 @@ from hpkctl.errors import HpkError, ManifestError
 from hpkctl.jobs import (InvalidAccount, InvalidPartition, InvalidQos, ResourcesUnavailable, Slurm, SlurmError,
                          SlurmTimeout, SubmitError, TimeLimitTooLong)
 from hpkctl.local.manifest import load_manifest, pod_warnings, refuse_suspended, select_pod, with_api_defaults
-from hpkctl.local.records import (SUBMITTED, SUBMITTING, RunExists, RunRecord, check_name, create_record,
+from hpkctl.provider.runrecords import (SUBMITTED, SUBMITTING, RunExists, RunRecord, check_name, create_record,
                                   forget_run, owns_pod_dir, read_record, record_path, save_record)
 from hpkctl.local.runs import delete_run, pod_status
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir

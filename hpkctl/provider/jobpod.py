@@ -38,7 +38,7 @@ from hpkctl.provider.changes import ChangeLog
 from hpkctl.provider.jobcache import JobCache
 from hpkctl.provider.jobstatus import StatusRounds, final_report
 from hpkctl.provider.pulls import ImagePuller
-from hpkctl.provider.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records
+from hpkctl.provider.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records, RecordStore
 from hpkctl.provider.slurmjobs import ended, images_to_pull, job_partition_option, lowered_note, mark_deleting, submit_job
 from hpkctl.provider.tokens import TokenSource, refresh
 from hpkctl.sites.schema import SiteProfile
@@ -53,7 +53,7 @@ class JobPodProvider:
     """:class:`~hpkctl.provider.api.PodProvider` with a Slurm job per pod; ``records``: where this front
     end's records live (a kubelet's: ``<state_dir>/kubelet/<node>``)."""
 
-    def __init__(self, *, slurm: Slurm, profile: SiteProfile, records: Records) -> None:
+    def __init__(self, *, slurm: Slurm, profile: SiteProfile, records: RecordStore) -> None:
         self.slurm = slurm
         self.profile = profile
         self.records = records
@@ -73,6 +73,12 @@ class JobPodProvider:
         """The provider of the kubelet of node ``node_name``: its records are under ``pods/`` in
         :func:`node_state_dir`."""
         return cls(slurm=slurm, profile=profile, records=Records(node_state_dir(profile, node_name)))
+
+    def know(self, rec: PodRecord) -> None:
+        """Follow the pod of ``rec`` (a one-pod front end: ``hpkctl delete``, an interrupted ``hpkctl
+        run``) without reading every record."""
+        with self._lock:
+            self._recs[rec.uid] = rec
 
     def follow(self, uid: str, job_id: str) -> None:
         """Take ``job_id`` (checked by the caller against the job's comment; ``""``: none) as the pod's

@@ -1,19 +1,26 @@
-"""The kubelet's intents on disk: one small JSON file per pod, written *before* each step that
-creates something outside the process (a pod directory, a Slurm job).
+"""The job-per-pod provider's records, for the kubelet and ``hpkctl run`` alike: one small JSON file per
+pod, written *before* each step that creates something outside the process (a pod directory, a Slurm
+job). The kubelet's are keyed by pod uid (:class:`Records`, ``<state_dir>/kubelet/<node>/pods/``);
+``hpkctl run``'s by namespace and name, the way users address them
+(:class:`hpkctl.provider.runrecords.RunRecords`, ``<state_dir>/runs/<namespace>/<name>.json``): one
+:class:`PodRecord` format, two indexes.
 
 Why: the kubelet can be killed at any instant. With the record written before ``sbatch``
 (state ``submitting``) a restart knows a job may exist and looks for it by the pod's uid in the
 job comments (``hpk-uid=<uid>``) before submitting again: a crash never duplicates or orphans a job.
-Records are keyed by pod uid and live under ``<state_dir>/kubelet/<node>/pods/``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any, Protocol
 
 from hpkctl.files import private_dirs, write_atomic
+from hpkctl.pod.paths import PodDir
+from hpkctl.sites.schema import SiteProfile
 
 SUBMITTING = "submitting"  # the pod directory may exist; a job may exist (look for its uid)
 SUBMITTED = "submitted"  # job_id is the pod's job
@@ -27,10 +34,46 @@ class PodRecord:
     namespace: str
     name: str
     pod_dir: str
-    state: str = SUBMITTING
+    state: str = SUBMITTED
     job_id: str = ""
     submitted: float = 0.0
     stopped: float = 0.0  # when the pod was removed (for keep_pod_dirs)
+    site: str = ""  # hpkctl run: the site profile it ran with
+    pid: int = 0  # hpkctl run: the process that created the record (for a record stuck in 'submitting')
+    kind: str = "Pod"  # hpkctl run: or a workload run as a job array (Job, Deployment, ...): hpkctl.local.arrays
+    allocation: str = ""  # pilot mode (hpkctl run --pilot): the held allocation whose step runs the pod
+
+    @property
+    def is_array(self) -> bool:
+        return self.kind != "Pod"
+
+    @property
+    def dir(self) -> PodDir:
+        return PodDir(Path(self.pod_dir))
+
+    def pod(self) -> dict[str, Any]:
+        """The pod as it was submitted (``job/pod.json``); ``FileNotFoundError`` if the directory vanished."""
+        return json.loads(self.dir.pod_json.read_text())  # type: ignore[no-any-return]
+
+    @property
+    def dir_missing(self) -> bool:
+        return not self.dir.pod_json.is_file()
+
+
+def from_json(data: dict[str, Any]) -> PodRecord:
+    """A record as written by this or another version (unknown fields of a newer one are left out)."""
+    known = {f.name for f in fields(PodRecord)}
+    return PodRecord(**{k: v for k, v in data.items() if k in known})
+
+
+class RecordStore(Protocol):
+    """Where the provider keeps its records (by uid for the kubelet, by name for ``hpkctl run``)."""
+
+    def save(self, rec: PodRecord) -> None: ...
+
+    def remove(self, uid: str) -> None: ...
+
+    def load_all(self) -> dict[str, PodRecord]: ...
 
 
 class Records:
@@ -53,14 +96,19 @@ class Records:
     def load_all(self) -> dict[str, PodRecord]:
         """Every readable record; unreadable ones (a disk full during a write) are skipped — their pod
         will be treated as new and found by its uid in Slurm's job comments."""
-        known = {f.name for f in fields(PodRecord)}
         out: dict[str, PodRecord] = {}
         for p in sorted(self.root.glob("*.json")):
             try:
-                data = json.loads(p.read_text())
-                rec = PodRecord(**{k: v for k, v in data.items() if k in known})
+                rec = from_json(json.loads(p.read_text()))
             except (OSError, ValueError, TypeError):
                 continue
             out[rec.uid] = rec
         return out
 
+
+
+def node_record_uids(profile: SiteProfile) -> set[str]:
+    """Uids of the pods the kubelets of this profile run (their records): the cluster's pods, which
+    ``hpkctl status`` shows in its cluster section, not as runs."""
+    root = Path(os.path.expanduser(profile.pods.state_dir)) / "kubelet"
+    return {p.stem for p in root.glob("*/pods/*.json")}

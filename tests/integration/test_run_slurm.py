@@ -258,6 +258,9 @@ def test_interrupting_hpkctl_run_cancels_the_job(hpk: Hpk) -> None:
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "cancelling Slurm job" in err and "Cancelled" in err
+    # deleted through the provider (marker, TERM, grace, scancel): hpkctl's own doing, not "from outside"
+    assert "stopping its containers (grace period" in err and "the pod was deleted through hpkctl" in err, err
+    assert "from outside hpkctl" not in err, err
     job_id = err.split("cancelling Slurm job ")[1].split()[0]
     q = subprocess.run(["squeue", "--noheader", "--jobs", job_id, "--format=%T"], capture_output=True, text=True)
     assert q.stdout.strip() in ("", "CANCELLED", "COMPLETING")

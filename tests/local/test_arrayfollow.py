@@ -94,7 +94,7 @@ def test_following_asks_slurm_once_per_slurm_poll_and_settles_quickly(
     """The budget of one squeue per ``slurm_poll`` holds for a workload too; once the files say it
     finished, Slurm is asked sooner for its elements' end, so ``run`` returns within seconds."""
     from hpkctl.local import arrayfollow
-    from hpkctl.local.records import RunRecord
+    from hpkctl.provider.runrecords import RunRecord
 
     now = [0.0]
     asks: list[float] = []

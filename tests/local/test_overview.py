@@ -8,7 +8,7 @@ from typing import Any
 
 from hpkctl.jobs import JobInfo, SlurmError
 from hpkctl.local.overview import STATUS_UNREADABLE, run_statuses
-from hpkctl.local.records import RunRecord
+from hpkctl.provider.runrecords import RunRecord
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}}

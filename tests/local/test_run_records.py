@@ -19,7 +19,7 @@ from hpkctl.cli import main
 from hpkctl.errors import HpkError, ManifestError
 from hpkctl.jobs import JobInfo
 from hpkctl.local.outdir import MARKER
-from hpkctl.local.records import (SUBMITTING, RunExists, RunRecord, all_records, create_record, forget_run,
+from hpkctl.provider.runrecords import (SUBMITTING, RunExists, RunRecord, all_records, create_record, forget_run,
                                   load_record, record_path, save_record)
 from hpkctl.local.runs import EXIT_CANNOT_INVOKE, EXIT_HPKCTL, EXIT_NO_CODE, EXIT_NOT_FOUND, exit_status, run_status
 from hpkctl.local.signals import Interrupted, Interrupts

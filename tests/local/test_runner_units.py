@@ -11,7 +11,7 @@ import pytest
 
 from hpkctl.jobs import InvalidPartition
 from hpkctl.local.follow import follow_run
-from hpkctl.local.records import RunRecord
+from hpkctl.provider.runrecords import RunRecord
 from hpkctl.local.submit import submit_pod
 from hpkctl.jobs import Slurm
 from hpkctl.sites.schema import SiteProfile
@@ -74,7 +74,7 @@ def test_deleting_an_array_waits_for_its_pods_sidecars_too(tmp_path: Path, monke
 
     from hpkctl.jobs import JobInfo
     from hpkctl.local import arrays, runs
-    from hpkctl.local.records import RunRecord
+    from hpkctl.provider.runrecords import RunRecord
 
     pod_dir = tmp_path / "p0"
     (pod_dir / "job").mkdir(parents=True)
@@ -178,3 +178,38 @@ def test_following_asks_slurm_once_per_slurm_poll(fp, profile: SiteProfile, tmp_
     # then, once, a few asks with back-off for the final state (this fake never gives one): 5 s at most
     assert 1 <= len(settling) <= 5 and settling[-1] - settling[0] <= 6, settling
     assert "Running" in out.getvalue()
+
+
+def test_an_interrupted_or_deleted_run_is_deleted_through_the_provider(tmp_path: Path, profile: SiteProfile) -> None:
+    """``hpkctl delete`` and an interrupted ``hpkctl run`` (Ctrl-C, SIGTERM, SIGHUP) end the pod as the
+    kubelet deletes one: the delete marker first (so its status says hpkctl deleted it, not "cancelled from
+    outside hpkctl"), SIGTERM to the batch shell alone, and scancel only once its stop sequence is done."""
+    from hpkctl.jobs import JobInfo
+    from hpkctl.local.runs import stop_run
+    from tests.support.kubelet_fakes import FakeSlurm
+
+    pod_dir = tmp_path / "pod"
+    for d in ("job", "status", "logs"):
+        (pod_dir / d).mkdir(parents=True)
+    (pod_dir / "job" / "pod.json").write_text(json.dumps({**POD, "spec": {**POD["spec"],  # type: ignore[dict-item]
+                                                                         "terminationGracePeriodSeconds": 1}}))
+    (pod_dir / "status" / "job.started").write_text("2026-11-26T10:00:00Z\n")
+
+    class Stopping(FakeSlurm):
+        def cancel(self, job_id: str, *, signal: str | None = None, batch_only: bool = False) -> None:
+            assert (pod_dir / "status" / "pod.deleting").is_file(), "signalled before the delete marker"
+            super().cancel(job_id, signal=signal, batch_only=batch_only)
+            if signal == "TERM":  # the batch shell runs the stop sequence
+                (pod_dir / "status" / "pod.done").write_text("143\n")
+
+    slurm = Stopping()
+    slurm.jobs["42"] = JobInfo(job_id="42", state="RUNNING")
+    rec = RunRecord(name="p", namespace="default", uid="u", job_id="42", pod_dir=str(pod_dir), site="t", submitted=0)
+    out = io.StringIO()
+    assert stop_run(slurm, profile, rec, out=out)  # type: ignore[arg-type]
+    assert slurm.cancelled == [("42", "TERM"), ("42", None)]
+    assert "pod default/p: stopping its containers (grace period 2s)" in out.getvalue()
+    slurm.jobs["43"] = JobInfo(job_id="43", state="PENDING")
+    pending = RunRecord(name="q", namespace="default", uid="v", job_id="43", pod_dir=str(pod_dir), site="t", submitted=0)
+    assert stop_run(slurm, profile, pending, out=io.StringIO())  # type: ignore[arg-type]
+    assert slurm.cancelled[-1] == ("43", None)  # a pending job has nothing to stop: cancelled at once

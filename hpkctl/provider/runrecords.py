@@ -1,4 +1,5 @@
-"""Run records: how ``hpkctl status/logs/delete`` find a pod started by ``hpkctl run``.
+"""Run records: how ``hpkctl status/logs/delete`` find a pod started by ``hpkctl run`` (moved here from
+``hpkctl.local``: the provider's :class:`~hpkctl.provider.records.PodRecord`, indexed by name).
 
 One JSON file per run, ``<state_dir>/runs/<namespace>/<name>.json`` (uid, Slurm job id, pod
 directory), so a pod is addressed by name and namespace, as ``kubectl`` does.
@@ -21,16 +22,12 @@ import os
 import re
 import shutil
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from hpkctl.errors import HpkError
-from hpkctl.pod.paths import PodDir
+from hpkctl.provider.records import SUBMITTED, SUBMITTING, PodRecord, from_json
 from hpkctl.sites.schema import SiteProfile
-
-SUBMITTING = "submitting"  # record created, sbatch not (yet) answered
-SUBMITTED = "submitted"  # job_id is set
 
 # Kubernetes' rules (apimachinery validation): a namespace is a DNS-1123 label, a pod name a
 # DNS-1123 subdomain. Checked here too because names from the command line become file names.
@@ -42,35 +39,8 @@ class RunExists(HpkError):
     """A run of that name exists in that namespace (``kubectl``'s ``AlreadyExists``)."""
 
 
-@dataclass
-class RunRecord:
-    name: str
-    namespace: str
-    uid: str
-    job_id: str
-    pod_dir: str
-    site: str
-    submitted: float
-    state: str = SUBMITTED
-    pid: int = 0  # the hpkctl process that created the record (for a record stuck in 'submitting')
-    kind: str = "Pod"  # or a workload run as a job array (Job, Deployment, ...): hpkctl.local.arrays
-    allocation: str = ""  # pilot mode (hpkctl run --pilot): the held allocation whose step runs the pod
-
-    @property
-    def is_array(self) -> bool:
-        return self.kind != "Pod"
-
-    @property
-    def dir(self) -> PodDir:
-        return PodDir(Path(self.pod_dir))
-
-    def pod(self) -> dict[str, Any]:
-        """The pod as it was submitted (``job/pod.json``); ``FileNotFoundError`` if the directory vanished."""
-        return json.loads(self.dir.pod_json.read_text())  # type: ignore[no-any-return]
-
-    @property
-    def dir_missing(self) -> bool:
-        return not self.dir.pod_json.is_file()
+#: hpkctl run's record: the provider's record, by another index
+RunRecord = PodRecord
 
 
 def check_name(name: str, *, namespace: str) -> None:
@@ -125,9 +95,7 @@ def record_path(profile: SiteProfile, namespace: str, name: str) -> Path:
 
 
 def read_record(path: Path) -> RunRecord:
-    data = json.loads(path.read_text())
-    known = {f.name for f in fields(RunRecord)}
-    return RunRecord(**{k: v for k, v in data.items() if k in known})
+    return from_json(json.loads(path.read_text()))
 
 
 def load_record(profile: SiteProfile, name: str, namespace: str = "default") -> RunRecord:
@@ -220,3 +188,26 @@ def forget_run(profile: SiteProfile, rec: RunRecord) -> None:
                 shutil.rmtree(member, ignore_errors=True)
         shutil.rmtree(rec.pod_dir, ignore_errors=True)
     record_path(profile, rec.namespace, rec.name).unlink(missing_ok=True)
+
+
+class RunRecords:
+    """``hpkctl run``'s records as the job-per-pod provider's :class:`~hpkctl.provider.records.RecordStore`."""
+
+    def __init__(self, profile: SiteProfile) -> None:
+        self.profile = profile
+
+    def save(self, rec: PodRecord) -> None:
+        save_record(self.profile, rec)
+
+    def remove(self, uid: str) -> None:
+        for rec in all_records(self.profile):
+            if rec.uid == uid:
+                record_path(self.profile, rec.namespace, rec.name).unlink(missing_ok=True)
+
+    def load_all(self) -> dict[str, PodRecord]:
+        return {r.uid: r for r in all_records(self.profile)}
+
+
+__all__ = ["SUBMITTED", "SUBMITTING", "RunExists", "RunRecord", "RunRecords", "all_records", "check_name",
+           "create_record", "ensure_state_dirs", "forget_run", "load_record", "member_dirs", "owns_pod_dir",
+           "private_dir", "read_record", "record_path", "runs_dir", "save_record", "state_dir"]
