@@ -94,7 +94,7 @@ class Bench:
         proc.wait()
         return mark.stat().st_mtime - t0
 
-    def inproc(self, i: int, script: str = "true") -> tuple[float, Path, object, int]:
+    def inproc(self, i: int, script: str = "true", *, wait: bool = True) -> tuple[float, Path, object, int]:
         doc = pod(f"bench-inproc-{i}", script)
         t0 = time.time()
         rendered = render_pod(doc, self.profile)
@@ -103,6 +103,8 @@ class Bench:
         spot = find_spot(self.pool, need, timeout=60)
         proc = start_pod_step(self.slurm, rendered, spot, need)
         started = Path(rendered.plan.pod_dir, "status", "c.started")
+        if not wait:
+            return 0.0, Path(rendered.plan.pod_dir), (proc, need.uid), need.cpus
         wait_files([started], 60)
         return started.stat().st_mtime - t0, Path(rendered.plan.pod_dir), (proc, need.uid), need.cpus
 
@@ -152,12 +154,26 @@ def main() -> None:
     print(summary("pilot: create -> container running", sides["pilot in-process"], sides["srun step"]))
     print(f"{'Slurm RPCs per pilot pod':<42} {statistics.mean(rpcs):.1f} commands per pod "
           f"(shims: srun, squeue, scontrol...)   goal: {GOALS['Slurm RPCs per pilot pod']}")
-    # steady stream: one 1-CPU pod sleeping 2 s every 0.5 s
+    # steady stream: a 1-CPU pod sleeping 2 s every 0.6 s (not waiting for its container): about as
+    # many at once as the allocation has CPUs; a pod whose step ended frees its CPU in the books at
+    # once, and the stream never runs more pods than CPUs (so it needs no second allocation)
+    cpus = b.profile.pilot.cpus
     running: list[tuple[object, Path]] = []
+    live: list[tuple[object, str]] = []
+    due = time.monotonic()
     for i in range(args.stream):
-        _, pod_dir, (proc, uid), _ = b.inproc(1000 + i, "sleep 2")
+        while True:
+            for proc, uid in [x for x in live if x[0].poll() is not None]:  # type: ignore[attr-defined]
+                b.pool.done(uid)
+                live.remove((proc, uid))
+            if len(live) < cpus:
+                break
+            time.sleep(0.01)
+        _, pod_dir, (proc, uid), _ = b.inproc(1000 + i, "sleep 2", wait=False)
         running.append(((proc, uid), pod_dir))
-        time.sleep(0.5)
+        live.append((proc, uid))
+        due += 0.6
+        time.sleep(max(0.0, due - time.monotonic()))
     spans = []
     for (proc, uid), pod_dir in running:  # type: ignore[misc]
         proc.wait()
