@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import posixpath
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,11 +148,27 @@ def log_fallback(container: Mapping[str, Any]) -> bool:
     return container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
 
 
-def message_bound(path: str) -> bool:
-    """Whether the job binds a file at this terminationMessagePath. Not under /dev (the default
-    /dev/termination-log included): Apptainer mounts the node's /dev there ('mount dev = yes'),
-    in which no new file can be created, so such a bind would fail."""
-    return not (path == "/dev" or path.startswith("/dev/"))
+def message_bound(path: str, binds: Iterable[str] = ()) -> bool:
+    """Whether the job binds a file at this terminationMessagePath. Outside /dev always. Under /dev
+    (the default /dev/termination-log included) only at a host path the site profile's
+    [apptainer] binds name alone: Apptainer adds such a path to its minimal /dev (addUserbindsMount,
+    addSessionDev), so a file can be bound over it. Any other destination under /dev fails:
+    Apptainer creates a missing mount point in the image's layer, which its /dev covers."""
+    if not (path == "/dev" or path.startswith("/dev/")):
+        return True
+    return path != "/dev" and path in device_binds(binds)
+
+
+def device_binds(binds: Iterable[str]) -> set[str]:
+    """The host paths under /dev that bind specs (src[:dst[:opts]]) add to Apptainer's minimal
+    /dev: source and destination the same path under /dev."""
+    out = set()
+    for spec in binds:
+        src, _, rest = spec.partition(":")
+        dst = rest.partition(":")[0] or src
+        if src == dst and src.startswith("/dev/"):
+            out.add(posixpath.normpath(src))
+    return out
 
 
 def message_file(name: str) -> str:

@@ -18,7 +18,7 @@ from hpkctl.files import write_atomic
 from hpkctl.pod.flags import sbatch_directive_word
 from hpkctl.pod.hostpaths import protected_paths
 from hpkctl.pod.images import ImageRef
-from hpkctl.pod.lifecycle import hook_command, message_bound, message_file
+from hpkctl.pod.lifecycle import device_binds, hook_command, message_bound, message_file
 from hpkctl.errors import PodError
 from hpkctl.pod.paths import SECRETS_FILE, inside
 from hpkctl.pod.probes import ProbePlan
@@ -185,7 +185,8 @@ def _apptainer_lines(words: ScriptWords, c: ContainerPlan, verb: str) -> list[li
         literal(f"{plan.pod_dir}/etc/resolv.conf:/etc/resolv.conf"),
         *([] if any(b.dest == "/dev/shm" for b in c.binds) else [literal(f"{plan.memory_dir}/.dev-shm:/dev/shm")]),
         *(literal(b) for b in plan.profile.apptainer.binds),
-        *([literal(f"{plan.pod_dir}/{message_file(c.name)}:{c.message_path}")] if message_bound(c.message_path) else []),
+        *([literal(f"{plan.pod_dir}/{message_file(c.name)}:{c.message_path}")]
+          if message_bound(c.message_path, plan.profile.apptainer.binds) else []),
         *(concat(_bind_source(c, b), literal(f":{b.dest}" + (":ro" if b.read_only else ""))) for b in c.binds),
     ]
     lines += [["--bind", words.path(bind)] for bind in binds]
@@ -232,7 +233,9 @@ def _parent(words: ScriptWords) -> dict[str, Shell]:
     for kind, host, _ in plan.volumes.sources.values():
         if kind in ("hostPath", "persistentVolumeClaim", "emptyDir") and not host.startswith(plan.pod_dir + "/"):
             paths.append(host)
-    paths += [b.split(":", 1)[0] for b in app.binds]
+    # (not a bind of a /dev path: the parent has the node's /dev, and Apptainer would pass it on to
+    # each container in APPTAINER_BIND: "already mounted" warnings in their logs)
+    paths += [b.split(":", 1)[0] for b in app.binds if b.split(":", 1)[0] not in device_binds(app.binds)]
     lines = [['"$HPK_APPTAINER"', "exec", "--net", "--network", quote(app.cni_network), "--fakeroot"]]
     lines += [["--bind", words.path(p)] for p in dict.fromkeys(paths)]
     rdir = posixpath.dirname(runtime_for(plan.profile))  # the pod part (and exec) source the runtime in there

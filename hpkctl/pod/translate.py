@@ -78,7 +78,7 @@ def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSou
         raise PodError("InvalidPodDirectory", f"pod directory {pdir!r} contains ':', ',' or a line break",
                        hint="choose a [pods].state_dir without those characters in the site profile")
     ctx = Ctx(pod=pod, profile=profile, objects=objects or StaticObjects(), pod_dir=pdir, strict=strict)
-    for warning in unhonoured_fields(pod):
+    for warning in unhonoured_fields(pod, profile.apptainer.binds):
         ctx.warn(warning)
 
     restart = model.spec.restart_policy or "Always"

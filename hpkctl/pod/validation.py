@@ -19,6 +19,7 @@ import pydantic
 from hpkctl.errors import ManifestError
 from hpkctl.pod.fieldtypes import K8sModel
 from hpkctl.pod.handlers import handler_problems
+from hpkctl.pod.lifecycle import DEFAULT_MESSAGE_PATH, message_bound
 from hpkctl.pod.probes import probe_problems
 from hpkctl.pod.model import ConfigMapObject, Container, Pod, SecretObject, ServiceObject
 from hpkctl.pod.quantity import parse_quantity
@@ -299,8 +300,9 @@ _API_DEFAULTS: dict[str, Any] = {"preemptionPolicy": "PreemptLowerPriority", "pr
 _DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
-def unhonoured_fields(pod: Mapping[str, Any]) -> list[str]:
-    """Warnings for the fields of a (valid) pod that hpkctl reads but does not act on yet."""
+def unhonoured_fields(pod: Mapping[str, Any], binds: Iterable[str] = ()) -> list[str]:
+    """Warnings for the fields of a (valid) pod that hpkctl reads but does not act on yet (binds:
+    the site profile's [apptainer] binds, which may make a terminationMessagePath under /dev work)."""
     out: list[str] = []
     spec = pod.get("spec") or {}
     for key, why in _SPEC_IGNORED.items():
@@ -322,9 +324,10 @@ def unhonoured_fields(pod: Mapping[str, Any]) -> list[str]:
                 if c.get(key) not in (None, False, {}, []):
                     out.append(f"{where}.{key}: not honoured, ignored: {why}")
             path = c.get("terminationMessagePath")
-            if path not in (None, "/dev/termination-log") and (path == "/dev" or str(path).startswith("/dev/")):
-                out.append(f"{where}.terminationMessagePath: {path} is not honoured: Apptainer mounts the node's /dev, "
-                           "where no file can be bound; choose a path outside /dev (e.g. /tmp/termination-log)")
+            if path not in (None, DEFAULT_MESSAGE_PATH) and not message_bound(str(path), binds):
+                out.append(f"{where}.terminationMessagePath: {path} is not honoured: Apptainer's minimal /dev holds "
+                           "no file to bind there unless the site profile's [apptainer] binds add that host path; "
+                           "choose a path outside /dev (e.g. /tmp/termination-log)")
             if (c.get("lifecycle") or {}).get("stopSignal"):
                 out.append(f"{where}.lifecycle.stopSignal: not honoured, ignored: containers get SIGTERM")
             for j, p in enumerate(c.get("ports") or []):

@@ -107,6 +107,26 @@ def test_termination_message_path_under_dev_warns_unless_default() -> None:
     assert not any("terminationMessagePath" in w for w in quiet)
 
 
+def test_a_message_path_under_dev_is_bound_where_the_profile_binds_that_host_path() -> None:
+    """Issue 22.8: a bind naming one host path under /dev adds it to Apptainer's minimal /dev, so the
+    job can bind the container's message file over it; the cni parent does not bind it (it has the
+    node's /dev), so it never reaches the containers again through APPTAINER_BIND."""
+    pod = pod_doc({"containers": [_container(), _container(name="b", terminationMessagePath="/dev/msg")]})
+    plain = render_pod(pod, PROFILE)
+    assert ":/dev/termination-log" not in plain.script and ":/dev/msg" not in plain.script
+    assert any("/dev/msg is not honoured" in w for w in plain.warnings)
+    binds = ["/dev/termination-log", "/dev/msg:/dev/msg:ro", "/srv/data:/data"]
+    for network in ("host", "cni"):
+        cni = {"cni_network": "none", "parent_image": "docker://hpk-parent"} if network == "cni" else {}
+        site = make_profile(apptainer={"binds": binds, "network": network, **cni})
+        rendered = render_pod(pod, site)
+        assert '"$HPK_POD_DIR"/run/app.termination-log:/dev/termination-log' in rendered.script, network
+        assert '"$HPK_POD_DIR"/run/b.termination-log:/dev/msg' in rendered.script, network
+        assert not any("terminationMessagePath" in w for w in rendered.warnings), rendered.warnings
+    parent = rendered.script.split("--fakeroot", 1)[1].split("job.sh pod-part", 1)[0]
+    assert "--bind /srv/data" in parent and "/dev/" not in parent, parent
+
+
 @SETTINGS
 @given(command=st.lists(ARB, min_size=1, max_size=3))
 def test_an_exec_hook_reaches_the_container_exactly(tmp_path_factory, command) -> None:  # type: ignore[no-untyped-def]

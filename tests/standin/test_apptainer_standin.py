@@ -382,6 +382,23 @@ def test_no_mount_dev_leaves_no_usable_device(standin: Standin, busybox_sif: Pat
     assert "Permission denied" in r.err
     assert msg.read_text() == "Sleep expired\n"
 
+
+def test_a_file_is_bound_over_a_device_a_bind_adds_to_the_minimal_dev(standin: Standin, busybox_sif: Path) -> None:
+    # container_linux.go addUserbindsMount: under --contain a bind naming one host path under /dev
+    # adds it to the staged /dev (addSessionDev, a DevTag mount); a second one is "already mounted".
+    # DevTag mounts precede every user bind (mount_linux.go authorizedTags order), so a file bound
+    # at that path lands over the device whatever the order of the --binds (how a site's
+    # [apptainer] binds make a terminationMessagePath under /dev work, issue 22.8).
+    msg = standin.file("termination-log", "")
+    r = standin.run("exec", "--contain", "--bind", f"{msg}:/dev/full", "--bind", "/dev/full", "--bind", "/dev/full",
+                    str(busybox_sif), "sh", "-c", "echo Sleep expired > /dev/full && echo written")
+    assert r.out == "written\n", r.both
+    assert r.err.count("WARNING: Skipping /dev/full bind mount: already mounted") == 1, r.both
+    assert msg.read_text() == "Sleep expired\n"
+    # without the device bind the destination is not in the staged /dev
+    r = standin.run("exec", "--contain", "--bind", f"{msg}:/dev/termination-log", str(busybox_sif), "true")
+    assert r.rc == 255 and "destination /dev/termination-log doesn't exist in container" in r.err, r.both
+
 def test_pwd_and_hostname(standin: Standin, busybox_sif: Path) -> None:
     # src action_flags.go: --pwd/--cwd "initial working directory", --hostname "set container
     # hostname"; a --pwd that does not exist is an error (process_linux.go)

@@ -76,11 +76,13 @@ MINIMAL_DEV = ("/dev", "/dev/shm", "/dev/pts", "/dev/ptmx", "/dev/tty", "/dev/nu
 def dev_binds(user_mounts, mounts, *, no_dev):
     """addUserbindsMount's special case for /dev (container_linux.go): a bind whose source and
     destination both start with "/dev" must name the same path, and under a staged /dev it adds
-    that host device to it (a bind of "/dev" itself brings the host's whole /dev back); any other
-    bind onto the staged /dev needs its destination there already, since the layer that creates
-    missing mount points lies under the /dev mount ("destination ... doesn't exist in container")."""
+    that host device to it once (again: "already mounted"; a bind of "/dev" itself brings the
+    host's whole /dev back). These are DevTag mounts, made before every user bind (UserbindsTag)
+    whatever the order of the --binds. Any other bind onto the staged /dev needs its destination
+    there already, since the layer that creates missing mount points lies under the /dev mount
+    ("destination ... doesn't exist in container")."""
     staged = any(opt == "--dev" for opt, _, _ in mounts)
-    out = []
+    devices, out = [], []
     for opt, src, dst in user_mounts:
         if dst.startswith("/dev") and src.startswith("/dev"):
             if dst != src:
@@ -94,16 +96,18 @@ def dev_binds(user_mounts, mounts, *, no_dev):
                 if src == "/dev":
                     mounts[:] = [m for m in mounts if m[0] != "--dev"] + [("--dev-bind", "/dev", "/dev")]
                     staged = False
-                elif src in MINIMAL_DEV:
+                    devices.clear()                     # RemoveByTag(DevTag)
+                elif src in MINIMAL_DEV or src in [d for _, _, d in devices]:
                     warn("Skipping %s bind mount: already mounted" % src)
                 else:
-                    out.append(("--dev-bind", src, dst))
+                    devices.append(("--dev-bind", src, dst))
                 continue
-        elif dst.startswith("/dev/") and not no_dev and not _dev_mount_point(dst, staged, out):
+        out.append((opt, src, dst))
+    for i, (_, src, dst) in enumerate(out):
+        if dst.startswith("/dev/") and not no_dev and not _dev_mount_point(dst, staged, devices + out[:i]):
             raise Fatal("container creation failed: mount hook function failure: mount %s->%s error: "
                         "while mounting %s: destination %s doesn't exist in container" % (src, dst, src, dst))
-        out.append((opt, src, dst))
-    return out
+    return devices + out
 
 
 def _dev_mount_point(dst, staged, binds):
