@@ -1,0 +1,61 @@
+"""Drives a pilot ``Pool`` on the real Slurm in a process of user hpk through an allocation's renewal:
+``python pool_driver.py STATE_DIR OWNER``. Prints one JSON object (see test_pilot_pool_slurm.py).
+
+The profile is ci's with a short allocation (2 CPUs for 2 minutes, renewal margin 55 s): a successor is due once
+the first allocation has less than 110 s left, and it stops taking pods at 55 s."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from hpkctl.jobs import Slurm
+from hpkctl.pilot.launch import find_spot
+from hpkctl.pilot.plan import Need
+from hpkctl.pilot.pool import Pool
+from hpkctl.sites import load_site
+from tests.support.waiting import wait_for
+
+
+def main() -> None:
+    state, owner = Path(sys.argv[1]), sys.argv[2]
+    ci = load_site("ci")
+    pilot = ci.pilot.model_copy(update={"enabled": True, "cpus": 2, "memory": "512M", "time_limit": "2",
+                                        "renewal_margin": 55, "idle_release": 10, "max_allocations": 2})
+    profile = ci.model_copy(update={"pilot": pilot})
+    slurm = Slurm(profile.slurm)
+    pool = Pool(slurm, profile, owner=owner, node="renewal", state_dir=state)
+    out: dict[str, object] = {}
+    try:
+        first = find_spot(pool, Need("p1", 1, 100), timeout=120)[0]
+        out["first"] = first
+        proc = slurm.start_step(first, ["sleep", "2"], name="p1", node="", cpus=1, memory_mb=100,
+                                output=state / "p1.out", workdir=state, srun_log=state / "p1.srun")
+        # the successor: requested once the first has less than 2 x 55 s left, while it holds a pod
+        def successor() -> str | None:
+            pool.refresh()
+            pool.tick([])
+            others = [h for h in pool.helds() if h.job_id != first and h.state == "RUNNING"]
+            return others[0].job_id if others else None
+
+        out["successor"] = wait_for("a successor allocation", successor, timeout=90, every=2)
+        out["p1_exit"] = proc.wait(timeout=30)  # the first pod finished in the first allocation
+        held = {h.job_id: h for h in pool.helds()}
+        out["first_left_when_successor_ran"] = round(held[first].left(time.time()))
+        # once the first has less than the margin left, new pods go to the successor, although the
+        # first has a CPU free and is the fuller one (p1 is still on the books there)
+        wait_for("the first allocation's last 55 s", lambda: held[first].left(time.time()) < 55, timeout=90, every=1)
+        out["second_pod_in"] = find_spot(pool, Need("p2", 1, 100), timeout=30)[0]
+        pool.done("p1")
+        decision = pool.tick([])
+        out["released"] = list(decision.release)
+        out["held_after"] = sorted(h.job_id for h in pool.helds())
+    finally:
+        pool.release_all()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
