@@ -66,8 +66,9 @@ class Decisions:
     """SubjectAccessReview answers, kept as long as the real kubelet keeps them (a client that
     streams many log requests asks the API server once per TTL, not once per request)."""
 
-    def __init__(self, review: Review, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.review, self.clock = review, clock
+    def __init__(self, review: Review, *, clock: Callable[[], float] = time.monotonic,
+                 denied_ttl: float = DENIED_TTL) -> None:
+        self.review, self.clock, self.denied_ttl = review, clock, denied_ttl
         self._cache: dict[tuple[str, tuple[str, ...], str, str], tuple[bool, float]] = {}
 
     def allowed(self, user: str, groups: Sequence[str], verb: str, sub: str) -> bool:
@@ -80,17 +81,17 @@ class Decisions:
         except Exception as e:  # noqa: BLE001 - the API server cannot answer: deny, as the kubelet does
             log.warning("SubjectAccessReview for %s failed (denied): %s", user, e)
             return False
-        self._cache[key] = (ok, self.clock() + (ALLOWED_TTL if ok else DENIED_TTL))
+        self._cache[key] = (ok, self.clock() + (ALLOWED_TTL if ok else self.denied_ttl))
         return ok
 
 
 def authoriser(users: Collection[str], *, groups: Collection[str] = SUPERUSER_GROUPS,
-               review: Review | None = None) -> Callable[..., Any]:
+               review: Review | None = None, denied_ttl: float = DENIED_TTL) -> Callable[..., Any]:
     """An aiohttp middleware that serves ``users`` and members of ``groups``, and anyone else the API
     server allows (``review``: SubjectAccessReview on ``nodes/<subresource>``, as the real kubelet's
-    webhook authorisation asks; without it, nobody else)."""
+    webhook authorisation asks, a denial kept ``denied_ttl`` seconds; without it, nobody else)."""
     allowed_users, allowed_groups = frozenset(users), frozenset(groups)
-    decisions = Decisions(review) if review is not None else None
+    decisions = Decisions(review, denied_ttl=denied_ttl) if review is not None else None
 
     @web.middleware
     async def authorise(request: web.Request, handler: Handler) -> web.StreamResponse:

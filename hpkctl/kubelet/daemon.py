@@ -106,7 +106,7 @@ class Kubelet:
         self.server = KubeletServer(self.pods.table, provider=self.provider, node_name=self.opts.node_name,
                                     host=self.address, port=self.opts.port, cert_file=cert, key_file=key,
                                     client_ca_file=ca, clients=self.profile.kubelet.api_clients,
-                                    review=self.access_review)
+                                    review=self.access_review, denied_ttl=self.profile.kubelet.authz_denied_ttl)
         self.server.start()
         self.node_state.port = self.server.port
 

@@ -48,7 +48,7 @@ from aiohttp.abc import AbstractAccessLogger
 from hpkctl.errors import HpkError
 from hpkctl.kubelet import logs, remotecommand
 from hpkctl.kubelet.apistatus import ApiError, status
-from hpkctl.kubelet.authz import Review, authoriser
+from hpkctl.kubelet.authz import DENIED_TTL, Review, authoriser
 from hpkctl.kubelet.remotecommand import Channels
 from hpkctl.kubelet.stats import CGROUP_ROOT, CpuRates, job_usage, pod_usage
 from hpkctl.kubelet.table import PodTable, Tracked
@@ -101,11 +101,12 @@ class KubeletServer:
     port, then in ``.port``); :meth:`stop` closes it, ends follows and cancels running execs.
 
     ``clients``: the certificate common names served besides ``system:masters`` (the API server's
-    kubelet-client identity); ``review``: asks the API server about anyone else (SubjectAccessReview). ``cgroup_root`` and ``follow_poll`` exist for tests."""
+    kubelet-client identity); ``review``: asks the API server about anyone else (SubjectAccessReview), whose
+    denials are kept ``denied_ttl`` seconds. ``cgroup_root`` and ``follow_poll`` exist for tests."""
 
     def __init__(self, table: PodTable, *, provider: PodProvider, node_name: str, host: str, port: int, cert_file: str,
                  key_file: str, client_ca_file: str, clients: Collection[str] = (API_CLIENT,),
-                 review: Review | None = None, cgroup_root: Path = CGROUP_ROOT,
+                 review: Review | None = None, denied_ttl: float = DENIED_TTL, cgroup_root: Path = CGROUP_ROOT,
                  follow_poll: float = logs.FOLLOW_POLL) -> None:
         self.table = table
         self.provider = provider
@@ -117,6 +118,7 @@ class KubeletServer:
         self.client_ca_file = client_ca_file
         self.clients = tuple(clients)
         self.review = review
+        self.denied_ttl = denied_ttl
         self.cgroup_root = cgroup_root
         self.follow_poll = follow_poll
         self.started_at = _now()
@@ -156,7 +158,8 @@ class KubeletServer:
         log.info("kubelet API listening on https://%s:%d", self.host, self.port)
 
     async def _listen(self, ctx: ssl.SSLContext) -> None:
-        app = web.Application(middlewares=[_statuses, authoriser(self.clients, review=self.review)])
+        app = web.Application(middlewares=[_statuses, authoriser(self.clients, review=self.review,
+                                                                  denied_ttl=self.denied_ttl)])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/pods", self._pods)
         app.router.add_get("/runningpods/", self._running_pods)

@@ -178,6 +178,8 @@ class KubeletSection(_JobSection):
         default_factory=lambda: ["kube-apiserver-kubelet-client"],
         description="client certificate common names the kubelet API serves besides group system:masters: the "
                     "API server's --kubelet-client-certificate (kubeadm's and hpkctl's CN by default)")
+    authz_denied_ttl: float = Field(30.0, ge=0, description="seconds a SubjectAccessReview's denial of a kubelet API "
+                                    "client is kept (the real kubelet's --authorization-webhook-cache-unauthorized-ttl)")
     slurm_poll: float = Field(10.0, gt=0, description="seconds between the one squeue call that answers for every "
                               "pod (also hpkctl run's); only what status files cannot say waits for it")
     status_poll: float = Field(0.5, gt=0, description="seconds between reads of the change log (<state_dir>/changes: "

@@ -103,7 +103,8 @@ def test_the_kubelet_api_serves_only_the_api_server(cluster: Cluster, tmp_path: 
     out = cluster.kubectl("exec", "authz-target", "--", "echo", "through-the-api-server")
     assert out.returncode == 0 and out.stdout.strip() == "through-the-api-server", out
     # RBAC decides for anyone else, as for the real kubelet (SubjectAccessReview): bound to nodes/proxy,
-    # the scheduler's identity gets in (once the kubelet's 30 s cache of the denial has passed)
+    # the scheduler's identity gets in (once the kubelet's cache of the denial has passed: 30 s by default,
+    # [kubelet] authz_denied_ttl = 1 s in the tests' profile)
     for argv in (("create", "clusterrole", "node-proxy", "--verb=get,create", "--resource=nodes/proxy"),
                  ("create", "clusterrolebinding", "scheduler-node-proxy", "--clusterrole=node-proxy",
                   "--user=system:kube-scheduler")):

@@ -191,11 +191,21 @@ def test_anyone_else_is_asked_about_once_per_cache_time(certs: Certs, tmp_path: 
     now = [0.0]
     d = Decisions(review, clock=lambda: now[0])
     assert d.allowed("u", [], "get", "proxy") is False
+    now[0] = DENIED_TTL - 1  # the real kubelet's 30 s by default
+    assert d.allowed("u", [], "get", "proxy") is False and len(asked) == 3
     now[0] = DENIED_TTL + 1
     assert d.allowed("u", [], "get", "proxy") is False and len(asked) == 4
     assert d.allowed("u", [], "get", "stats") is True
     now[0] += ALLOWED_TTL - 1
     assert d.allowed("u", [], "get", "stats") is True and len(asked) == 5
+    now[0] = 0.0  # [kubelet] authz_denied_ttl shortens the denials' time only
+    short = Decisions(review, clock=lambda: now[0], denied_ttl=2.0)
+    assert short.allowed("u", [], "get", "proxy") is False and short.allowed("u", [], "get", "stats") is True
+    now[0] = 1.0
+    assert short.allowed("u", [], "get", "proxy") is False and len(asked) == 7
+    now[0] = 3.0
+    assert short.allowed("u", [], "get", "proxy") is False and len(asked) == 8
+    assert short.allowed("u", [], "get", "stats") is True and len(asked) == 8
 
 
 @pytest.mark.parametrize("method, path, subresource", [

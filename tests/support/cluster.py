@@ -38,7 +38,7 @@ class Cluster:
         self.api = KubeApi(root / "api", free_port(), ("--kubeconfig-owner", HPK_USER))
         self.profile = root / "site.toml"
         self.profile.write_text(f'extends = "ci"\n\n[pods]\nstate_dir = "{root / "hpk-state"}"\n'
-                                f'restart_backoff = 1\n\n[kubelet]\nslurm_poll = 1.0\nstatus_audit = 2.0\nkeep_pod_dirs = 0\n'
+                                f'restart_backoff = 1\n\n[kubelet]\nslurm_poll = 1.0\nstatus_audit = 2.0\nkeep_pod_dirs = 0\nauthz_denied_ttl = 1.0\n'
                                 f'{profile_extra}')
         self.profile.chmod(0o644)
         state = root / "hpk-state"
