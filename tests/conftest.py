@@ -4,23 +4,45 @@ CI's log ends with that count, so a green run visibly means the real-Slurm tests
 that carry the ``slurm``/``standin`` marker count (not every test that lives in a folder so named).
 It also tells ``tests.support.lanes`` which test runs, so that a test using Slurm or a stand-in
 without its marker fails.
+
+Under pytest-xdist with ``--dist loadgroup`` (``ci/test``: two workers), every ``slurm`` test runs on
+one worker and the rest beside it (``tests.support.xdistgroups``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from tests.support import lanes
+from tests.support import lanes, xdistgroups
 
 _REAL: dict[str, int] = {"slurm": 0, "standin": 0}
-_MARKED: dict[str, set[str]] = {"slurm": set(), "standin": set()}
+#: a test's user property naming a marker it carries: its report counts (under xdist too)
+_REAL_PROPERTY = "hpk-real-component"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if xdistgroups.wanted(config):
+        xdistgroups.make_file()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if xdistgroups.wanted(config):
+        xdistgroups.remove_file()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return xdistgroups.scheduler(config, log) if xdistgroups.wanted(config) else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        for marker in _MARKED:
+        for marker in _REAL:
             if item.get_closest_marker(marker) is not None:
-                _MARKED[marker].add(item.nodeid)
+                item.user_properties.append((_REAL_PROPERTY, marker))  # reaches xdist's controller
+    xdistgroups.write(items)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -34,8 +56,8 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and report.passed:
-        for marker, ids in _MARKED.items():
-            if report.nodeid in ids:
+        for name, marker in report.user_properties:
+            if name == _REAL_PROPERTY:
                 _REAL[marker] += 1
 
 
