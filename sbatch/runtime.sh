@@ -573,12 +573,13 @@ hpk_stop_sidecars() {
 # which slurmctld ends the job before it signals it: say so (pod.failed Cancelled). squeue gets
 # SECONDS to answer, or nothing is written (as where it cannot answer: inside a cni parent container,
 # where the host part asked already); Slurm's own verdict still wins when the status is read back.
+# SIGNALING is a running job whose signal slurmctld has not yet seen delivered (the time limit's, busy node).
 hpk_cancelled() {
   [ ! -e "$HPK_STATUS/pod.deleting" ] && [ ! -e "$HPK_STATUS/pod.failed" ] || return 0
   local state
   state=$(timeout "$1" squeue --noheader --jobs="${SLURM_JOB_ID:-0}" --format=%T 2>/dev/null) || return 0
   case $state in
-    "" | RUNNING) return 0 ;;
+    "" | RUNNING | SIGNALING) return 0 ;;
   esac
   hpk_put pod.failed "Cancelled"$'\n'"the Slurm job was cancelled from outside hpkctl (scancel, an administrator or preemption; Slurm says $state); its containers were stopped with their grace period"
 }

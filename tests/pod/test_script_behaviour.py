@@ -245,3 +245,23 @@ def test_the_pods_hosts_and_resolv_conf_as_the_job_writes_them(stub_env, dns: di
         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
         f"{ip}\tdb-0.db.default.svc.cluster.local db-0\n10.1.2.3\tfoo.local bar.local\n")
     assert (root / "etc" / "resolv.conf").read_text() == resolv.format(node=Path("/etc/resolv.conf").read_text())
+
+
+@pytest.mark.parametrize("state, reason", [("RUNNING", "DeadlineExceeded"), ("SIGNALING", "DeadlineExceeded"),
+                                           ("CANCELLED", "Cancelled"), ("COMPLETING", "Cancelled")])
+def test_a_term_without_a_delete_is_the_time_limit_while_slurm_runs_the_job(stub_env, state: str,  # type: ignore[no-untyped-def]
+                                                                            reason: str) -> None:
+    """A SIGTERM no delete announced: the job asks Slurm for its own state. RUNNING, or SIGNALING (the
+    time limit's --signal not yet seen delivered by slurmctld, on a busy node), is the time limit
+    (DeadlineExceeded); a job Slurm already ends is a cancel from outside (Cancelled, naming the state)."""
+    squeue = stub_env["bin"] / "squeue"
+    squeue.write_text(f"#!/bin/sh\necho {state}\n")
+    squeue.chmod(0o755)
+    spec = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "busybox:1.36", "command": ["x"]}]}
+    proc, root, record = _start(stub_env, spec, HPK_STUB_SLEEP="300", SLURM_JOB_ID="42")
+    wait_for("the container to run", lambda: (root / "status" / "app.started").exists(), timeout=30)
+    proc.send_signal(signal.SIGTERM)  # to the batch shell only, as --signal=B:TERM; no pod.deleting
+    proc.communicate(timeout=60)
+    failed = _read(root, "pod.failed")
+    assert failed.splitlines()[0] == reason, failed
+    assert (f"Slurm says {state}" in failed) is (reason == "Cancelled"), failed
