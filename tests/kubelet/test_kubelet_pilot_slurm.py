@@ -79,8 +79,9 @@ def test_a_pod_runs_as_a_step_of_the_kubelet_s_allocation(cluster: Cluster) -> N
 
 
 def test_delete_stops_the_pod_s_step_with_its_grace_period(cluster: Cluster) -> None:
-    """Deleting a running pod: TERM reaches the container through the pod's own stop sequence (not a
-    kill of the step), the pod goes from the API, and its step is gone from Slurm."""
+    """kubectl exec into the running pod gives the command's output and exit code; deleting it: TERM
+    reaches the container through the pod's own stop sequence (not a kill of the step), the pod goes
+    from the API, and its step is gone from Slurm."""
     out = Path(tempfile.mkdtemp(prefix="hpk-pilot-", dir="/tmp"))
     out.chmod(0o777)
     try:
@@ -94,6 +95,9 @@ def test_delete_stops_the_pod_s_step_with_its_grace_period(cluster: Cluster) -> 
         cluster.held.add(job)  # type: ignore[attr-defined]
         steps = squeue("--steps", f"--jobs={job}", "--format=%i|%j")
         assert any(s.endswith("|pilot-stop") for s in steps.splitlines()), steps  # a step named after the pod
+        # kubectl exec reaches the container through a step of the allocation (srun --overlap)
+        r = cluster.kubectl("exec", "pilot-stop", "--", "sh", "-c", "echo hi from exec; exit 3", check=False)
+        assert (r.returncode, r.stdout) == (3, "hi from exec\n"), r.stderr
         code, _ = cluster.api.delete("/api/v1/namespaces/default/pods/pilot-stop")
         assert code == 200
         wait_for("the pod to go", lambda: cluster.pod("pilot-stop") is None, timeout=60)

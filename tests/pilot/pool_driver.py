@@ -1,8 +1,9 @@
-"""Drives a pilot ``Pool`` on the real Slurm in a process of user hpk through an allocation's renewal:
-``python pool_driver.py STATE_DIR OWNER``. Prints one JSON object (see test_pilot_pool_slurm.py).
+"""Drives a pilot ``Pool`` on the real Slurm in a process of user hpk: ``python pool_driver.py
+renewal|across STATE_DIR OWNER``. Prints one JSON object (see test_pilot_pool_slurm.py).
 
-The profile is ci's with a short allocation (2 CPUs for 2 minutes, renewal margin 55 s): a successor is due once
-the first allocation has less than 110 s left, and it stops taking pods at 55 s."""
+renewal: ci's profile with a short allocation (2 CPUs for 2 minutes, renewal margin 55 s): a successor
+is due once the first allocation has less than 110 s left, and it stops taking pods at 55 s.
+across: ci-multi's profile with allocations of two whole nodes: pods packed across their nodes."""
 
 from __future__ import annotations
 
@@ -19,8 +20,34 @@ from hpkctl.sites import load_site
 from tests.support.waiting import wait_for
 
 
+def across(state: Path, owner: str) -> dict[str, object]:
+    """Three pods of 5 of a node's 8 CPUs into allocations of two whole nodes: two go to the two
+    nodes of one allocation, each a step on its node; the third needs a second allocation."""
+    multi = load_site("ci-multi")
+    profile = multi.model_copy(update={"pilot": multi.pilot.model_copy(update={
+        "enabled": True, "nodes": 2, "time_limit": "10", "max_allocations": 1})})
+    slurm = Slurm(profile.slurm)
+    pool = Pool(slurm, profile, owner=owner, node="across", state_dir=state)
+    out: dict[str, object] = {"shape": [pool.rules.shape.nodes, pool.rules.shape.per_node.cpus]}
+    try:
+        spots = [find_spot(pool, Need(f"p{i}", 5, 1000), timeout=120) for i in range(2)]
+        out["spots"] = spots
+        procs = [slurm.start_step(job, ["bash", "-c", f"echo $SLURMD_NODENAME >where-{i}"], name=f"p{i}",
+                                  node=node, cpus=5, memory_mb=1000, output=state / f"p{i}.out", workdir=state,
+                                  srun_log=state / f"p{i}.srun") for i, (job, node) in enumerate(spots)]
+        out["exits"] = [p.wait(timeout=60) for p in procs]
+        out["ran_on"] = [(state / f"where-{i}").read_text().strip() for i in range(2)]
+        out["third"] = pool.place(Need("p2", 5, 1000))  # no room left, and no second allocation allowed
+    finally:
+        pool.release_all()
+    return out
+
+
 def main() -> None:
-    state, owner = Path(sys.argv[1]), sys.argv[2]
+    if sys.argv[1] == "across":
+        print(json.dumps(across(Path(sys.argv[2]), sys.argv[3])))
+        return
+    state, owner = Path(sys.argv[2]), sys.argv[3]
     ci = load_site("ci")
     pilot = ci.pilot.model_copy(update={"enabled": True, "cpus": 2, "memory": "512M", "time_limit": "2",
                                         "renewal_margin": 55, "idle_release": 10, "max_allocations": 2})
