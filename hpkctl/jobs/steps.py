@@ -104,6 +104,10 @@ class StepProcess:
     def wait(self, timeout: float | None = None) -> int:
         return self._proc.wait(timeout=timeout)
 
+    def kill(self) -> None:
+        """SIGKILL srun (its step ends with it); reaped by the next :meth:`poll`."""
+        self._proc.kill()
+
 
 def step_args(job_id: str, *, name: str, node: str, cpus: int, memory_mb: int, gpus: int = 0,
               gres_name: str = "gpu", output: Path, workdir: Path, immediate: int) -> list[str]:

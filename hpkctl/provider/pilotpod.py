@@ -46,6 +46,7 @@ from hpkctl.provider.slurmjobs import mark_deleting
 from hpkctl.sites.schema import SiteProfile
 
 log = logging.getLogger("hpkctl.provider.pilotpod")
+SRUN_EXIT_WAIT = 30.0  # seconds a cancelled step's srun has to end before it is killed
 WAIT_FOR_ROOM = 1.0  # seconds before create is asked again while an allocation is being requested
 
 
@@ -62,6 +63,7 @@ class PilotPodProvider(JobPodProvider):
         self.pool = Pool(slurm, self.profile, owner="kubelet", node=node, state_dir=state_dir)
         self._steps: dict[str, StepProcess] = {}
         self._pending: dict[str, Need] = {}
+        self._cancelled: dict[str, float] = {}  # uid -> when its step was cancelled (the delete's last part)
         self._plock = threading.Lock()
 
     @property
@@ -158,12 +160,23 @@ class PilotPodProvider(JobPodProvider):
                 return Deletion(done=False, job_id=rec.job_id, recheck_after=DELETE_CHECK, killing=killing)
             if time.monotonic() - sent < stop_wait(pod.get("spec") or {}, grace=grace, margin=STOP_MARGIN):
                 return Deletion(done=False, job_id=rec.job_id, recheck_after=DELETE_CHECK, killing=killing)
-        if "." in step:
-            self.slurm.cancel_step(step)
         with self._plock:
-            proc = self._steps.pop(ref.uid, None)
+            proc = self._steps.get(ref.uid)
+        if ref.uid not in self._cancelled:
+            if "." in step:
+                self.slurm.cancel_step(step)
+            self._cancelled[ref.uid] = time.monotonic()
         if proc is not None and proc.poll() is None:
-            proc.wait(timeout=30)
+            # The step is cancelled and its srun ends with it: look again rather than hold the
+            # worker (the Protocol's delete never blocks); an srun still there SRUN_EXIT_WAIT
+            # after the cancel is killed, so its books are not kept for ever.
+            if time.monotonic() - self._cancelled[ref.uid] < SRUN_EXIT_WAIT:
+                return Deletion(done=False, job_id=rec.job_id, recheck_after=DELETE_CHECK, killing=killing)
+            proc.kill()
+            proc.poll()
+        with self._plock:
+            self._steps.pop(ref.uid, None)
+        self._cancelled.pop(ref.uid, None)
         self.pool.done(ref.uid)
         final = final_report(ref.uid, Path(rec.pod_dir), pod) if report else None
         rec.state, rec.stopped = STOPPED, time.time()
