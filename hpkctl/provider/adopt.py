@@ -111,6 +111,9 @@ class JobFinder:
         job_id = (PodDir(pod_dir).read(JOB_ID) or "").strip()
         if is_job_id(job_id):
             return FoundJob(job_id, f"the pod directory ({pod_dir}/status/{JOB_ID})")
+        allocation, dot, step = job_id.partition(".")
+        if dot and is_job_id(allocation) and step.isdigit():  # a pilot step J.S: its allocation is the job
+            return FoundJob(allocation, f"the pod directory ({pod_dir}/status/{JOB_ID}: step {job_id})")
         job_id = self._listed(fresh=fresh).get(uid, "")
         if job_id:
             return FoundJob(job_id, "squeue (its job comment)")
