@@ -66,7 +66,7 @@ class JobPodProvider:
         self._lock = threading.Lock()
         self._term_sent: dict[str, float] = {}  # uid -> when its batch shell got TERM
         self._deleting: set[str] = set()
-        self._parked: dict[str, RenderedPod] = {}  # uid -> its render, kept while its images are pulled
+        self._parked: dict[str, RenderedPod] = {}  # uid -> its render, kept while images are pulled (or room awaited)
 
     @classmethod
     def for_node(cls, *, slurm: Slurm, profile: SiteProfile, node_name: str) -> JobPodProvider:
@@ -129,20 +129,19 @@ class JobPodProvider:
             self._save(PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir="", state=FAILED,
                                  submitted=time.time()))
 
-    # ------------------------------------------------------------------ create
-    def create(self, pod: Mapping[str, Any], inputs: PodInputs) -> Created:
-        ref = PodRef.of(pod)
-        rec = self._rec(ref.uid)
-        if rec is not None and rec.job_id:
-            return Created(Outcome.ADOPTED, job_id=rec.job_id, where="its record", final=rec.state != SUBMITTED)
+    def _prepare(self, ref: PodRef, pod: Mapping[str, Any], rec: PodRecord | None,
+                 inputs: PodInputs) -> RenderedPod | Created:
+        """The pod rendered once, and its images pulled here when the profile says so (``pull =
+        "submit"``); a ``Created`` when it goes no further now. A render parked while the pull runs
+        (or, in pilot mode, while the pod waits for room) is taken back: no second render, no second
+        GET of its ConfigMaps and Secrets, no second token."""
         with self._lock:
-            rendered = self._parked.pop(ref.uid, None)  # parked for a pull: no second render, no GETs
+            rendered = self._parked.pop(ref.uid, None)
         if rendered is None:
             found = self._ran_already(ref, pod, rec)
             if found is not None:
                 return found
             rendered = render_pod(pod, self.profile, objects=inputs.objects, services=inputs.services)
-        warnings = tuple(rendered.warnings)
         if self.profile.apptainer.pull == "submit":
             images = images_to_pull(rendered)
             ready = inputs.ready
@@ -157,9 +156,26 @@ class JobPodProvider:
                 self.puller.forget(images)
                 raise ImagePullFailed(exc.reason, self._pull_message(exc, images), hint=exc.hint) from exc
             if pending:
-                with self._lock:
-                    self._parked[ref.uid] = rendered
-                return Created(Outcome.PULLING, images=tuple(i.source for i in images), warnings=warnings)
+                self._park(ref.uid, rendered)
+                return Created(Outcome.PULLING, images=tuple(i.source for i in images),
+                               warnings=tuple(rendered.warnings))
+        return rendered
+
+    def _park(self, uid: str, rendered: RenderedPod) -> None:
+        """Keep ``rendered`` for the next create of pod ``uid`` (a delete or give-up drops it)."""
+        with self._lock:
+            self._parked[uid] = rendered
+
+    # ------------------------------------------------------------------ create
+    def create(self, pod: Mapping[str, Any], inputs: PodInputs) -> Created:
+        ref = PodRef.of(pod)
+        rec = self._rec(ref.uid)
+        if rec is not None and rec.job_id:
+            return Created(Outcome.ADOPTED, job_id=rec.job_id, where="its record", final=rec.state != SUBMITTED)
+        prepared = self._prepare(ref, pod, rec, inputs)
+        if isinstance(prepared, Created):
+            return prepared
+        rendered, warnings = prepared, tuple(prepared.warnings)
         root = Path(rendered.plan.pod_dir)
         rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=str(root), state=SUBMITTING,
                         submitted=time.time())

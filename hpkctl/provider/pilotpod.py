@@ -104,10 +104,10 @@ class PilotPodProvider(JobPodProvider):
         rec = self._rec(ref.uid)
         if rec is not None and rec.job_id:
             return Created(Outcome.ADOPTED, job_id=rec.job_id, where="its record", final=rec.state != "submitted")
-        found = self._ran_already(ref, pod, rec)
-        if found is not None:
-            return found
-        rendered = render_pod(pod, self.profile, objects=inputs.objects, services=inputs.services)
+        prepared = self._prepare(ref, pod, rec, inputs)  # rendered once; images pulled here if the profile says so
+        if isinstance(prepared, Created):
+            return prepared
+        rendered = prepared
         need = need_of(rendered)
         why = unfit(need, self.pool.rules)
         if why:
@@ -121,6 +121,7 @@ class PilotPodProvider(JobPodProvider):
                 self._pending[ref.uid] = need
                 pending = list(self._pending.values())
             self.pool.tick(pending)
+            self._park(ref.uid, rendered)  # kept while it waits for room: no re-render, no GETs, no token
             return Created(Outcome.RETRY, retry_after=WAIT_FOR_ROOM, warnings=tuple(rendered.warnings))
         with self._plock:
             self._pending.pop(ref.uid, None)

@@ -60,3 +60,45 @@ def test_a_pod_parked_for_its_pull_is_rendered_once(tmp_path: Path, monkeypatch:
     assert provider.create(other, PodInputs()).outcome is Outcome.PULLING
     provider.give_up(PodRef.of(other))
     assert "u-2" not in provider._parked
+
+
+def test_a_pilot_pod_waiting_for_room_is_rendered_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pilot mode: a pod that waits (RETRY) for an allocation with room keeps its render too."""
+    from hpkctl.provider.pilotpod import PilotPodProvider
+
+    profile = load_site("ci")
+    profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
+    provider = PilotPodProvider(slurm=FakeSlurm(), profile=profile, records=Records(tmp_path / "kubelet"),  # type: ignore[arg-type]
+                                node="n", state_dir=tmp_path)
+
+    class FullPool:
+        rules = provider.pool.rules
+        ticks = 0
+
+        def place(self, need: Any) -> None:
+            return None  # no allocation has room (one is being requested)
+
+        def refresh(self) -> None:
+            pass
+
+        def tick(self, pending: Any) -> None:
+            self.ticks += 1
+
+        def done(self, uid: str) -> None:
+            pass
+
+    provider.pool = FullPool()  # type: ignore[assignment]
+    renders: list[str] = []
+    real = jobpod_mod.render_pod
+
+    def counting(pod: Any, *a: Any, **kw: Any) -> Any:
+        renders.append(pod["metadata"]["uid"])
+        return real(pod, *a, **kw)
+
+    monkeypatch.setattr(jobpod_mod, "render_pod", counting)
+    pod = _pod()
+    for _ in range(3):
+        assert provider.create(pod, PodInputs()).outcome is Outcome.RETRY
+    assert renders == ["u-1"] and provider.pool.ticks == 3  # type: ignore[attr-defined]
+    provider.give_up(PodRef.of(pod))
+    assert "u-1" not in provider._parked
