@@ -404,7 +404,9 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlP
 @pytest.mark.standin
 def test_order_and_health_waits(running: tuple[ControlPlane, dict[str, Any]]) -> None:
     cp, _ = running
-    text = cp.text()
+    # the fixture returns once the endpoint is published; "control plane ready" is logged just after
+    text = wait_for("the control plane's ready line", lambda: t if "control plane ready" in (t := cp.text()) else None,
+                    timeout=30)
     # each component is started only after the previous one answered its health probe
     steps = [("PKI in", "etcd: starting"), ("etcd: healthy", "kube-apiserver: starting"),
              ("kube-apiserver: healthy", "kube-controller-manager: starting"),
