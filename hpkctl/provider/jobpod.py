@@ -267,7 +267,9 @@ class JobPodProvider:
             killing = bool(job_id) and not ended(job)  # a finished pod has nothing left to kill
         cancelled = False
         if job_id and not ended(job):
-            pd = PodDir(Path(rec.pod_dir)) if rec is not None and rec.pod_dir else None
+            # no pod directory (purged or removed by hand): no delete marker, no stop sequence to wait
+            # for (pod.done can never appear), so the job is cancelled at once
+            pd = PodDir(Path(rec.pod_dir)) if rec is not None and rec.pod_dir and Path(rec.pod_dir).is_dir() else None
             started = self._term_sent.get(ref.uid)
             # Slurm's answer may be slurm_poll old: a job it still called PENDING may have started
             running = job is not None and (job.state == "RUNNING" or pd is not None and pd.exists(JOB_STARTED))
