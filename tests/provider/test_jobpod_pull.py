@@ -31,14 +31,8 @@ class Puller:
         pass
 
 
-def test_a_pod_parked_for_its_pull_is_rendered_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    profile = load_site("ci")
-    profile = profile.model_copy(update={
-        "pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)}),
-        "apptainer": profile.apptainer.model_copy(update={"pull": "submit"})})
-    slurm = FakeSlurm()
-    provider = JobPodProvider(slurm=slurm, profile=profile, records=Records(tmp_path / "kubelet"))  # type: ignore[arg-type]
-    provider.puller = Puller()  # type: ignore[assignment]
+def count_renders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The uid of each pod the provider renders, in order."""
     renders: list[str] = []
     real = jobpod_mod.render_pod
 
@@ -47,6 +41,18 @@ def test_a_pod_parked_for_its_pull_is_rendered_once(tmp_path: Path, monkeypatch:
         return real(pod, *a, **kw)
 
     monkeypatch.setattr(jobpod_mod, "render_pod", counting)
+    return renders
+
+
+def test_a_pod_parked_for_its_pull_is_rendered_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = load_site("ci")
+    profile = profile.model_copy(update={
+        "pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)}),
+        "apptainer": profile.apptainer.model_copy(update={"pull": "submit"})})
+    slurm = FakeSlurm()
+    provider = JobPodProvider(slurm=slurm, profile=profile, records=Records(tmp_path / "kubelet"))  # type: ignore[arg-type]
+    provider.puller = Puller()  # type: ignore[assignment]
+    renders = count_renders(monkeypatch)
     pod = _pod()
     assert provider.create(pod, PodInputs()).outcome is Outcome.PULLING
     assert provider.create(pod, PodInputs()).outcome is Outcome.PULLING  # still pulling: the same render
@@ -88,14 +94,7 @@ def test_a_pilot_pod_waiting_for_room_is_rendered_once(tmp_path: Path, monkeypat
             pass
 
     provider.pool = FullPool()  # type: ignore[assignment]
-    renders: list[str] = []
-    real = jobpod_mod.render_pod
-
-    def counting(pod: Any, *a: Any, **kw: Any) -> Any:
-        renders.append(pod["metadata"]["uid"])
-        return real(pod, *a, **kw)
-
-    monkeypatch.setattr(jobpod_mod, "render_pod", counting)
+    renders = count_renders(monkeypatch)
     pod = _pod()
     for _ in range(3):
         assert provider.create(pod, PodInputs()).outcome is Outcome.RETRY
