@@ -49,9 +49,14 @@ class StepInfo:
     name: str
 
 
+def is_step_id(value: str) -> bool:
+    """True for ``J.S``, a numbered step (never ``batch`` or ``extern``): a pilot pod's job id."""
+    return isinstance(value, str) and bool(_STEP_ID.match(value))
+
+
 def check_step(step_id: str) -> str:
     """``step_id`` if it is ``J.S`` (a numbered step; never ``batch`` or ``extern``), else ValueError."""
-    if not isinstance(step_id, str) or not _STEP_ID.match(step_id):
+    if not is_step_id(step_id):
         raise ValueError(f"{step_id!r} is not a Slurm step id (JOB.STEP, digits)")
     return step_id
 

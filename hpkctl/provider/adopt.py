@@ -27,6 +27,7 @@ from typing import Any
 
 from hpkctl.jobs import Slurm
 from hpkctl.jobs.info import is_job_id
+from hpkctl.jobs.steps import is_step_id
 from hpkctl.pod.flags import uid_from_comment
 from hpkctl.pod.paths import JOB_ID, PodDir
 
@@ -111,9 +112,8 @@ class JobFinder:
         job_id = (PodDir(pod_dir).read(JOB_ID) or "").strip()
         if is_job_id(job_id):
             return FoundJob(job_id, f"the pod directory ({pod_dir}/status/{JOB_ID})")
-        allocation, dot, step = job_id.partition(".")
-        if dot and is_job_id(allocation) and step.isdigit():  # a pilot step J.S: its allocation is the job
-            return FoundJob(allocation, f"the pod directory ({pod_dir}/status/{JOB_ID}: step {job_id})")
+        if is_step_id(job_id):  # a pilot step J.S: its allocation J is the pod's recorded job
+            return FoundJob(job_id.partition(".")[0], f"the pod directory ({pod_dir}/status/{JOB_ID}: step {job_id})")
         job_id = self._listed(fresh=fresh).get(uid, "")
         if job_id:
             return FoundJob(job_id, "squeue (its job comment)")
