@@ -1,4 +1,4 @@
-"""``scancel``: cancel a job, or send its batch script a signal; ``scontrol update``: lower its time limit."""
+"""``scancel``: cancel a job or a step, or send a signal to it; ``scontrol update``: lower a job's time limit."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 
 from hpkctl.jobs.command import Commands, failure, slurm_text
 from hpkctl.jobs.query import check_id
+from hpkctl.jobs.steps import is_step_id
 from hpkctl.sites.schema import seconds_to_slurm_time
 
 log = logging.getLogger(__name__)
@@ -17,15 +18,21 @@ _SIGNAL = re.compile(r"^(SIG)?[A-Z0-9+]+$")
 
 
 def scancel(commands: Commands, job_id: str, *, signal: str | None = None, batch_only: bool = False) -> None:
-    """Cancel the job, or with ``signal`` only signal it (see ``Slurm.cancel``)."""
-    check_id(job_id)
+    """Cancel the job, or with ``signal`` only signal it (see ``Slurm.cancel``). ``job_id`` may be a
+    step, ``J.S`` (pilot mode's pods): a signal then goes to the step's task alone (no ``--batch`` or
+    ``--full``, which are about a batch job), and without one the step is killed."""
+    step = is_step_id(job_id)
+    if not step:
+        check_id(job_id)
     args: list[str] = []
-    if batch_only and signal is None:
-        raise ValueError("batch_only needs a signal: it says which process a signal goes to")
+    if batch_only and (signal is None or step):
+        raise ValueError("batch_only needs a signal and a job: it says which process of the job a signal goes to")
     if signal is not None:
         if not _SIGNAL.match(signal):
             raise ValueError(f"{signal!r} is not a signal name or number (e.g. TERM, SIGUSR1, 15)")
-        args += [f"--signal={signal}", "--batch" if batch_only else "--full"]
+        args.append(f"--signal={signal}")
+        if not step:
+            args.append("--batch" if batch_only else "--full")
     args.append(job_id)
     done = commands.run("scancel", args)
     if done.returncode == 0:

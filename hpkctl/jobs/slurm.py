@@ -185,8 +185,9 @@ class Slurm:
 
     def cancel_step(self, step_id: str, *, signal: str | None = None) -> None:
         """``scancel [--signal=SIG] J.S``: only the step's task gets the signal; without one the step is
-        killed. A step that already ended is not an error."""
-        steps.cancel_step(self._commands, step_id, signal=signal)
+        killed. A step that already ended is not an error (the one ``scancel`` of :meth:`cancel`)."""
+        steps.check_step(step_id)
+        scancel(self._commands, step_id, signal=signal)
 
     async def exec_step(self, job_id: str, *, pod_dir: Path, container: str, command: Sequence[str],
                         tty: bool = False, stdin: bool = False) -> Step:

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from hpkctl.jobs.cancel import _ALREADY_DONE
 from hpkctl.jobs.command import Commands, failure
 from hpkctl.jobs.errors import SlurmUnavailable
 from hpkctl.jobs.info import parse_nodes, parse_time
@@ -79,16 +78,6 @@ def list_steps(commands: Commands) -> list[StepInfo]:
     if done.returncode != 0:
         raise failure(done)
     return parse_steps(done.stdout)
-
-
-def cancel_step(commands: Commands, step_id: str, *, signal: str | None = None) -> None:
-    """``scancel [--signal=SIG] J.S``: signal the step's task, or kill the step. A step (or job)
-    that already ended is not an error."""
-    check_step(step_id)
-    args = [f"--signal={signal}"] if signal else []
-    done = commands.run("scancel", [*args, step_id])
-    if done.returncode != 0 and not any(s in done.stderr.lower() for s in _ALREADY_DONE):
-        raise failure(done)
 
 
 class StepProcess:
