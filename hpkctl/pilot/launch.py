@@ -23,15 +23,16 @@ from hpkctl.sites.pilot import mem_mb
 
 
 def need_of(rendered: RenderedPod) -> Need:
-    """The pod's step: its CPUs, memory (else ``[pods] default_memory``, else ``[pilot] step_memory``),
-    GPUs, and the time it must be able to run (activeDeadlineSeconds + grace + 10 s)."""
+    """The pod's step: its CPUs, memory (else ``[pilot] step_memory``), GPUs, and the time it must be
+    able to run (activeDeadlineSeconds + grace + 10 s). ``[pods] default_memory`` (a Kubernetes
+    quantity, ``2Gi``) is in ``mem_mib`` already: the render applies it to a pod that requests none."""
     plan = rendered.plan
     profile = plan.profile
     if plan.mpi_flags:
         raise PodError("PilotUnsupported", "an MPI container starts its ranks with srun, which a pod that is itself "
                        "a job step cannot: run this pod without --pilot (one job of its own)")
     res = plan.resources
-    memory = res.mem_mib or mem_mb(profile.pods.default_memory) or mem_mb(profile.pilot.step_memory)
+    memory = res.mem_mib or mem_mb(profile.pilot.step_memory)
     gpus = sum(n for name, n in res.gres.items() if name.split(":")[0] == profile.gpu.gres_name)
     runtime = plan.active_deadline + plan.grace + 10 if plan.active_deadline else 0
     return Need(uid=plan.uid, cpus=max(res.cpus, 1), memory_mb=memory, gpus=gpus, runtime=runtime)

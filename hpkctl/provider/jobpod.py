@@ -304,7 +304,11 @@ class JobPodProvider:
 
     # ------------------------------------------------------------------ status
     def statuses(self, pods: Sequence[Watched], *, now: float | None = None) -> list[StatusReport]:
-        return self.rounds.statuses(pods, deleting=self._deleting, now=now)
+        return self.rounds.statuses(pods, deleting=self.deleting_uids(), now=now)
+
+    def deleting_uids(self) -> set[str]:
+        """The pods whose delete has begun: the status rounds leave them to it."""
+        return self._deleting
 
     def refresh_tokens(self, ref: PodRef, pod: Mapping[str, Any], objects: TokenSource) -> None:
         pod_dir = self._pod_dir(ref.uid)

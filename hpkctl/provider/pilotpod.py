@@ -26,12 +26,13 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpkctl.errors import PodError
 from hpkctl.jobs import NodeInfo, Slurm
-from hpkctl.jobs.steps import StepProcess
+from hpkctl.jobs.steps import StepProcess, is_step_id
 from hpkctl.pilot.launch import need_of, start_pod_step
 from hpkctl.pilot.plan import Need, unfit
 from hpkctl.pilot.pool import Pool
@@ -55,16 +56,38 @@ def pilot_enabled(profile: SiteProfile) -> SiteProfile:
     return profile.model_copy(update={"pilot": profile.pilot.model_copy(update={"enabled": True})})
 
 
+@dataclass
+class PilotPod:
+    """What this provider knows of one pod besides its record, in one place (one lock, ``_plock``):
+    the room it waits for, the srun of its step, and how far its delete has got."""
+
+    waiting: Need | None = None  # booked nowhere yet: create is asked again once an allocation has room
+    step: StepProcess | None = None  # the srun of its step, while this process started it
+    deleting: bool = False  # a delete has begun (the status rounds leave it to the delete)
+    term_sent: float | None = None  # monotonic time the step's task got TERM (the stop sequence began)
+    cancelled: float | None = None  # monotonic time the step was cancelled (the delete's last part)
+
+
 class PilotPodProvider(JobPodProvider):
     """:class:`~hpkctl.provider.api.PodProvider` whose pods are steps of held allocations."""
 
     def __init__(self, *, slurm: Slurm, profile: SiteProfile, records: Records, node: str, state_dir: Path) -> None:
         super().__init__(slurm=slurm, profile=pilot_enabled(profile), records=records)
         self.pool = Pool(slurm, self.profile, owner="kubelet", node=node, state_dir=state_dir)
-        self._steps: dict[str, StepProcess] = {}
-        self._pending: dict[str, Need] = {}
-        self._cancelled: dict[str, float] = {}  # uid -> when its step was cancelled (the delete's last part)
+        self._pods: dict[str, PilotPod] = {}  # uid -> its state; under _plock
         self._plock = threading.Lock()
+
+    def _pod(self, uid: str) -> PilotPod:
+        """The pod's state, made on first use (call with ``_plock`` held)."""
+        return self._pods.setdefault(uid, PilotPod())
+
+    def _waiting(self) -> list[Need]:
+        with self._plock:
+            return [p.waiting for p in self._pods.values() if p.waiting is not None]
+
+    def deleting_uids(self) -> set[str]:
+        with self._plock:
+            return {uid for uid, p in self._pods.items() if p.deleting}
 
     @property
     def profile(self) -> SiteProfile:
@@ -118,13 +141,12 @@ class PilotPodProvider(JobPodProvider):
             spot = self.pool.place(need)
         if spot is None:
             with self._plock:
-                self._pending[ref.uid] = need
-                pending = list(self._pending.values())
-            self.pool.tick(pending)
+                self._pod(ref.uid).waiting = need
+            self.pool.tick(self._waiting())
             self._park(ref.uid, rendered)  # kept while it waits for room: no re-render, no GETs, no token
             return Created(Outcome.RETRY, retry_after=WAIT_FOR_ROOM, warnings=tuple(rendered.warnings))
         with self._plock:
-            self._pending.pop(ref.uid, None)
+            self._pod(ref.uid).waiting = None
         root = Path(rendered.plan.pod_dir)
         rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=str(root), state=SUBMITTING,
                         submitted=time.time())
@@ -136,63 +158,65 @@ class PilotPodProvider(JobPodProvider):
             self.pool.done(ref.uid)
             raise
         with self._plock:
-            self._steps[ref.uid] = proc
+            self._pod(ref.uid).step = proc
         notes = self._submitted(ref, rec, spot[0])
         log.info("pod %s: step of pilot allocation %s on %s (%d CPUs, %d MB)", ref.key, spot[0], spot[1], need.cpus,
                  need.memory_mb)
         return Created(Outcome.SUBMITTED, job_id=spot[0], notes=notes, warnings=tuple(rendered.warnings))
 
     def delete(self, ref: PodRef, *, grace: float | None, pod: Mapping[str, Any], report: bool = True) -> Deletion:
-        with self._plock:
-            self._pending.pop(ref.uid, None)
         rec = self._rec(ref.uid)
         if rec is None or rec.state == STOPPED or not rec.pod_dir:
+            with self._plock:
+                self._pods.pop(ref.uid, None)
             return super().delete(ref, grace=grace, pod=pod, report=report)
         pd = PodDir(Path(rec.pod_dir))
         step = (pd.read(JOB_ID) or "").strip()
-        killing = ref.uid not in self._deleting and not pd.exists(POD_DONE)
-        self._deleting.add(ref.uid)
-        if "." in step and not pd.exists(POD_DONE):
-            sent = self._term_sent.get(ref.uid)
+        now = time.monotonic()
+        with self._plock:
+            state = self._pod(ref.uid)
+            state.waiting = None
+            killing = not state.deleting and not pd.exists(POD_DONE)
+            state.deleting = True
+            sent, proc = state.term_sent, state.step
+        if is_step_id(step) and not pd.exists(POD_DONE):
             if sent is None:
                 mark_deleting(pd)
                 self.slurm.cancel_step(step, signal="TERM")
-                self._term_sent[ref.uid] = time.monotonic()
+                with self._plock:
+                    state.term_sent = now
                 return Deletion(done=False, job_id=rec.job_id, recheck_after=DELETE_CHECK, killing=killing)
-            if time.monotonic() - sent < stop_wait(pod.get("spec") or {}, grace=grace, margin=STOP_MARGIN):
+            if now - sent < stop_wait(pod.get("spec") or {}, grace=grace, margin=STOP_MARGIN):
                 return Deletion(done=False, job_id=rec.job_id, recheck_after=DELETE_CHECK, killing=killing)
-        with self._plock:
-            proc = self._steps.get(ref.uid)
-        if ref.uid not in self._cancelled:
-            if "." in step:
+        if state.cancelled is None:
+            if is_step_id(step):
                 self.slurm.cancel_step(step)
-            self._cancelled[ref.uid] = time.monotonic()
+            with self._plock:
+                state.cancelled = now
         if proc is not None and proc.poll() is None:
             # The step is cancelled and its srun ends with it: look again rather than hold the
             # worker (the Protocol's delete never blocks); an srun still there SRUN_EXIT_WAIT
             # after the cancel is killed, so its books are not kept for ever.
-            if time.monotonic() - self._cancelled[ref.uid] < SRUN_EXIT_WAIT:
+            if now - (state.cancelled or now) < SRUN_EXIT_WAIT:
                 return Deletion(done=False, job_id=rec.job_id, recheck_after=DELETE_CHECK, killing=killing)
             proc.kill()
             proc.poll()
         with self._plock:
-            self._steps.pop(ref.uid, None)
-        self._cancelled.pop(ref.uid, None)
+            self._pods.pop(ref.uid, None)
         self.pool.done(ref.uid)
         final = final_report(ref.uid, Path(rec.pod_dir), pod) if report else None
         rec.state, rec.stopped = STOPPED, time.time()
         self._save(rec)
-        self._term_sent.pop(ref.uid, None)
-        self._deleting.discard(ref.uid)
         self.rounds.forget(ref.uid)
         return Deletion(done=True, job_id=rec.job_id, killing=killing, cancelled=True, final=final)
 
     def statuses(self, pods: Sequence[Watched], *, now: float | None = None) -> list[StatusReport]:
         with self._plock:
-            ended = [uid for uid, proc in self._steps.items() if proc.poll() is not None]
+            ended = [uid for uid, p in self._pods.items() if p.step is not None and p.step.poll() is not None
+                     and not p.deleting]
             for uid in ended:
-                del self._steps[uid]
-            pending = list(self._pending.values())
+                del self._pods[uid]
+            pending = [p.waiting for p in self._pods.values() if p.waiting is not None]
         for uid in ended:
             self.pool.done(uid)
         try:
