@@ -5,8 +5,8 @@ predecessor ends they would start), then the kubelet job and the control-plane j
 ``scancel --signal=TERM --batch`` (the batch shell is the bootstrap, which stops its components in
 reverse order), a bounded wait, then ``scancel``. With ``all_pods`` the kubelet's pods are then stopped
 through the pod provider the kubelet used, as a delete stops them: the delete marker (so their status says
-deleted, not "reached its time limit"), TERM to the batch shell, each pod's own grace period, then
-``scancel`` (:mod:`hpkctl.provider.nodepods`: their jobs found in the kubelet's records and cross-checked
+deleted, not "reached its time limit"), TERM to the batch shell (in pilot mode to the pod's step), each
+pod's own grace period, then ``scancel``; a pilot kubelet's allocations are released after its pods (:mod:`hpkctl.provider.nodepods`: their jobs found in the kubelet's records and cross-checked
 with the uid in each job's comment, never from the pods' annotations, which pod authors can write;
 :func:`recorded_jobs`, which ``hpkctl status`` uses for the same reason).
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from hpkctl.controlplane.clusterview import label_of
 from hpkctl.controlplane.launch import CONTROLPLANE, KUBELET
 from hpkctl.provider.jobpod import JobPodProvider
-from hpkctl.provider.nodepods import node_jobs, stop_node_pods
+from hpkctl.provider.nodepods import node_jobs, node_provider as provider_of_node, stop_node_pods
 
 if TYPE_CHECKING:
     from hpkctl.controlplane.lifecycle import Cluster
@@ -61,8 +61,8 @@ def _stop_job(cluster: Cluster, job_id: str, what: str, wait: float) -> tuple[st
 
 
 def node_provider(cluster: Cluster) -> JobPodProvider:
-    """The job-per-pod provider on the cluster's kubelet's records (what it left of its pods)."""
-    return JobPodProvider.for_node(slurm=cluster.slurm, profile=cluster.profile, node_name=cluster.node_name)
+    """The provider the cluster's kubelet used (job-per-pod, or pilot mode), on its records."""
+    return provider_of_node(cluster.slurm, cluster.profile, cluster.node_name)
 
 
 def recorded_jobs(cluster: Cluster) -> dict[str, str]:

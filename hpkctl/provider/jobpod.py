@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from hpkctl.errors import HpkError, PodError
-from hpkctl.jobs import Slurm, SlurmTimeout, SubmitError
+from hpkctl.jobs import JobInfo, Slurm, SlurmTimeout, SubmitError
 from hpkctl.pod import pod_dir_for, render_pod, write_pod_dir
 from hpkctl.pod.lifecycle import stop_wait
 from hpkctl.pod.render import RenderedPod
+from hpkctl.pod.flags import uid_from_comment
 from hpkctl.pod.paths import EXITCODE, JOB_STARTED, POD_DONE, STARTED, PodDir
 from hpkctl.pod.status import container_done
 from hpkctl.provider.adopt import JobFinder, ran_before, terminal_phase
@@ -297,6 +298,22 @@ class JobPodProvider:
         self._deleting.discard(ref.uid)
         self.rounds.forget(ref.uid)
         return Deletion(done=True, job_id=job_id, killing=killing, cancelled=cancelled, final=final)
+
+    # ------------------------------------------------------------------ what a kubelet left (stop --all)
+    def owns_job(self, uid: str, comment: str) -> bool:
+        """Whether a job with ``comment`` may be pod ``uid``'s (its comment names the uid): a record's
+        job id alone is never trusted to cancel (issue 20.10)."""
+        return uid_from_comment(comment) == uid
+
+    def stoppable(self, uid: str, job: JobInfo | None) -> str:
+        """What a delete of pod ``uid`` still has to end, given Slurm's view of its job: the job's id,
+        or "" when nothing runs."""
+        rec = self._rec(uid)
+        return rec.job_id if rec is not None and rec.job_id and job is not None and not ended(job) else ""
+
+    def release(self) -> list[str]:
+        """Give back what this provider holds for pods to come (nothing: a job per pod); the job ids."""
+        return []
 
     def _live_jobs(self) -> list[str]:
         with self._lock:

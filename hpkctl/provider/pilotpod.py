@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hpkctl.errors import PodError
-from hpkctl.jobs import NodeInfo, Slurm
+from hpkctl.jobs import JobInfo, NodeInfo, Slurm
 from hpkctl.jobs.steps import StepProcess, is_step_id
 from hpkctl.pilot.launch import need_of, start_pod_step
 from hpkctl.pilot.plan import Need, unfit
@@ -48,6 +48,7 @@ from hpkctl.sites.schema import SiteProfile
 
 log = logging.getLogger("hpkctl.provider.pilotpod")
 SRUN_EXIT_WAIT = 30.0  # seconds a cancelled step's srun has to end before it is killed
+PILOT_OWNER = "kubelet"  # the owner in a pilot kubelet's allocation comments (hpk-pilot kubelet=kubelet node=N)
 WAIT_FOR_ROOM = 1.0  # seconds before create is asked again while an allocation is being requested
 
 
@@ -73,7 +74,7 @@ class PilotPodProvider(JobPodProvider):
 
     def __init__(self, *, slurm: Slurm, profile: SiteProfile, records: Records, node: str, state_dir: Path) -> None:
         super().__init__(slurm=slurm, profile=pilot_enabled(profile), records=records)
-        self.pool = Pool(slurm, self.profile, owner="kubelet", node=node, state_dir=state_dir)
+        self.pool = Pool(slurm, self.profile, owner=PILOT_OWNER, node=node, state_dir=state_dir)
         self._pods: dict[str, PilotPod] = {}  # uid -> its state; under _plock
         self._plock = threading.Lock()
 
@@ -234,6 +235,28 @@ class PilotPodProvider(JobPodProvider):
                 self.pool.done(report.uid)
             out.append(report)
         return out
+
+    # ------------------------------------------------------------------ what a kubelet left (stop --all)
+    def owns_job(self, uid: str, comment: str) -> bool:
+        """A pilot pod's recorded job is this kubelet's allocation (its comment names the kubelet and
+        node, never a pod): the pod's step in it is in the pod directory."""
+        return comment == self.pool.comment
+
+    def stoppable(self, uid: str, job: JobInfo | None) -> str:
+        """The pod's step (``J.S``) while its allocation runs and the pod has not finished; else ""."""
+        rec = self._rec(uid)
+        if rec is None or not rec.pod_dir or job is None or job.state != "RUNNING":
+            return ""
+        pd = PodDir(Path(rec.pod_dir))
+        step = (pd.read(JOB_ID) or "").strip()
+        return step if is_step_id(step) and step.split(".")[0] == rec.job_id and not pd.exists(POD_DONE) else ""
+
+    def release(self) -> list[str]:
+        """Cancel every allocation of this kubelet (``hpkctl stop --all``, once its pods are stopped)."""
+        self.pool.adopt()
+        held = [h.job_id for h in self.pool.helds()]
+        self.pool.release_all()
+        return held
 
     def capacity_nodes(self) -> list[NodeInfo]:
         """The node's capacity in pilot mode: the held allocations' shares, plus what the allocations

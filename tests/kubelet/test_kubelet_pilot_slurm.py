@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import Cluster, running_cluster
+from tests.support.cluster import Cluster, _as_hpk, running_cluster
+from tests.support.hpk import VENV_BIN
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
@@ -132,5 +133,42 @@ def test_a_restarted_kubelet_adopts_its_allocation_and_the_running_step(cluster:
         assert (out / "runs").read_text() == "ran\n"  # once: adopted, not started again
         assert cluster.job_id("pilot-adopt") == job
         assert squeue(f"--jobs={job}", "--format=%T").strip() == "RUNNING"  # still held, not orphaned twice
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_stop_all_ends_the_pilot_pods_with_their_grace_then_releases_the_allocations(cluster: Cluster) -> None:
+    """``hpkctl stop --all`` after a pilot kubelet: its pod's recorded job is the allocation (whose
+    comment names no pod), and it is stopped all the same, through the pilot provider: the delete
+    marker (its status says deleted, not a time limit), TERM to its step (the container's handler
+    runs within the grace period), the step cancelled; then the kubelet's allocations are released.
+    Last in the module: the kubelet is stopped first, as stop --all stops it."""
+    out = Path(tempfile.mkdtemp(prefix="hpk-pilot-", dir="/tmp"))
+    out.chmod(0o777)
+    try:
+        pod = out_pod("pilot-stopall", "trap 'echo got TERM >/out/term; exit 0' TERM; : >/out/trapped; "
+                      "while :; do sleep 0.2; done", out, terminationGracePeriodSeconds=20)
+        uid = cluster.create(pod)["metadata"]["uid"]
+        cluster.wait_phase("pilot-stopall", "Running", timeout=120)
+        wait_for("the container's TERM trap", (out / "trapped").exists, timeout=60)
+        job = cluster.job_id("pilot-stopall")
+        cluster.held.add(job)  # type: ignore[attr-defined]
+        assert cluster.stop_process(cluster.kubelet) is not None
+        # its own [controlplane] state_dir: stop --all must never reach another cluster of user hpk
+        site = cluster.root / "site-stop.toml"
+        site.write_text(cluster.profile.read_text() + f'\n[controlplane]\nstate_dir = "{cluster.root / "cp"}"\n')
+        site.chmod(0o644)
+        r = subprocess.run(_as_hpk([str(VENV_BIN / "hpkctl"), "stop", "--site", str(site), "--all"],
+                                   home=cluster.home), capture_output=True, text=True, timeout=180, check=False)
+        assert r.returncode == 0, r.stderr
+        assert "pods: stopping 1 pilot step(s) of the node's pods, each with its grace period: " f"{job}." \
+            in r.stderr, r.stderr
+        assert f"released the kubelet's pilot allocation(s) {job}" in r.stderr, r.stderr
+        assert (out / "term").read_text() == "got TERM\n"  # the pod's own stop sequence, not a kill
+        status = cluster.root / "hpk-state" / "pods" / uid / "status"
+        reason, _, message = (status / "pod.failed").read_text().partition("\n")
+        assert reason == "Terminated" and "the pod was deleted" in message, (reason, message)
+        assert (status / "c.exitcode").read_text().strip() == "0"
+        assert squeue(f"--jobs={job}", "--states=PENDING,RUNNING", "--format=%i").strip() == ""  # released
     finally:
         shutil.rmtree(out, ignore_errors=True)
