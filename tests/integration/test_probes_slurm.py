@@ -19,6 +19,7 @@ import pytest
 
 from tests.support.ci import HPK_USER
 from tests.support.hpk import Hpk, pod, unique
+from tests.support.waiting import wait_for as until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 BUSYBOX = "busybox:1.36"
@@ -160,17 +161,27 @@ def test_failing_exec_startup_probe_kills_the_container(fast: Hpk) -> None:
 
 @pytest.mark.parametrize("mode", ["host", "cni"])
 def test_tcp_probe_in_both_network_modes(fast: Hpk, mode: str) -> None:
+    """TCP probes reach the server where the pod runs, in both network modes: readiness makes the
+    container ready (READY 1/1), and liveness passes. Each liveness try rewrites its output file in
+    the pod directory as it starts, and with failureThreshold 1 a failed try stops the container and
+    ends its probes: so a second try proves the first one passed, and the container never restarted."""
     name, site, port = unique(f"tcp-{mode}"), SITES[mode], random.randint(20000, 40000)
-    server = httpd("web", f"sleep 2; exec httpd -f -p {port} -h /tmp",
+    server = httpd("web", f"exec httpd -f -p {port} -h /tmp",
                    readinessProbe={"tcpSocket": {"port": port}, "periodSeconds": 1},
-                   livenessProbe={"tcpSocket": {"port": port}, "initialDelaySeconds": 5, "periodSeconds": 1})
+                   livenessProbe={"tcpSocket": {"port": port}, "initialDelaySeconds": 2, "periodSeconds": 1,
+                                  "failureThreshold": 1})
     r = fast.run(pod(name, [server], restartPolicy="Always"), site=site, extra=("--detach",))
     assert r.rc == 0, r.output
     try:
         text, st = wait_for(fast, name, site, lambda t, s: _row(t, name)[1] == "1/1")
-        time.sleep(3)  # liveness passes too: no restart
+        pod_dir = Path(st["podDir"])
+        tries = pod_dir / "run" / "web.liveness.probe"
+        first = until("the liveness probe's first try", lambda: tries.exists() and tries.stat().st_mtime_ns)
+        until("a second liveness try", lambda: tries.stat().st_mtime_ns != first)
         text, st = _status(fast, name, site)
         assert _main(st)["restartCount"] == 0 and _main(st)["ready"] is True, text
         assert st["status"]["podIP"]
+        probes_log = pod_dir / "logs" / "web.probes.log"
+        assert "Liveness" not in (probes_log.read_text() if probes_log.exists() else ""), probes_log.read_text()
     finally:
         _delete(fast, name, site)

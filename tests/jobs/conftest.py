@@ -131,17 +131,28 @@ def cluster() -> dict[str, Any]:
     }
 
 
+def _own_leftovers(path: Path) -> list[str]:
+    """Ids of the jobs named TEST_JOB_NAME still queued whose working directory is ``path``: the
+    ones this session submitted (its drivers run there). Others of user hpk are left alone: several
+    people's test sessions share that user and this Slurm."""
+    out = _run(_as_hpk(["squeue", "--me", "--noheader", f"--name={TEST_JOB_NAME}", "--format=%i %Z"])).stdout
+    return [job for job, _, workdir in (ln.partition(" ") for ln in out.splitlines())
+            if Path(workdir.strip()) == path]
+
+
 @pytest.fixture(scope="session")
 def hpk_dir() -> Iterator[Path]:
-    """A directory the user hpk owns, for job scripts and their output; leftover test jobs are
-    cancelled at the end of the session."""
+    """A directory the user hpk owns, for job scripts and their output; this session's leftover test
+    jobs are cancelled, by id, at its end."""
     path = Path(tempfile.mkdtemp(prefix="hpkctl-jobs-", dir="/tmp"))
     if os.geteuid() == 0 and _user_exists(HPK_USER):
         shutil.chown(path, HPK_USER, HPK_USER)
     path.chmod(0o755)
     yield path
     if slurm_problem() is None:
-        _run(_as_hpk(["scancel", f"--name={TEST_JOB_NAME}"]))
+        left = _own_leftovers(path)
+        if left:
+            _run(_as_hpk(["scancel", *left]))
     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slurm
 DRIVER = Path(__file__).parent / "pilot_driver.py"
 HOLDER = str(data_dir("sbatch") / "pilot-holder.sh")
 COMMENT = "hpk-pilot kubelet=test node=pilot-test"
-TEST_JOB_NAME = "hpkctl-jobs-test"  # the jobs conftest cancels leftovers of this name after the session
+TEST_JOB_NAME = "hpkctl-jobs-test"  # the jobs conftest cancels this session's leftovers of this name (run in hpk_dir)
 
 
 def drive(hpk_dir: Path, conf: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:

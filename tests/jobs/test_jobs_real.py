@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.slurm
 
-JOB_NAME = "hpkctl-jobs-test"  # conftest cancels leftovers of this name after the session
+JOB_NAME = "hpkctl-jobs-test"  # conftest cancels this session's leftovers of this name (run in hpk_dir)
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL"}
 

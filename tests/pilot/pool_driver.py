@@ -1,8 +1,8 @@
 """Drives a pilot ``Pool`` on the real Slurm in a process of user hpk: ``python pool_driver.py
 renewal|across STATE_DIR OWNER``. Prints one JSON object (see test_pilot_pool_slurm.py).
 
-renewal: ci's profile with a short allocation (2 CPUs for 2 minutes, renewal margin 55 s): a successor
-is due once the first allocation has less than 110 s left, and it stops taking pods at 55 s.
+renewal: ci's profile with Slurm's shortest allocation (2 CPUs for 1 minute, renewal margin 28 s): a
+successor is due once the first allocation has less than 56 s left, and it stops taking pods at 28 s.
 across: ci-multi's profile with allocations of two whole nodes: pods packed across their nodes."""
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from hpkctl.pilot.plan import Need
 from hpkctl.pilot.pool import Pool
 from hpkctl.sites import load_site
 from tests.support.waiting import wait_for
+
+#: renewal's margin (s): a successor is due at 2 x MARGIN left, the last MARGIN take no pods. Just under
+#: half of Slurm's shortest limit, a minute: the test waits the first allocation's 60 - MARGIN s.
+MARGIN = 28
 
 
 def across(state: Path, owner: str) -> dict[str, object]:
@@ -49,8 +53,8 @@ def main() -> None:
         return
     state, owner = Path(sys.argv[2]), sys.argv[3]
     ci = load_site("ci")
-    pilot = ci.pilot.model_copy(update={"enabled": True, "cpus": 2, "memory": "512M", "time_limit": "2",
-                                        "renewal_margin": 55, "idle_release": 10, "max_allocations": 2})
+    pilot = ci.pilot.model_copy(update={"enabled": True, "cpus": 2, "memory": "512M", "time_limit": "1",
+                                        "renewal_margin": MARGIN, "idle_release": 10, "max_allocations": 2})
     profile = ci.model_copy(update={"pilot": pilot})
     slurm = Slurm(profile.slurm)
     pool = Pool(slurm, profile, owner=owner, node="renewal", state_dir=state)
@@ -60,7 +64,7 @@ def main() -> None:
         out["first"] = first
         proc = slurm.start_step(first, ["sleep", "2"], name="p1", node="", cpus=1, memory_mb=100,
                                 output=state / "p1.out", workdir=state, srun_log=state / "p1.srun")
-        # the successor: requested once the first has less than 2 x 55 s left, while it holds a pod
+        # the successor: requested once the first has less than 2 x MARGIN s left, while it holds a pod
         def successor() -> str | None:
             pool.refresh()
             pool.tick([])
@@ -73,7 +77,8 @@ def main() -> None:
         out["first_left_when_successor_ran"] = round(held[first].left(time.time()))
         # once the first has less than the margin left, new pods go to the successor, although the
         # first has a CPU free and is the fuller one (p1 is still on the books there)
-        wait_for("the first allocation's last 55 s", lambda: held[first].left(time.time()) < 55, timeout=90, every=1)
+        wait_for(f"the first allocation's last {MARGIN} s", lambda: held[first].left(time.time()) < MARGIN,
+                 timeout=90, every=0.5)
         out["second_pod_in"] = find_spot(pool, Need("p2", 1, 100), timeout=30)[0]
         pool.done("p1")
         decision = pool.tick([])

@@ -1,5 +1,5 @@
 """hpkctl/pilot/pool.py on the real local Slurm, as user hpk: an allocation reaching its time limit
-with a successor in place (issue 23's proof, about 70 s), and pods packed across the nodes of a
+with a successor in place (issue 23's proof, about 35 s), and pods packed across the nodes of a
 whole-node allocation on the 3-node cluster."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.pilot.pool_driver import MARGIN
 from tests.support.slurm import MULTI_CONF, SINGLE_CONF, require_cluster
 
 pytestmark = pytest.mark.slurm
@@ -39,15 +40,15 @@ def drive(scenario: str) -> dict[str, Any]:
 
 
 def test_a_successor_takes_new_pods_before_the_first_allocation_ends() -> None:
-    """The first allocation (2 minutes) runs a pod; a successor is requested and runs while the first
-    still has more than the 55 s margin; the first pod finishes where it ran; a pod placed in the first
-    allocation's last 55 s goes to the successor, and the first, now empty and too short for any pod,
-    is released: nothing lost, nothing orphaned."""
+    """The first allocation (1 minute) runs a pod; a successor is requested and runs while the first
+    still has more than the renewal margin; the first pod finishes where it ran; a pod placed in the
+    first allocation's last margin goes to the successor, and the first, now empty and too short for
+    any pod, is released: nothing lost, nothing orphaned."""
     require_cluster(SINGLE_CONF, 1)
     got = drive("renewal")
     first, successor = got["first"], got["successor"]
     assert successor != first
-    assert got["first_left_when_successor_ran"] >= 55  # in place before the first stopped taking pods
+    assert got["first_left_when_successor_ran"] >= MARGIN  # in place before the first stopped taking pods
     assert got["p1_exit"] == 0  # the first pod finished in the first allocation
     assert got["second_pod_in"] == successor
     assert got["released"] == [first] and got["held_after"] == [successor]

@@ -185,7 +185,6 @@ def _clean_up(cluster: Cluster, pods: list[Obj]) -> None:
     for ns, names in by_ns.items():
         cluster.kubectl("delete", "pod", "-n", ns, "--grace-period=2", "--wait", "--timeout=90s", *names,
                         timeout=120, check=False)
-    time.sleep(1)
     q = subprocess.run(["squeue", "--noheader", "--all", "--format=%i %k"], capture_output=True, text=True,
                        check=False).stdout
     left = [ln.split()[0] for ln in q.splitlines()
