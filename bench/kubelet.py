@@ -354,10 +354,13 @@ def proc_status(pid: int) -> dict[str, int]:
 
 class Cluster:
     """The API stand-in, ``hpkctl scheduler`` and ``hpkctl kubelet`` as this user (hpk), with a
-    private site profile (``extends = "ci"``, its own state_dir) and the shims first on PATH."""
+    private site profile (``extends = "ci"``, its own state_dir) and the shims first on PATH.
+    ``pilot``: a ``[pilot]`` section's lines, and the kubelet runs with ``--pilot`` (bench/pilot.py);
+    ``node``: the node's name ([pods] node_name; a pilot kubelet's allocations are named after it)."""
 
-    def __init__(self, root: Path, args: argparse.Namespace, hpkctl: str) -> None:
-        self.root, self.args, self.hpkctl = root, args, hpkctl
+    def __init__(self, root: Path, args: argparse.Namespace, hpkctl: str, *, pilot: str | None = None,
+                 node: str = "hpk") -> None:
+        self.root, self.args, self.hpkctl, self.pilot, self.node = root, args, hpkctl, pilot, node
         self.api_state = root / "api"
         self.state = root / "hpk-state"
         self.profile = root / "site.toml"
@@ -366,8 +369,9 @@ class Cluster:
             kubelet.append(f"slurm_poll = {args.slurm_poll}")
         if args.status_poll is not None:
             kubelet.append(f"status_poll = {args.status_poll}")
-        self.profile.write_text(f'extends = "{args.site}"\n\n[pods]\nstate_dir = "{self.state}"\n\n'
-                                "[kubelet]\n" + "\n".join(kubelet) + "\n")
+        self.profile.write_text(f'extends = "{args.site}"\n\n[pods]\nstate_dir = "{self.state}"\nnode_name = "{node}"\n\n'
+                                "[kubelet]\n" + "\n".join(kubelet) + "\n"
+                                + ("" if pilot is None else f"\n[pilot]\n{pilot}\n"))
         self.state.mkdir()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.api: Api | None = None
@@ -386,15 +390,17 @@ class Cluster:
         self.api_state.mkdir()
         port = free_port()
         self._spawn("apiserver", [str(REPO / "ci" / "standin" / "kube-apiserver"), "--state-dir", str(self.api_state),
-                                  "--port", str(port), "--history-size", str(self.args.history_size),
+                                  "--port", str(port), "--node-name", self.node,
+                                  "--history-size", str(self.args.history_size),
                                   "--bookmark-interval", str(self.args.bookmark_interval)])
         self._until("the API stand-in", lambda: (self.api_state / "port").exists(), 30, "apiserver")
         self.api = Api(port, self.api_state / "pki")
         self._until("the API stand-in /readyz", lambda: self.api.call("GET", "/readyz")[1] == "ok", 30, "apiserver")
         self.start_scheduler()
         self._spawn("kubelet", [self.hpkctl, "kubelet", "--site", str(self.profile), "--kubeconfig",
-                                str(self.api_state / "kubelet.kubeconfig"), "--port", "0", "--address", "127.0.0.1"])
-        self._until("the node hpk to be Ready", self.node_ready, 60, "kubelet")
+                                str(self.api_state / "kubelet.kubeconfig"), "--port", "0", "--address", "127.0.0.1",
+                                *(["--pilot"] if self.pilot is not None else [])])
+        self._until(f"the node {self.node} to be Ready", self.node_ready, 60, "kubelet")
         self.watch = Watch(Api(port, self.api_state / "pki"))
         self.watch.start()
 
@@ -428,7 +434,7 @@ class Cluster:
 
     def node_ready(self) -> bool:
         assert self.api is not None
-        code, node = self.api.call("GET", "/api/v1/nodes/hpk")
+        code, node = self.api.call("GET", f"/api/v1/nodes/{self.node}")
         return code == 200 and any(c["type"] == "Ready" and c["status"] == "True"
                                    for c in node.get("status", {}).get("conditions", []))
 
@@ -505,6 +511,13 @@ class Bench:
         self.uids: set[str] = set()  # every pod created, for the final sweep
         self.bare_jobs: list[str] = []
         self.memory: list[dict[str, Any]] = []
+        # pilot mode: a pod's job id is its allocation's, which runs on for other pods: a pod has
+        # ended when its files say so, and its job is never waited for nor cancelled
+        self.steps = cluster.pilot is not None
+
+    def job_ids(self, ids: Iterable[str]) -> list[str]:
+        """The job ids to wait for (none in pilot mode: they are the held allocations)."""
+        return [] if self.steps else [j for j in ids if j]
 
     @property
     def api(self) -> Api:
@@ -542,7 +555,7 @@ class Bench:
         self.watch.wait(f"{len(names)} pod(s) to be deleted",
                         lambda: all((s := self.watch.pods.get(n)) is None or s.deleted for n in names), timeout)
         jobs = [s.job_id for n in names if (s := self.watch.get(n)) and s.job_id]
-        left = self.calls.wait_ended(jobs, timeout=120)
+        left = self.calls.wait_ended(self.job_ids(jobs), timeout=120)
         if left:
             log(f"{len(left)} job(s) still not ended after their pods were deleted: cancelling them")
             self.calls.cancel(left)
@@ -641,7 +654,7 @@ class Bench:
         if not ok or phase != "Succeeded":
             log(f"pod {name} (job {seen.job_id or '?'}) ended as {phase or 'nothing'}; kubelet log tail:\n"
                 + self.cluster.log("kubelet")[-2000:])
-        self.calls.wait_ended([seen.job_id] if seen.job_id else [])
+        self.calls.wait_ended(self.job_ids([seen.job_id]))
         counted = self.calls.take()
         _, cl = self.delete([name], 60)
         # "running" may be missed if the pod ended within one status round: then it is absent
@@ -835,7 +848,7 @@ class Bench:
     def sweep(self) -> None:
         """Cancel whatever this run left in Slurm: jobs of every pod created here (found by the
         uid in their comment) and every bare job (real scancel, uncounted)."""
-        left = self.calls.jobs_of_uids(self.uids)
+        left = [] if self.steps else self.calls.jobs_of_uids(self.uids)
         st = self.calls.states(self.bare_jobs) if self.bare_jobs else {}
         left += [j for j, s in st.items() if s not in TERMINAL]
         if left:
