@@ -69,6 +69,7 @@ class Pool:
                 share = NodeShare(found[0].cpus, found[0].memory_mb, found[0].gpus)
         self.rules = rules_for(profile, node_share=share)
         self._helds: dict[str, Held] = {}
+        self._asked: float | None = None  # when refresh last asked Slurm (its clock)
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ books
@@ -139,25 +140,36 @@ class Pool:
 
     # ------------------------------------------------------------------ Slurm
 
-    def refresh(self) -> list[str]:
+    def refresh(self, *, max_age: float = 0.0) -> list[str]:
         """Ask Slurm about every allocation (one squeue; scontrol for those not yet known running):
-        states, ends, nodes. Allocations that ended leave the books; the uids placed in them are returned."""
+        states, ends, nodes. Allocations that ended leave the books; the uids placed in them are returned.
+        ``max_age``: books asked about less than this many seconds ago are taken as they are (no Slurm
+        call): each pod waiting for room retries every second, and one squeue serves them all."""
         with self._lock:
             ids = list(self._helds)
+            if max_age > 0 and self._asked is not None and self.clock() - self._asked < max_age:
+                return []
         if not ids:
             return []
+        asked = self.clock()
         states = self.slurm.query(ids)
+        with self._lock:
+            self._asked = asked
         lost: list[str] = []
         for job_id in ids:
             info = states.get(job_id)
             state = info.state if info else "GONE"
             details = None
             with self._lock:
-                held = self._helds[job_id]
-                need_details = state == RUNNING and (held.state != RUNNING or not held.nodes)
+                held = self._helds.get(job_id)  # None: released meanwhile (tick, another thread)
+                need_details = held is not None and state == RUNNING and (held.state != RUNNING or not held.nodes)
+            if held is None:
+                continue
             if need_details:
                 details = self.slurm.allocation(job_id)
             with self._lock:
+                if self._helds.get(job_id) is not held:
+                    continue
                 if state not in (RUNNING, *WAITING):
                     lost += list(held.pods)
                     del self._helds[job_id]

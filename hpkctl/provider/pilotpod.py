@@ -137,8 +137,8 @@ class PilotPodProvider(JobPodProvider):
         if why:
             raise PodError("PilotTooLarge", why)
         spot = self.pool.place(need)
-        if spot is None:
-            self.pool.refresh()
+        if spot is None:  # at most one squeue a WAIT_FOR_ROOM for all the pods that wait for room
+            self.pool.refresh(max_age=WAIT_FOR_ROOM)
             spot = self.pool.place(need)
         if spot is None:
             with self._plock:

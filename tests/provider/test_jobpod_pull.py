@@ -84,7 +84,7 @@ def test_a_pilot_pod_waiting_for_room_is_rendered_once(tmp_path: Path, monkeypat
         def place(self, need: Any) -> None:
             return None  # no allocation has room (one is being requested)
 
-        def refresh(self) -> None:
+        def refresh(self, *, max_age: float = 0.0) -> None:
             pass
 
         def tick(self, pending: Any) -> None:
