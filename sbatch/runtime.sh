@@ -46,20 +46,20 @@ hpk_fail() {
 # device bind (and skip). Sets HPK_MEMORY_REAL, which the EXIT trap removes.
 hpk_memory_dir() {
   local parent template
-  parent="$HPK_MEMORY_ROOT/hpk-$(id -u)"
+  parent="$HPK_MEMORY_ROOT/hpk-$EUID"
   template="$parent/pod.XXXXXXXX"
   mkdir -m 0700 -- "$parent" 2>/dev/null
   hpk_own_dir "$parent" || template="$parent.XXXXXXXX"
   HPK_MEMORY_REAL=$(mktemp -d -- "$template") \
     || hpk_fail MemoryDirRefused "cannot create the pod's memory directory in $HPK_MEMORY_ROOT ([pods] memory_dir)"
   export HPK_MEMORY_REAL
-  mkdir -p -- "$HPK_POD_DIR/run" && ln -sfn -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_DIR" && mkdir -- "$HPK_MEMORY_REAL/.dev-shm" \
+  mkdir -p -- "$HPK_POD_DIR/run" "$HPK_MEMORY_REAL/.dev-shm" && ln -sfn -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_DIR" \
     || hpk_fail MemoryDirRefused "cannot prepare the pod's memory directory $HPK_MEMORY_REAL"
 }
 
 # hpk_own_dir DIR: DIR is a directory (not a link) of this user's with mode 0700; else it says so.
 hpk_own_dir() {
-  [ ! -L "$1" ] && [ -d "$1" ] && [ "$(stat -c %u:%a -- "$1")" = "$(id -u):700" ] && return 0
+  [ ! -L "$1" ] && [ -d "$1" ] && [ "$(stat -c %u:%a -- "$1")" = "$EUID:700" ] && return 0
   printf 'hpkctl: %s on %s is not a directory of %s with mode 0700 (another user may have made it): not used\n' \
     "$1" "$(hostname -s)" "$(id -un)" >&2
   return 1
@@ -462,7 +462,14 @@ hpk_oom_kills() {
           || files+=("$dir/user.slice/user-$UID.slice/user@$UID.service/user.slice/memory.events") ;;
     esac
   done <"${HPK_PROC_CGROUP:-/proc/self/cgroup}"
-  cat -- /dev/null ${files[@]+"${files[@]}"} 2>/dev/null | awk '$1 == "oom_kill" { n += $2 } END { print n + 0 }'
+  # summed here, not by cat | awk: this runs before every container start (two processes fewer)
+  local n=0 key value
+  for dir in ${files[@]+"${files[@]}"}; do
+    { while read -r key value _; do
+        [ "$key" = oom_kill ] && [[ $value =~ ^[0-9]+$ ]] && n=$((n + value))
+      done <"$dir"; } 2>/dev/null
+  done
+  printf '%s\n' "$n"
 }
 
 # hpk_run NAME POLICY FUNCTION: run a container, restarting it as restartPolicy says, with the
@@ -712,16 +719,19 @@ hpk_read_secrets() {
 # hpk_pod_part: inside the pod's network (the node's, or the parent container's namespace).
 hpk_pod_part() {
   trap hpk_terminate TERM INT
-  HPK_POD_IP=$(hostname -I 2>/dev/null | cut -d' ' -f1)
+  if [ -z "${HPK_POD_IP:-}" ]; then  # in the parent container's network namespace (cni mode)
+    HPK_POD_IP=$(hostname -I 2>/dev/null)
+    HPK_POD_IP=${HPK_POD_IP%% *}
+  fi
   HPK_POD_IP=${HPK_POD_IP:-127.0.0.1}
   HPK_HOST_IP=${HPK_HOST_IP:-$HPK_POD_IP}
   hpk_put pod.ip "$HPK_POD_IP"
   hpk_put host.ip "$HPK_HOST_IP"
-  local name
-  mkdir -p "$HPK_POD_DIR/etc" "$HPK_POD_DIR/run" || hpk_fail PodSetupFailed "cannot create $HPK_POD_DIR/etc and run"
-  for name in $(hpk_names); do
-    mkdir -p "$HPK_POD_DIR/tmp/$name" || hpk_fail PodSetupFailed "cannot create the /tmp of container $name"
-  done
+  local i
+  local -a dirs=("$HPK_POD_DIR/etc" "$HPK_POD_DIR/run")
+  for ((i = 0; i < ${#HPK_INIT[@]}; i += 3)); do dirs+=("$HPK_POD_DIR/tmp/${HPK_INIT[i]}"); done
+  for ((i = 0; i < ${#HPK_MAIN[@]}; i += 3)); do dirs+=("$HPK_POD_DIR/tmp/${HPK_MAIN[i]}"); done
+  mkdir -p ${dirs[@]+"${dirs[@]}"} || hpk_fail PodSetupFailed "cannot create $HPK_POD_DIR/etc, run and the containers' /tmp"
   hpk_load_secrets
   hpk_pod_setup
   hpk_start_containers
@@ -837,15 +847,20 @@ hpk_host_part() {
   trap hpk_host_exit EXIT
   hpk_put job.started "$(hpk_now)"
   hpk_deadline
-  hpk_put job.node "$(hostname -s)"
+  local short=''
+  # the kernel's host name up to its first dot, as `hostname -s` says, read without a process
+  { read -r short </proc/sys/kernel/hostname; } 2>/dev/null && short=${short%%.*}
+  hpk_put job.node "${short:-$(hostname -s)}"
   hpk_put job.id "${SLURM_JOB_ID:-none}${HPK_PILOT:+.${SLURM_STEP_ID:-}}"  # pilot mode: JOB.STEP
-  HPK_HOST_IP=$(hostname -I 2>/dev/null | cut -d' ' -f1)
+  HPK_HOST_IP=$(hostname -I 2>/dev/null)
+  HPK_HOST_IP=${HPK_HOST_IP%% *}  # the first address (no cut: a process fewer on the way to the container)
   export HPK_HOST_IP
   hpk_memory_dir
   hpk_host_setup
   if declare -F hpk_parent >/dev/null; then
     hpk_in_parent
   else
+    HPK_POD_IP=$HPK_HOST_IP  # the node's network: the pod's address is the node's
     hpk_pod_part
   fi
 }
@@ -1151,6 +1166,7 @@ hpk_main() {
   case ${1:-} in
     pod-part)
       HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
+      HPK_POD_IP=''  # the parent container's own address, asked for in hpk_pod_part
       hpk_pod_part ;;
     exec)
       shift
