@@ -31,9 +31,11 @@ benchmark's own waits use the real binaries). Goals from issue 23 are printed ne
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -463,7 +465,9 @@ def main() -> int:
     sub = {name: root / name for name in ("jpp", "pilot", "inproc")}
     for d in sub.values():
         d.mkdir()
-    site_pilot = pilot_toml(args, args.pilot_cpus, args.pilot_allocations) + "\nidle_release = 60"
+    # idle_release 600: an idle pilot kubelet never refreshes its books (no status round without pods), so
+    # its allocation could end by itself (after 2 x idle_release) between two sections unseen
+    site_pilot = pilot_toml(args, args.pilot_cpus, args.pilot_allocations) + "\nidle_release = 600"
     pilot_cluster = kb.Cluster(sub["pilot"], args, hpkctl, pilot=site_pilot, node=f"bench-pilot-{tag}")
     jpp_cluster = None if args.no_job_per_pod else kb.Cluster(sub["jpp"], args, hpkctl)
     ip_profile = sub["inproc"] / "site.toml"
@@ -474,84 +478,82 @@ def main() -> int:
     print(f"# pilot     kubelet --pilot, [pilot] {site_pilot.replace(chr(10), '; ')}; in-process: 4 CPUs; "
           f"sizes -n {args.n} --stream {args.stream} --pods {args.pods} --memory-pods "
           f"{args.memory_pods}", flush=True)
-    results: dict[str, Any] = {"environment": env_lines, "args": vars(args)}
-    benches: list[kb.Bench] = []
-    ip: InProcess | None = None
-    started = time.monotonic()
+    comments.add(owner_comment("run", f"bench-steps-{tag}"))
+    ip: list[InProcess] = []
     try:
-        pilot_cluster.start()
-        pil = kb.Bench(args, sub["pilot"], calls, pilot_cluster)
-        benches.append(pil)
-        jpp = None
-        if jpp_cluster is not None:
-            jpp_cluster.start()
-            jpp = kb.Bench(args, sub["jpp"], calls, jpp_cluster)
-            benches.append(jpp)
-        ip = InProcess(sub["inproc"], ip_profile)
-        spot = ip.held()
-        print(f"# in-process pilot allocation {spot[0]} on {spot[1]} ({ip.profile.pilot.cpus} CPUs)", flush=True)
-        summary: dict[str, Any] = {}
-        if args.n:
-            run = RunLatency(args, root, CountedCalls(calls), hpkctl)  # type: ignore[arg-type]
-            lat = latency(args, ip, spot, run, jpp, pil, calls)
-            lines, summary["latency"] = latency_lines(lat)
-            print("\n".join(lines), flush=True)
-            results["latency"] = lat
-        if args.stream:
-            use = stream(ip, args.stream)
-            met = use["use"] >= USE_GOAL
-            print(f"2. {GOALS['use'][0]}: {use['use']:.0%} of {use['cpus']} CPUs over {use['window_s']:.1f} s "
-                  f"({use['pods']} pods)   goal: {GOALS['use'][1]}: {'met' if met else 'MISSED'}", flush=True)
-            results["stream"] = use
-            summary["use"] = {"use": use["use"], "goal_met": met}
-        ip.pool.release_all()
-        if args.pods:
-            res: dict[str, Any] = {}
-            bare = pil.burst_bare(args.pods)
-            res["sbatch"] = {"ok": bare["ok"], "finished": bare["t"]["finished"]}
-            big = InProcess(sub["inproc"], _shaped(sub["inproc"], args, tag, site_pilot))
-            res["steps"] = big.steps_burst(args.pods, big.held(), args.pilot_cpus)
-            big.pool.release_all()
-            comments.add(owner_comment("run", f"bench-steps-{tag}"))
-            if jpp is not None:
-                res["jpp"] = backlog(jpp, args.pods)
-            res["pilot"] = backlog(pil, args.pods)
-            lines, summary["backlog"] = backlog_lines(args.pods, res)
-            print("\n".join(lines), flush=True)
-            results["backlog"] = res
-        if args.memory_pods:
-            m = many(pil, args.memory_pods, args.window)
-            print("\n".join(many_lines(m)), flush=True)
-            results["memory"] = m
-        results["summary"] = summary
-        results["cpu_s"] = {"pilot": pilot_cluster.cpu(), "jpp": jpp_cluster.cpu() if jpp_cluster else {}}
-        print(f"# duration {time.monotonic() - started:.0f} s; load average at end "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        out = Path(args.json or f"/tmp/hpk-bench-pilot-{stamp}.json")
-        out.write_text(json.dumps(results, indent=1, default=str))
-        print(f"# results   {out}")
-    except BaseException:
-        log(f"failed; pilot kubelet log tail:\n{pilot_cluster.log('kubelet')[-3000:]}")
-        raise
+        with contextlib.ExitStack() as stack:  # each cluster: log tail on failure, sweep, stop
+            made = stack.enter_context(kb.session(pilot_cluster, sub["pilot"], keep=True))
+            pilot_cluster.start()
+            made.append(kb.Bench(args, sub["pilot"], calls, pilot_cluster))
+            if jpp_cluster is not None:
+                made_j = stack.enter_context(kb.session(jpp_cluster, sub["jpp"], keep=True))
+                jpp_cluster.start()
+                made_j.append(kb.Bench(args, sub["jpp"], calls, jpp_cluster))
+                made.append(made_j[0])
+            run(args, root, calls, made, ip, sub, tag, site_pilot, hpkctl, env_lines)
     finally:
-        if ip is not None:
-            ip.pool.release_all()
-        for b in benches:
-            try:
-                b.sweep()
-            except Exception as e:  # noqa: BLE001
-                log(f"sweep failed: {e}")
-        pilot_cluster.stop()
-        if jpp_cluster is not None:
-            jpp_cluster.stop()
-        sweep(calls, comments, (ip.bare_jobs if ip else []))
-        if not os.environ.get("HPK_BENCH_KEEP"):
-            import shutil
-            shutil.rmtree(root, ignore_errors=True)
-        else:
+        for one in ip:
+            one.pool.release_all()
+        sweep(calls, comments, [j for one in ip for j in one.bare_jobs])
+        if os.environ.get("HPK_BENCH_KEEP"):
             log(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
     return 0
+
+
+def run(args: argparse.Namespace, root: Path, calls: kb.Calls, made: list[kb.Bench], ip: list[InProcess],
+        sub: dict[str, Path], tag: str, site_pilot: str, hpkctl: str, env_lines: list[str]) -> None:
+    """The sections, in order; ``made``: the pilot kubelet's bench, then the job-per-pod one's (if any);
+    ``ip`` gets each in-process pool made, for the caller to release."""
+    pil, jpp = made[0], (made[1] if len(made) > 1 else None)
+    results: dict[str, Any] = {"environment": env_lines, "args": vars(args)}
+    started = time.monotonic()
+    first = InProcess(sub["inproc"], sub["inproc"] / "site.toml")
+    ip.append(first)
+    spot = first.held()
+    print(f"# in-process pilot allocation {spot[0]} on {spot[1]} ({first.profile.pilot.cpus} CPUs)", flush=True)
+    summary: dict[str, Any] = {}
+    if args.n:
+        lat = latency(args, first, spot, RunLatency(args, root, CountedCalls(calls), hpkctl),  # type: ignore[arg-type]
+                      jpp, pil, calls)
+        lines, summary["latency"] = latency_lines(lat)
+        print("\n".join(lines), flush=True)
+        results["latency"] = lat
+    if args.stream:
+        use = stream(first, args.stream)
+        met = use["use"] >= USE_GOAL
+        print(f"2. {GOALS['use'][0]}: {use['use']:.0%} of {use['cpus']} CPUs over {use['window_s']:.1f} s "
+              f"({use['pods']} pods)   goal: {GOALS['use'][1]}: {'met' if met else 'MISSED'}", flush=True)
+        results["stream"] = use
+        summary["use"] = {"use": use["use"], "goal_met": met}
+    first.pool.release_all()
+    if args.pods:
+        res: dict[str, Any] = {}
+        bare = pil.burst_bare(args.pods)
+        res["sbatch"] = {"ok": bare["ok"], "finished": bare["t"]["finished"]}
+        big = InProcess(sub["inproc"], _shaped(sub["inproc"], args, tag, site_pilot))
+        ip.append(big)
+        res["steps"] = big.steps_burst(args.pods, big.held(), args.pilot_cpus)
+        big.pool.release_all()
+        if jpp is not None:
+            res["jpp"] = backlog(jpp, args.pods)
+        res["pilot"] = backlog(pil, args.pods)
+        lines, summary["backlog"] = backlog_lines(args.pods, res)
+        print("\n".join(lines), flush=True)
+        results["backlog"] = res
+    if args.memory_pods:
+        m = many(pil, args.memory_pods, args.window)
+        print("\n".join(many_lines(m)), flush=True)
+        results["memory"] = m
+    results["summary"] = summary
+    results["cpu_s"] = {"pilot": pil.cluster.cpu(), "jpp": jpp.cluster.cpu() if jpp else {}}
+    print(f"# duration {time.monotonic() - started:.0f} s; load average at end "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    out = Path(args.json or f"/tmp/hpk-bench-pilot-{stamp}.json")
+    out.write_text(json.dumps(results, indent=1, default=str))
+    print(f"# results   {out}")
 
 
 def _shaped(d: Path, args: argparse.Namespace, tag: str, site_pilot: str) -> Path:
