@@ -52,7 +52,8 @@ def register(sub: Any) -> None:
     p.add_argument("--pod", help="which pod template to use when the file holds several")
     p.add_argument("--now", action="store_true",
                    help="a CronJob: run its Job once, now (hpkctl runs no schedules; see 'scrontab')")
-    p.add_argument("-d", "--detach", action="store_true", help="return once the job is submitted")
+    p.add_argument("-d", "--detach", action="store_true",
+                   help="return once the job is submitted (with --pilot: once its step started); prints its id")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the containers' logs")
     p.add_argument("--replace", action="store_true",
                    help="delete an existing run of the same name first (cancel its job, remove its directory)")
@@ -179,9 +180,9 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
     from hpkctl.local.runs import exit_status
     from hpkctl.local.signals import Interrupted, Interrupts
 
-    if args.detach or args.now:
-        raise HpkError("--pilot runs one pod in the foreground for now: --detach and --now are not supported with it",
-                       hint="leave out --pilot (a job of its own), or --detach")
+    if args.now:
+        raise HpkError("--pilot runs a single pod for now, not a CronJob's Job (--now)",
+                       hint="leave out --pilot: the Job runs as a job array")
     profile = pilot_enabled(profile)
     out = sys.stderr
     interrupts = Interrupts().install()
@@ -191,6 +192,9 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
             prep = prepare_single(profile, args.filename, pod_name=args.pod, namespace=args.namespace,
                                   replace=args.replace, slurm=slurm, out=out)
             rec, proc = start_pilot(slurm, prep, interrupts, out=out, quiet=args.quiet)
+            if args.detach:  # the step's srun runs on in a session of its own; its files say the rest
+                print((rec.dir.read("job.id") or rec.allocation).strip())
+                return 0
             st = follow_pilot(rec, proc, out=out, log_out=sys.stdout, quiet=args.quiet)
         except PodError as exc:
             print(f"hpkctl: pod cannot run: {exc.reason}: {exc}", file=out)

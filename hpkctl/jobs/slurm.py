@@ -32,7 +32,7 @@ from hpkctl.jobs.nodes import NodeInfo, sinfo_nodes
 from hpkctl.jobs.poll import DEFAULT_BACKOFF, poll
 from hpkctl.jobs.query import squeue, unique_ids, user_jobs
 from hpkctl.jobs.states import TERMINAL_STATES
-from hpkctl.jobs.steps import StepInfo, StepProcess
+from hpkctl.jobs.steps import StepInfo, StepProcess, StepShare
 from hpkctl.jobs.submit import sbatch, sbatch_test_only
 from hpkctl.sites.schema import SlurmSection
 
@@ -173,6 +173,10 @@ class Slurm:
     def steps(self) -> list[StepInfo]:
         """Every running numbered step of this user's jobs, from one ``squeue --steps --me``."""
         return steps.list_steps(self._commands)
+
+    def step_shares(self) -> list[StepShare]:
+        """Every running numbered step with its node, CPUs, memory and GPUs (``scontrol show step -o``)."""
+        return steps.step_shares(self._commands)
 
     def start_step(self, job_id: str, argv: Sequence[str], *, name: str, node: str, cpus: int, memory_mb: int,
                    gpus: int = 0, gres_name: str = "gpu", output: Path, workdir: Path,

@@ -80,6 +80,57 @@ def list_steps(commands: Commands) -> list[StepInfo]:
     return parse_steps(done.stdout)
 
 
+@dataclass(frozen=True)
+class StepShare:
+    """A running numbered step with what it holds: its node, CPUs, memory (MB) and GPUs, and its name."""
+
+    step_id: str
+    job_id: str
+    node: str
+    cpus: int
+    memory_mb: int
+    gpus: int
+    name: str
+
+
+_MEM_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def _tres_mb(value: str) -> int:
+    unit = value[-1:].upper()
+    if unit in _MEM_UNITS:
+        return max(1, int(float(value[:-1]) * _MEM_UNITS[unit]))
+    return int(float(value or 0))
+
+
+def parse_step_shares(text: str) -> list[StepShare]:
+    """``scontrol show step -o`` lines → numbered steps with their resources (``TRES=cpu=2,mem=300M,
+    node=1,gres/gpu=1``); ``batch``/``extern`` and steps on more than one node are left out."""
+    out: list[StepShare] = []
+    for line in text.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        m = _STEP_ID.match(fields.get("StepId", ""))
+        if not m or fields.get("State", "RUNNING") != "RUNNING" or fields.get("Nodes", "1") != "1":
+            continue
+        tres = dict(t.split("=", 1) for t in fields.get("TRES", "").split(",") if "=" in t)
+        gpus = sum(int(v) for k, v in tres.items() if k.startswith("gres/gpu") and ":" not in k and v.isdigit())
+        out.append(StepShare(step_id=m.group(0), job_id=m.group(1), node=fields.get("NodeList", ""),
+                             cpus=int(tres.get("cpu") or fields.get("CPUs") or 0),
+                             memory_mb=_tres_mb(tres.get("mem", "0")), gpus=gpus, name=fields.get("Name", "")))
+    return out
+
+
+def step_shares(commands: Commands) -> list[StepShare]:
+    """Every running numbered step Slurm shows this user, with its resources: one ``scontrol show step
+    -o`` (squeue has no per-step memory)."""
+    done = commands.run("scontrol", ["show", "step", "-o"])
+    if done.returncode != 0:
+        if "no job steps" in (done.stdout + done.stderr).lower():
+            return []
+        raise failure(done)
+    return parse_step_shares(done.stdout)
+
+
 class StepProcess:
     """The ``srun`` of a step started by :func:`start_step`: the step runs while it runs."""
 

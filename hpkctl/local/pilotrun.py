@@ -6,8 +6,9 @@ none has room, and leaves it held when it ends; the allocation's own script give
 step ran for twice ``[pilot] idle_release`` (``sbatch/pilot-holder.sh``). The run follows the pod's
 files as ``hpkctl run`` does (the step's srun is this process's child, in a session of its own); an
 interrupt runs the pod's stop sequence (``pod.deleting``, then TERM to the step's task alone) and
-waits for it. Not yet: ``--detach`` and workloads in pilot mode; concurrent pilot runs do not see
-each other's steps (a step that finds no room fails ``PilotNoRoom``, never waits).
+waits for it. Concurrent runs share the allocations and see each other's steps in Slurm
+(:mod:`hpkctl.pilot.shared`); a pod with no room waits Pending. ``--detach`` returns once the step
+runs. Not yet: workloads in pilot mode.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from hpkctl.provider.runrecords import SUBMITTED, RunRecord, forget_run, save_re
 from hpkctl.provider.slurmjobs import mark_deleting
 from hpkctl.local.signals import Interrupts
 from hpkctl.local.submit import PreparedRun, prepare_run
-from hpkctl.pilot.launch import find_spot, need_of, start_pod_step
+from hpkctl.pilot.launch import need_of, start_pod_step
 from hpkctl.pilot.pool import Pool
+from hpkctl.pilot.shared import place_and_start
 from hpkctl.pod import paths as f
 from hpkctl.pod.lifecycle import stop_wait
 from hpkctl.provider.pilotpod import pilot_enabled
@@ -35,7 +37,6 @@ from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.sites.schema import SiteProfile
 
 RUN_OWNER = "run"
-PLACE_TIMEOUT = 600.0  # seconds a run waits for a requested allocation to start
 
 
 def run_pool(slurm: Slurm, profile: SiteProfile) -> Pool:
@@ -59,19 +60,36 @@ def prepare_single(profile: SiteProfile, manifest: str, *, pod_name: str | None,
 
 def start_pilot(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, *, out: TextIO,
                 quiet: bool = False) -> tuple[RunRecord, StepProcess]:
-    """Place the prepared pod and start its step; the record then names the allocation."""
+    """Place the prepared pod, seeing the steps of every run, and start its step; the record then names
+    the allocation. While no allocation has room the pod is Pending: the record says why (``hpkctl
+    status``), and so does a line on ``out``. A signal once the step started stops it again (the
+    pod's stop sequence) before it is raised: the caller never saw the step."""
     profile, rec = prep.profile, prep.record
+
+    def waiting(message: str) -> None:
+        rec.waiting = message
+        save_record(profile, rec)
+        if not quiet:
+            print(f"pod {rec.namespace}/{rec.name}: Pending: {message}", file=out)
+
+    def start(spot: tuple[str, str]) -> StepProcess:
+        with interrupts.deferred():
+            proc = start_pod_step(slurm, prep.rendered, spot, need)
+            rec.job_id, rec.allocation, rec.state, rec.waiting = "", spot[0], SUBMITTED, ""
+            save_record(profile, rec)
+        return proc
+
     try:
         need = need_of(prep.rendered)
         pool = run_pool(slurm, profile)
-        spot = find_spot(pool, need, timeout=PLACE_TIMEOUT)
-    except BaseException:
-        forget_run(profile, rec)
+        spot, proc = place_and_start(pool, need, Path(rec.pod_dir), start, on_wait=waiting,
+                                     immediate=profile.slurm.command_timeout)
+    except BaseException as exc:
+        if rec.state == SUBMITTED and isinstance(exc, KeyboardInterrupt):
+            stop_pilot(slurm, rec, out=out)  # the step started: its stop sequence; the record stays
+        else:
+            forget_run(profile, rec)  # nothing ran (a refused step never started its script)
         raise
-    with interrupts.deferred():
-        proc = start_pod_step(slurm, prep.rendered, spot, need)
-        rec.job_id, rec.allocation, rec.state = "", spot[0], SUBMITTED
-        save_record(profile, rec)
     if not quiet:
         print(f"pod {rec.namespace}/{rec.name}: started as a step of pilot allocation {spot[0]} on {spot[1]} "
               f"({need.cpus} CPUs, {need.memory_mb} MB; pod directory {rec.pod_dir})", file=out)

@@ -76,6 +76,8 @@ def pid_alive(pid: int) -> bool:
 def run_status(rec: RunRecord, job: JobInfo | None, *, job_known: bool = True) -> PodStatus:
     """Status of one run: its status files combined with Slurm's ``job``; a reason for the odd cases."""
     if rec.state == SUBMITTING and not rec.job_id:
+        if pid_alive(rec.pid) and rec.waiting:  # pilot mode: no allocation has room yet
+            return PodStatus("Pending", "Unschedulable", rec.waiting, None, None, None, None)
         if pid_alive(rec.pid):
             return PodStatus("Pending", "Submitting", f"hpkctl (process {rec.pid}) is submitting the job",
                              None, None, None, None)

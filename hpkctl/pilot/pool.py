@@ -19,6 +19,7 @@ from pathlib import Path
 from hpkctl.jobs import Slurm, TERMINAL_STATES
 from hpkctl.jobs.alloc import NodeShare, hold_args
 from hpkctl.pilot.plan import RUNNING, WAITING, Held, Need, Plan, Rules, Shape, place, plan
+from hpkctl.files import ExclusiveLock
 from hpkctl.resources import data_dir
 from hpkctl.sites.pilot import mem_mb
 from hpkctl.sites.schema import SiteProfile
@@ -105,6 +106,32 @@ class Pool:
         if spot is not None:
             self._touch_lease()
         return spot
+
+    def book_steps(self) -> None:
+        """The books of every held allocation become the steps Slurm runs in it (one ``scontrol show step
+        -o``), whoever started them: ``hpkctl run --pilot`` processes share their allocations, and
+        each sees the others' steps only there. Call it under :meth:`placing`, so no step this process
+        placed is missing from Slurm's answer."""
+        shares = self.slurm.step_shares()
+        with self._lock:
+            for held in self._helds.values():
+                held.pods.clear()
+            for s in shares:
+                if s.job_id in self._helds:
+                    self._helds[s.job_id].pods[s.step_id] = (s.node, Need(s.step_id, s.cpus, s.memory_mb, s.gpus))
+            for held in self._helds.values():
+                if held.pods:
+                    held.idle_since = None
+                elif held.idle_since is None:
+                    held.idle_since = self.clock()
+
+    def placing(self) -> ExclusiveLock:
+        """The lock of this owner's placements (blocking: :func:`hpkctl.pilot.launch.find_spot` takes it
+        with a retry): between reading Slurm's steps and its own step appearing there, no other process
+        of this owner places a pod."""
+        out_dir = self.state_dir / "pilot"
+        out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return ExclusiveLock(out_dir / f"placing-{self.name}.lock")
 
     @property
     def lease(self) -> Path:

@@ -42,6 +42,7 @@ class PodRecord:
     pid: int = 0  # hpkctl run: the process that created the record (for a record stuck in 'submitting')
     kind: str = "Pod"  # hpkctl run: or a workload run as a job array (Job, Deployment, ...): hpkctl.local.arrays
     allocation: str = ""  # pilot mode (hpkctl run --pilot): the held allocation whose step runs the pod
+    waiting: str = ""  # pilot mode (hpkctl run --pilot): why the pod has no place yet (it is Pending)
 
     @property
     def is_array(self) -> bool:

@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,3 +100,79 @@ def _phase(hpk: Hpk, name: str) -> str:
     if r.rc != 0:
         return ""
     return str(json.loads(r.stdout)[0]["status"].get("phase", ""))
+
+
+def _own_pool(hpk: Hpk, node: str, **pilot: Any) -> str:
+    """A profile whose run allocations are its own (comment ``node=<node>``): other tests' pilot runs
+    of user hpk never share them. Returns its path for --site."""
+    extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in pilot.items())
+    path = hpk.workdir / f"{node}.toml"
+    path.write_text(f'extends = "ci"\n\n[pods]\nnode_name = "{node}"\n\n[pilot]\n{extra}')
+    path.chmod(0o644)
+    return str(path)
+
+
+def _out_dir() -> Path:
+    out = Path(tempfile.mkdtemp(prefix="hpk-pilot-", dir="/tmp"))
+    out.chmod(0o777)
+    return out
+
+
+def _out_pod(name: str, script: str, out: Path, cpus: str) -> dict[str, Any]:
+    main = c("main", script, resources={"requests": {"cpu": cpus, "memory": "200Mi"}},
+             volumeMounts=[{"name": "out", "mountPath": "/out"}])
+    return pod(name, [main], volumes=[{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}])
+
+
+def test_a_run_waits_pending_for_room_another_runs_step_holds_then_runs_there(hpk: Hpk) -> None:
+    """Two ``hpkctl run --pilot`` processes share one allocation (max_allocations 1, 2 CPUs): the first,
+    ``--detach``ed, returns its step id once its step runs and holds both CPUs; the second sees that
+    step (Slurm's steps are the books, not its own) and waits Pending with the reason, in its output
+    and in ``hpkctl status``, instead of failing PilotNoRoom; once the first pod ends, the second runs
+    in the same allocation. The detached pod's status comes from its files."""
+    node = unique("pq")
+    site = _own_pool(hpk, node, cpus=2, memory="1G", max_allocations=1)
+    out = _out_dir()
+    first, second = unique("pilot-a"), unique("pilot-b")
+    job = ""
+    proc = None
+    try:
+        a = hpk.run(_out_pod(first, "echo a ran; while [ ! -e /out/go ]; do sleep 0.2; done", out, "2"),
+                    site=site, extra=("--pilot", "--detach"))
+        assert a.rc == 0, a.output
+        step = a.stdout.strip()
+        assert re.fullmatch(r"\d+\.\d+", step), a.output  # the step's id, once it runs
+        job = step.split(".")[0]
+        path = hpk.manifest(_out_pod(second, "echo b ran", out, "1"))
+        proc = subprocess.Popen(_hpkctl_argv(hpk, "run", "-f", str(path), "--site", site, "--pilot"),
+                                cwd=hpk.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        st = wait_for("the second pod Pending for room", lambda: (s := _status(hpk, second, site))
+                      and s.get("reason") == "Unschedulable" and s, timeout=120, every=0.5)
+        assert st["phase"] == "Pending" and "no pilot allocation has room for 1 CPU(s)" in st["message"], st
+        assert f"{job}: " in st["message"] and "waiting for a step to end" in st["message"], st
+        assert _status(hpk, first, site)["phase"] == "Running"
+        (out / "go").touch()
+        stdout, stderr = proc.communicate(timeout=180)
+        assert proc.returncode == 0, stderr
+        assert stdout == "b ran\n", stdout + stderr
+        assert f"pod default/{second}: Pending: no pilot allocation has room" in stderr, stderr
+        assert ALLOCATION.search(stderr).group(1) == job  # type: ignore[union-attr]  # the same allocation
+        assert "PilotNoRoom" not in stderr
+        done = wait_for("the detached pod's end", lambda: (s := _status(hpk, first, site))
+                        and s["phase"] == "Succeeded" and s, timeout=60, every=0.5)
+        assert done["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+        assert hpk.hpkctl("logs", first, "--site", site).stdout == "a ran\n"
+    finally:
+        (out / "go").touch()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if job:
+            release(job)
+        for name in (first, second):
+            hpk.hpkctl("delete", name, "--site", site)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _status(hpk: Hpk, name: str, site: str) -> dict[str, Any]:
+    r = hpk.hpkctl("status", name, "--site", site, "--json")
+    return dict(json.loads(r.stdout)[0]["status"]) if r.rc == 0 else {}

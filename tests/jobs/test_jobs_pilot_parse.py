@@ -61,3 +61,22 @@ def test_holder_options_whole_nodes_or_a_share() -> None:
                       gpus=1, gres_name="gpu", output=Path("/o"))
     assert {"--nodes=1", "--cpus-per-task=8", "--mem=4096M", "--gres=gpu:1"} <= set(share)
     assert not any(a.startswith("--partition") for a in share)
+
+
+def test_step_shares_from_scontrol_show_step() -> None:
+    """``scontrol show step -o`` (Slurm 22.05, as measured): numbered steps with their node, CPUs,
+    memory and GPUs; the batch step, and a step across nodes, are not a pod's."""
+    from hpkctl.jobs.steps import StepShare, parse_step_shares
+
+    text = (
+        "StepId=32296.batch UserId=1001 StartTime=2026-11-26T18:07:17 TimeLimit=UNLIMITED State=RUNNING "
+        "Partition=debug NodeList=vm Nodes=1 CPUs=0 Tasks=1 Name=batch Network=(null) TRES=(null) "
+        "ResvPorts=(null) CPUFreqReq=Default SrunHost:Pid=(null):0\n"
+        "StepId=32296.0 UserId=1001 StartTime=2026-11-26T18:07:19 TimeLimit=UNLIMITED State=RUNNING "
+        "Partition=debug NodeList=vm Nodes=1 CPUs=1 Tasks=1 Name=my pod Network=(null) "
+        "TRES=cpu=1,mem=200M,node=1 ResvPorts=(null) CPUFreqReq=Default Dist=Cyclic SrunHost:Pid=vm:14034\n"
+        "StepId=40.3 UserId=1001 StartTime=2026-11-26T18:07:19 TimeLimit=UNLIMITED State=RUNNING "
+        "Partition=debug NodeList=n2 Nodes=1 CPUs=4 Tasks=1 Name=g TRES=cpu=4,mem=2G,node=1,gres/gpu=2\n"
+        "StepId=41.0 UserId=1001 State=RUNNING NodeList=n[1-2] Nodes=2 CPUs=8 Name=wide TRES=cpu=8,mem=1G,node=2\n")
+    assert parse_step_shares(text) == [StepShare("32296.0", "32296", "vm", 1, 200, 0, "my"),
+                                       StepShare("40.3", "40", "n2", 4, 2048, 2, "g")]
