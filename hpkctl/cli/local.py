@@ -180,9 +180,6 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
     from hpkctl.local.runs import exit_status
     from hpkctl.local.signals import Interrupted, Interrupts
 
-    if args.now:
-        raise HpkError("--pilot runs a single pod for now, not a CronJob's Job (--now)",
-                       hint="leave out --pilot: the Job runs as a job array")
     profile = pilot_enabled(profile)
     out = sys.stderr
     interrupts = Interrupts().install()
@@ -190,7 +187,7 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
     try:
         try:
             prep = prepare_single(profile, args.filename, pod_name=args.pod, namespace=args.namespace,
-                                  replace=args.replace, slurm=slurm, out=out)
+                                  replace=args.replace, slurm=slurm, now=args.now, out=out)
             rec, proc = start_pilot(slurm, prep, interrupts, out=out, quiet=args.quiet)
             if args.detach:  # the step's srun runs on in a session of its own; its files say the rest
                 print((rec.dir.read("job.id") or rec.allocation).strip())

@@ -47,10 +47,10 @@ def run_pool(slurm: Slurm, profile: SiteProfile) -> Pool:
 
 
 def prepare_single(profile: SiteProfile, manifest: str, *, pod_name: str | None, namespace: str | None,
-                   replace: bool, slurm: Slurm, out: TextIO) -> PreparedRun:
-    """``prepare_run`` for one pod; a workload is refused (no job arrays in pilot mode yet)."""
+                   replace: bool, slurm: Slurm, now: bool = False, out: TextIO) -> PreparedRun:
+    """``prepare_run`` for one pod; a workload (a CronJob's Job with ``now`` too) is refused."""
     prep = prepare_run(profile, manifest, pod_name=pod_name, namespace=namespace, replace=replace, slurm=slurm,
-                       out=out)
+                       now=now, out=out)
     if prep.record.is_array:
         forget_run(profile, prep.record)
         raise HpkError("--pilot runs a single pod for now, not a workload",
