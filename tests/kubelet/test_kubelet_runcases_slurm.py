@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.ci import HPK_USER
+from tests.support.ci import HPK_USER, missing
 from tests.support.cluster import Cluster, running_cluster
 from tests.support.launch import (
     BUSYBOX,
@@ -68,9 +68,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 SA = "/var/run/secrets/kubernetes.io/serviceaccount"
 READ_UPTIME = "read up rest < /proc/uptime"  # $up: seconds with two decimals, one clock for every container
 
-CNI = '\n[apptainer]\nnetwork = "cni"\ncni_network = "none"\nparent_image = "docker://hpk-parent"\n'
-OFFLINE = '\n[apptainer]\npull = "submit"\nimage_cache = "{cache}"\n'
+CNI = '\n[apptainer]\nnetwork = "cni"\ncni_network = "none"\nparent_image = "docker://hpk-parent"\n{binds}'
+OFFLINE = '\n[apptainer]\npull = "submit"\nimage_cache = "{cache}"\n{binds}'
 OFFLINE_CNI = CNI + 'pull = "submit"\nimage_cache = "{cache}"\n'
+# A site that prepares Kubernetes' default terminationMessagePath (README, "Stopping a pod"): the
+# cni cluster and the host-mode offline one bind the node's /dev/termination-log (issue 22.8).
+DEV_TERMLOG = Path("/dev/termination-log")
 
 
 # ---------------------------------------------------------------------------- clusters
@@ -83,7 +86,10 @@ def _cluster_with(extra: str) -> Iterator[Cluster]:
         cache.mkdir()
         if os.geteuid() == 0:
             shutil.chown(cache, HPK_USER, HPK_USER)
-        return extra.format(cache=cache)
+            if not DEV_TERMLOG.exists():
+                DEV_TERMLOG.touch(mode=0o644)  # what the site's admin does once per node
+        binds = 'binds = ["/dev/termination-log"]\n' if DEV_TERMLOG.exists() else ""
+        return extra.format(cache=cache, binds=binds)
 
     yield from running_cluster(profile)
 
@@ -954,6 +960,43 @@ def test_own_network_namespace_mode(cni_launched: Launched) -> None:
 @launch(lambda env: [_tcp("rc-tcp-cni")])
 def test_tcp_probe_own_network_namespace(cni_launched: Launched) -> None:
     _check_tcp(cni_launched.cluster, "rc-tcp-cni")
+
+
+# test_lifecycle_slurm.py::test_a_site_that_binds_dev_termination_log_collects_the_documentations_message
+def _termlog(name: str) -> list[dict[str, Any]]:
+    """The documentation's termination-message example ("Determine the Reason for Pod Failure", sleep
+    shortened: the API stand-in defaults terminationMessagePath to /dev/termination-log, as the API
+    server does), a message longer than the kubelet's 4096 bytes, and a path of the pod's own."""
+    docs = {"name": "termination-demo-container", "image": BUSYBOX, "command": ["/bin/sh"],
+            "args": ["-c", "sleep 1 && echo Sleep expired > /dev/termination-log"]}
+    big = c_("big", "head -c 5000 /dev/zero | tr '\\0' a > /dev/termination-log; "
+                    "echo END >> /dev/termination-log; exit 1")
+    custom = c_("custom", "echo from elsewhere > /termination/msg", terminationMessagePath="/termination/msg")
+    return [pod(name, [docs, big, custom])]
+
+
+def _check_termlog(launched: Launched, name: str) -> None:
+    if not DEV_TERMLOG.exists():
+        missing("a host file /dev/termination-log", fix="run the tests as root, as .ci/run does")
+    st = finished(launched.cluster, name)["status"]
+    assert st["phase"] == "Failed", st
+    assert terminated(st, "termination-demo-container")["message"] == "Sleep expired\n", st
+    assert terminated(st, "big")["message"] == "a" * 4092 + "END\n", st  # the last 4096 bytes, as the kubelet reads
+    assert terminated(st, "custom")["message"] == "from elsewhere\n", st
+    assert DEV_TERMLOG.stat().st_size == 0  # each container wrote its own file, bound over the node's
+
+
+@launch(lambda env: _termlog("rc-termlog"))
+def test_the_default_termination_message_path_at_a_site_that_binds_it(offline_launched: Launched) -> None:
+    """Issue 22.8, host network mode: [apptainer] binds names the node's /dev/termination-log, which
+    Apptainer adds to its minimal /dev, so the job binds each container's message file over it."""
+    _check_termlog(offline_launched, "rc-termlog")
+
+
+@launch(lambda env: _termlog("rc-termlog-cni"))
+def test_the_default_termination_message_path_at_a_site_that_binds_it_in_cni_mode(cni_launched: Launched) -> None:
+    """Issue 22.8, cni mode: the same through the pod's parent container (which has the node's /dev)."""
+    _check_termlog(cni_launched, "rc-termlog-cni")
 
 
 # test_run_slurm.py::test_pull_before_submit_with_a_user_profile

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import signal
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -398,6 +400,33 @@ def test_a_file_is_bound_over_a_device_a_bind_adds_to_the_minimal_dev(standin: S
     # without the device bind the destination is not in the staged /dev
     r = standin.run("exec", "--contain", "--bind", f"{msg}:/dev/termination-log", str(busybox_sif), "true")
     assert r.rc == 255 and "destination /dev/termination-log doesn't exist in container" in r.err, r.both
+
+
+def test_no_bind_puts_a_file_of_the_user_into_the_minimal_dev(standin: Standin, busybox_sif: Path) -> None:
+    # Why only a host path the site creates can hold /dev/termination-log (issue 22.8). Apptainer
+    # v1.1.0-v1.5.3 container_linux.go addUserbindsMount: a bind whose source (filepath.Abs, not
+    # resolved) and destination both start with "/dev" must name one path, else it is skipped with a
+    # warning, so a file the user can create under the host's /dev (its /dev/shm) never reaches
+    # /dev/termination-log; under --contain such a path goes into the staged /dev by addSessionDevAt,
+    # whose os.Lstat of a missing one is a warning, not an error. The container's own write lands in
+    # the staged /dev, which goes with the container.
+    shm = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        shm.chmod(0o755)
+        msg = shm / "termination-log"
+        msg.write_text("")
+        msg.chmod(0o666)
+        r = standin.run("exec", "--contain", "--bind", f"{msg}:/dev/termination-log", "--bind", "/dev/hpk-absent",
+                        str(busybox_sif), "sh", "-c", "echo Sleep expired > /dev/termination-log && echo written")
+        assert r.out == "written\n", r.both
+        assert (f"WARNING: Skipping {msg} bind mount: source and destination must be identical when binding "
+                "to /dev") in r.err, r.both
+        assert ("WARNING: Skipping /dev/hpk-absent bind mount: lstat /dev/hpk-absent: no such file or "
+                "directory") in r.err, r.both
+        assert msg.read_text() == ""
+    finally:
+        shutil.rmtree(shm)
+
 
 def test_pwd_and_hostname(standin: Standin, busybox_sif: Path) -> None:
     # src action_flags.go: --pwd/--cwd "initial working directory", --hostname "set container

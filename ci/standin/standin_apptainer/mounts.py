@@ -16,7 +16,8 @@ def plan_mounts(opts, image, *, cwd_host):
     host_mode = image.kind == "host-rootfs"
     mounts = default_mounts(opts.no_mount, host_mode=host_mode, host_home=opts.host_home,
                             home_dest=opts.home_dest, contain=opts.contain)
-    user_mounts = dev_binds(bind_mounts(opts.binds), mounts, no_dev="dev" in opts.no_mount)
+    user_mounts = dev_binds(bind_specs(opts.binds), mounts, no_dev="dev" in opts.no_mount)
+    check_sources(user_mounts)
     # addCwdMount: the cwd is bound unless it is already visible at the same place (never with --contain)
     if "cwd" not in opts.no_mount and cwd_host != "/" and not host_mode and not opts.contain:
         covered = any(src == dst and (cwd_host == dst or cwd_host.startswith(dst + "/"))
@@ -99,6 +100,8 @@ def dev_binds(user_mounts, mounts, *, no_dev):
                     devices.clear()                     # RemoveByTag(DevTag)
                 elif src in MINIMAL_DEV or src in [d for _, _, d in devices]:
                     warn("Skipping %s bind mount: already mounted" % src)
+                elif not os.path.lexists(src):               # addSessionDevAt's os.Lstat failed
+                    warn("Skipping %s bind mount: lstat %s: no such file or directory" % (src, src))
                 else:
                     devices.append(("--dev-bind", src, dst))
                 continue
@@ -119,20 +122,26 @@ def _dev_mount_point(dst, staged, binds):
     return any(dst == d or dst.startswith(d + "/") for d in under)
 
 
-def bind_mounts(binds):
-    """--bind specs as mounts; the destination must be absolute and the source must exist."""
+def bind_specs(binds):
+    """--bind specs as mounts (source made absolute, not resolved: filepath.Abs); the destination
+    must be absolute."""
     mounts = []
     for src, dst, ro in binds:
         src_abs = os.path.abspath(src)
         if not dst.startswith("/"):
             raise Fatal("container creation failed: unable to add %s to mount list: destination "
                         "must be an absolute path" % src_abs)
-        if not os.path.exists(src_abs):
-            raise Fatal("container creation failed: mount hook function failure: mount %s->%s "
-                        "error: while mounting %s: mount source %s doesn't exist"
-                        % (src_abs, dst, src_abs, src_abs))
         mounts.append(("--ro-bind" if ro else "--bind", src_abs, os.path.normpath(dst)))
     return mounts
+
+
+def check_sources(mounts):
+    """A user bind's source must exist when it is mounted (mountGeneric's os.Stat); a device added
+    to the staged /dev was checked (a warning) by dev_binds."""
+    for opt, src, dst in mounts:
+        if opt != "--dev-bind" and not os.path.exists(src):
+            raise Fatal("container creation failed: mount hook function failure: mount %s->%s "
+                        "error: while mounting %s: mount source %s doesn't exist" % (src, dst, src, src))
 
 
 def resolve_mount_points(rootfs, mounts):
