@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from collections import Counter
 from typing import Any
 
@@ -64,12 +63,14 @@ def test_sigkill_during_burst_of_50_then_restart(cluster: Cluster) -> None:
 def test_api_server_restart_under_the_kubelet(cluster: Cluster) -> None:
     """The API stand-in stops for a while and comes back (its objects kept, old watch positions gone):
     the kubelet keeps its node Ready, reports a pod that finished meanwhile and runs a new one."""
-    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "through-outage"},
-                    "spec": {"restartPolicy": "Never", "containers": [
-                        {"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 4; exit 0"]}]}})
+    uid = cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "through-outage"},
+                          "spec": {"restartPolicy": "Never", "containers": [
+                              {"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 4; exit 0"]}]}}
+                         )["metadata"]["uid"]
     cluster.wait_phase("through-outage", "Running")
     cluster.api.stop()
-    time.sleep(8)  # the pod finishes while nobody can be told
+    done = cluster.root / "hpk-state" / "pods" / uid / "status" / "pod.done"
+    wait_for("the pod to finish while nobody can be told", done.exists, timeout=60)
     cluster.api.start()
     cluster.wait_phase("through-outage", "Succeeded", timeout=90)
     cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after-outage"},
@@ -89,8 +90,7 @@ def test_pod_deleted_while_the_kubelet_is_down(cluster: Cluster) -> None:
     cluster.wait_phase("orphan-to-be", "Running")
     job = cluster.job_id("orphan-to-be")
     cluster.stop_process(cluster.kubelet, signal.SIGTERM)
-    cluster.kubectl("delete", "pod", "orphan-to-be", "--wait=false")
-    time.sleep(1)
+    cluster.kubectl("delete", "pod", "orphan-to-be", "--wait=false")  # returns once the API marked it
     p = cluster.pod("orphan-to-be")
     assert p is not None and p["metadata"].get("deletionTimestamp"), "a bound pod waits for its kubelet"
     cluster.start_kubelet()

@@ -32,6 +32,23 @@ def _as_hpk(argv: list[str], *, home: str) -> list[str]:
     return ["runuser", "-u", HPK_USER, "--", *argv] if os.geteuid() == 0 else argv
 
 
+def _group_below_runuser(leader: int) -> list[int]:
+    """The processes of ``leader``'s process group (a ``start_new_session`` child), without runuser
+    when the tests run as root: runuser, signalled itself, sleeps 2 s before it SIGKILLs its child
+    (util-linux su's "Session terminated, killing shell... killed"), which cost every stop 2 s."""
+    if os.geteuid() != 0:
+        return [leader]  # no runuser: env exec-ed the daemon, the leader
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pgrp = int(stat.read_text().rsplit(")", 1)[1].split()[2])  # after "(comm)": state ppid pgrp
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if pgrp == leader and int(stat.parent.name) != leader:
+            members.append(int(stat.parent.name))
+    return members
+
+
 class Cluster:
     def __init__(self, root: Path, *, profile_extra: str = "") -> None:
         self.root = root
@@ -94,9 +111,13 @@ class Cluster:
     def stop_process(self, proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> int | None:
         if proc is None or proc.poll() is not None:
             return proc.returncode if proc else None
-        os.killpg(proc.pid, sig)  # runuser and the daemon under it
+        for pid in _group_below_runuser(proc.pid):  # the daemon and what it started in its group
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
         try:
-            return proc.wait(timeout=20)
+            return proc.wait(timeout=20)  # runuser ends with its child, with the child's status
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             return proc.wait()
