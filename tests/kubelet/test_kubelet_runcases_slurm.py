@@ -306,14 +306,20 @@ def _tcp(name: str) -> dict[str, Any]:
     server = c_("web", f"sleep 2; exec httpd -f -p {port} -h /tmp",
                 readinessProbe={"tcpSocket": {"port": port}, "periodSeconds": 1, "timeoutSeconds": 5},
                 livenessProbe={"tcpSocket": {"port": port}, "initialDelaySeconds": 5, "periodSeconds": 1,
-                               "timeoutSeconds": 5})
+                               "timeoutSeconds": 5, "failureThreshold": 1})
     return pod(name, [server], restartPolicy="Always", terminationGracePeriodSeconds=2)
 
 
-def _check_tcp(c: Cluster, name: str) -> None:
+def _check_tcp(launched: Launched, name: str) -> None:
+    """Ready by the TCP readiness probe, and the TCP liveness probe passes: each try rewrites its
+    output file in the pod directory as it starts, and with failureThreshold 1 a failed try stops
+    the container and ends its probes, so a second try proves the first passed (no restart)."""
+    c = launched.cluster
     try:
-        st = wait_status(c, name, "Ready", lambda s: conditions(s).get("Ready") == "True")
-        time.sleep(4)  # the liveness probe (after its 5 s delay) passes too: no restart
+        wait_status(c, name, "Ready", lambda s: conditions(s).get("Ready") == "True")
+        tries = c.root / "hpk-state" / "pods" / launched.uid(name) / "run" / "web.liveness.probe"
+        first = wait_for("the liveness probe's first try", lambda: tries.exists() and tries.stat().st_mtime_ns)
+        wait_for("a second liveness try", lambda: tries.stat().st_mtime_ns != first)
         st = c.pod(name)["status"]  # type: ignore[index]
         assert container(st, "web")["restartCount"] == 0 and container(st, "web")["ready"] is True, st
         assert st["podIP"], st
@@ -323,7 +329,7 @@ def _check_tcp(c: Cluster, name: str) -> None:
 
 @launch(lambda env: [_tcp("rc-tcp-host")])
 def test_tcp_probe_host_network(launched: Launched) -> None:
-    _check_tcp(launched.cluster, "rc-tcp-host")
+    _check_tcp(launched, "rc-tcp-host")
 
 
 # ---------------------------------------------------------------------------- hooks and grace period
@@ -418,7 +424,8 @@ def test_vanished_pod_directory_can_still_be_deleted(launched: Launched) -> None
     c = launched.cluster
     _vanish(c, launched, "rc-vanish")
     job_id = c.job_id("rc-vanish")
-    time.sleep(2)  # a few status rounds over the missing directory
+    wait_status(c, "rc-vanish", "PodDirectoryMissing (status rounds over the missing directory)",
+                lambda s: "PodDirectoryMissing" in s.get("reason", "") + s.get("message", ""), timeout=30)
     assert _delete(c, "rc-vanish").returncode == 0
     assert c.pod("rc-vanish") is None
     assert jobcomp_states(job_id)[-1:] in (["CANCELLED"], ["FAILED"])
@@ -959,7 +966,7 @@ def test_own_network_namespace_mode(cni_launched: Launched) -> None:
 
 @launch(lambda env: [_tcp("rc-tcp-cni")])
 def test_tcp_probe_own_network_namespace(cni_launched: Launched) -> None:
-    _check_tcp(cni_launched.cluster, "rc-tcp-cni")
+    _check_tcp(cni_launched, "rc-tcp-cni")
 
 
 # test_lifecycle_slurm.py::test_a_site_that_binds_dev_termination_log_collects_the_documentations_message
