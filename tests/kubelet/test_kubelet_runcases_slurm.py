@@ -1168,7 +1168,13 @@ PILOT = "\n[pilot]\nenabled = true\nmax_allocations = 3\n"
 
 @pytest.fixture(scope="module")
 def pilot_cluster() -> Iterator[Cluster]:
-    yield from _cluster_with(PILOT)
+    for c in _cluster_with(PILOT):
+        try:
+            yield c
+        finally:  # a stopped kubelet leaves its allocations to the next one: cancel those it requested
+            held = re.findall(r"pilot: requested allocation (\d+) ", c.log("kubelet"))
+            if held:
+                subprocess.run(["scancel", *held], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="module")
