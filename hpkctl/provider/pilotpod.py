@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,8 @@ class PilotPod:
     the room it waits for, the srun of its step, and how far its delete has got."""
 
     waiting: Need | None = None  # booked nowhere yet: create is asked again once an allocation has room
+    waited: float = 0.0  # monotonic time it began to wait (the longest waiting are woken first)
+    wake: Callable[[str], None] | None = None  # the front end's inputs.ready: re-queue it now, room freed
     step: StepProcess | None = None  # the srun of its step, while this process started it
     deleting: bool = False  # a delete has begun (the status rounds leave it to the delete)
     term_sent: float | None = None  # monotonic time the step's task got TERM (the stop sequence began)
@@ -142,12 +144,16 @@ class PilotPodProvider(JobPodProvider):
             spot = self.pool.place(need)
         if spot is None:
             with self._plock:
-                self._pod(ref.uid).waiting = need
+                state = self._pod(ref.uid)
+                if state.waiting is None:
+                    state.waited = time.monotonic()
+                state.waiting, state.wake = need, inputs.ready
             self.pool.tick(self._waiting())
             self._park(ref.uid, rendered)  # kept while it waits for room: no re-render, no GETs, no token
             return Created(Outcome.RETRY, retry_after=WAIT_FOR_ROOM, warnings=tuple(rendered.warnings))
         with self._plock:
-            self._pod(ref.uid).waiting = None
+            state = self._pod(ref.uid)
+            state.waiting, state.wake = None, None
         root = Path(rendered.plan.pod_dir)
         rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=str(root), state=SUBMITTING,
                         submitted=time.time())
@@ -226,6 +232,7 @@ class PilotPodProvider(JobPodProvider):
         except Exception:  # noqa: BLE001 - Slurm's trouble must not stop the pods' status
             log.exception("pilot: refreshing the allocations failed")
         out = []
+        freed = len(ended)
         for report in super().statuses(pods, now=now):
             pod_dir = self._pod_dir(report.uid)
             # the allocation runs on for other pods: the pod's own files say it is done
@@ -233,8 +240,23 @@ class PilotPodProvider(JobPodProvider):
                     and PodDir(pod_dir).exists(POD_DONE):
                 report = dataclasses.replace(report, final=True)
                 self.pool.done(report.uid)
+                freed += 1
             out.append(report)
+        self._wake(freed)
         return out
+
+    def _wake(self, n: int) -> None:
+        """Room for about ``n`` pods was freed: the ``n`` pods that have waited longest are created
+        again now, not after their WAIT_FOR_ROOM (a backlog's pods otherwise ran in waves a second
+        apart: bench/run pilot). One that still finds no room waits again."""
+        if n <= 0:
+            return
+        with self._plock:
+            waiting = sorted((p.waited, uid, p.wake) for uid, p in self._pods.items()
+                             if p.waiting is not None and p.wake is not None)
+        for _, uid, wake in waiting[:n]:
+            if wake is not None:
+                wake(uid)
 
     # ------------------------------------------------------------------ what a kubelet left (stop --all)
     def owns_job(self, uid: str, comment: str) -> bool:

@@ -101,3 +101,45 @@ def test_a_pilot_pod_waiting_for_room_is_rendered_once(tmp_path: Path, monkeypat
     assert renders == ["u-1"] and provider.pool.ticks == 3  # type: ignore[attr-defined]
     provider.give_up(PodRef.of(pod))
     assert "u-1" not in provider._parked
+
+
+def test_pilot_pods_waiting_for_room_are_woken_when_a_step_ends(tmp_path: Path) -> None:
+    """A pod that waits for room (RETRY) is re-queued through its ``inputs.ready`` as soon as a status
+    round frees a step's room, the longest waiting first, one per freed step; not after WAIT_FOR_ROOM."""
+    from hpkctl.provider.pilotpod import PilotPodProvider
+
+    profile = load_site("ci")
+    profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
+    provider = PilotPodProvider(slurm=FakeSlurm(), profile=profile, records=Records(tmp_path / "kubelet"),  # type: ignore[arg-type]
+                                node="n", state_dir=tmp_path)
+
+    class FullPool:
+        rules = provider.pool.rules
+        freed: list[str] = []
+
+        def place(self, need: Any) -> None:
+            return None
+
+        def refresh(self, *, max_age: float = 0.0) -> None:
+            pass
+
+        def tick(self, pending: Any) -> None:
+            pass
+
+        def done(self, uid: str) -> None:
+            self.freed.append(uid)
+
+    class Ended:  # the srun of a step that has ended
+        def poll(self) -> int:
+            return 0
+
+    provider.pool = FullPool()  # type: ignore[assignment]
+    woken: list[str] = []
+    for name, uid in (("a", "u-1"), ("b", "u-2"), ("c", "u-3")):
+        assert provider.create(_pod(name, uid), PodInputs(ready=woken.append)).outcome is Outcome.RETRY
+    provider.statuses([])
+    assert woken == []  # nothing freed: they wait for their retry
+    with provider._plock:
+        provider._pod("running").step = Ended()  # type: ignore[assignment]
+    provider.statuses([])
+    assert provider.pool.freed == ["running"] and woken == ["u-1"]  # type: ignore[attr-defined]
