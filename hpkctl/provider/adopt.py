@@ -20,12 +20,12 @@ import logging
 import threading
 import time
 from datetime import datetime
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpkctl.jobs import Slurm
+from hpkctl.jobs import Slurm, UserJob
 from hpkctl.jobs.info import is_job_id
 from hpkctl.jobs.steps import is_step_id
 from hpkctl.pod.flags import uid_from_comment
@@ -73,37 +73,66 @@ def _created(pod: Mapping[str, Any]) -> float:
         return 0.0
 
 
-def _since(pod: Mapping[str, Any]) -> str:
-    """sacct's ``--starttime`` in local time (Slurm's): the pod's creation less the clock skew (no
-    job of it is older), else a week back."""
+#: how much further back than the pod that needs it one sacct listing reaches, so that the pods of
+#: a backlog (created within this span) are all answered by the first listing
+ACCOUNTED_SPAN = 3600.0
+
+
+def _since(pod: Mapping[str, Any]) -> float:
+    """From when sacct must look for the pod's job: its creation less the clock skew (no job of it
+    is older), else a week back."""
     when = _created(pod) - CLOCK_SKEW
-    if when <= 0:
-        when = time.time() - 7 * 86400
+    return when if when > 0 else time.time() - 7 * 86400
+
+
+def _slurm_time(when: float) -> str:
+    """sacct's ``--starttime`` in local time (Slurm's)."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
+
+
+def _by_uid(jobs: Iterable[UserJob]) -> dict[str, str]:
+    """uid -> job id of the jobs whose comment names a pod (the first job of a uid wins)."""
+    listing: dict[str, str] = {}
+    for job in jobs:
+        uid = uid_from_comment(job.comment)
+        if uid:
+            listing.setdefault(uid, job.job_id)
+    return listing
 
 
 class JobFinder:
     """``find`` for one kubelet process. A pod with no record at all can only have a job that an
     earlier kubelet submitted, so one ``squeue`` listing taken at the first need answers for all of
-    them (a burst of new pods costs no Slurm call each), and ``sacct`` is asked only about pods
-    created before this process started; a record left in ``submitting`` is looked up afresh."""
+    them (a burst of new pods costs no Slurm call each), and so does one ``sacct`` listing for the
+    pods created before this process started (a kubelet restarted with a backlog of N pods asks
+    sacct once, not N times: the listing reaches ``ACCOUNTED_SPAN`` further back than the first pod
+    that needs it, and is taken again only for a pod older than that); a record left in
+    ``submitting`` is looked up afresh in both."""
 
     def __init__(self, slurm: Slurm, *, started: float | None = None) -> None:
         self.slurm = slurm
         self.started = time.time() if started is None else started
         self._lock = threading.Lock()
         self._listing: dict[str, str] | None = None  # uid -> job id, from squeue at the first need
+        self._accounted: tuple[float, dict[str, str]] | None = None  # (since, uid -> job id), from sacct
 
     def _listed(self, *, fresh: bool) -> dict[str, str]:
         with self._lock:
             if self._listing is None or fresh:
-                listing: dict[str, str] = {}
-                for job in self.slurm.user_jobs():
-                    uid = uid_from_comment(job.comment)
-                    if uid:
-                        listing.setdefault(uid, job.job_id)
-                self._listing = listing
+                self._listing = _by_uid(self.slurm.user_jobs())
             return self._listing
+
+    def _accounted_since(self, since: float, *, fresh: bool) -> dict[str, str]:
+        """The sacct listing reaching back to ``since``: the one taken before when it reaches that
+        far (and ``fresh`` is not asked), else a new one (one call, under the lock: the workers
+        adopting a backlog wait for the first listing rather than each asking sacct)."""
+        with self._lock:
+            if fresh:
+                return _by_uid(self.slurm.accounted_jobs(since=_slurm_time(since)))
+            if self._accounted is None or since < self._accounted[0]:
+                reach = since - ACCOUNTED_SPAN
+                self._accounted = (reach, _by_uid(self.slurm.accounted_jobs(since=_slurm_time(reach))))
+            return self._accounted[1]
 
     def find(self, *, uid: str, pod: Mapping[str, Any], pod_dir: Path, fresh: bool) -> FoundJob | None:
         """The job of pod ``uid`` if one was ever submitted (see the module docstring), else ``None``;
@@ -118,7 +147,7 @@ class JobFinder:
         if job_id:
             return FoundJob(job_id, "squeue (its job comment)")
         if fresh or _created(pod) < self.started + CLOCK_SKEW:
-            for job in self.slurm.accounted_jobs(since=_since(pod)):
-                if uid_from_comment(job.comment) == uid:
-                    return FoundJob(job.job_id, "sacct (its job comment)")
+            job_id = self._accounted_since(_since(pod), fresh=fresh).get(uid, "")
+            if job_id:
+                return FoundJob(job_id, "sacct (its job comment)")
         return None

@@ -4,13 +4,17 @@ recording it adopts the step instead of starting a second one (nothing runs twic
 
 from __future__ import annotations
 
+import random
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hpkctl.pod.paths import JOB_ID, PodDir
-from hpkctl.provider.adopt import JobFinder
+from hpkctl.jobs import UserJob
+from hpkctl.provider.adopt import ACCOUNTED_SPAN, JobFinder
 
 
 class _NoSlurm:
@@ -46,3 +50,63 @@ def test_a_malformed_id_is_no_answer(tmp_path, written) -> None:
 
     found = JobFinder(_Empty()).find(uid="u1", pod={}, pod_dir=_pod_dir(tmp_path, written), fresh=True)  # type: ignore[arg-type]
     assert found is None
+
+
+class _Counting:
+    """squeue knows nothing; sacct knows the jobs of ``accounted`` (uid -> job id), and every call
+    is counted with its ``--starttime``."""
+
+    def __init__(self, accounted: dict[str, str]) -> None:
+        self.accounted = accounted
+        self.squeues = 0
+        self.saccts: list[str] = []
+
+    def user_jobs(self) -> list[UserJob]:
+        self.squeues += 1
+        return []
+
+    def accounted_jobs(self, *, since: str) -> list[UserJob]:
+        self.saccts.append(since)
+        return [UserJob(job_id=j, state="COMPLETED", comment=f"hpk-uid={u} pod default/x") for u, j in self.accounted.items()]
+
+
+def _created_at(when: float) -> dict[str, Any]:
+    stamp = datetime.fromtimestamp(when, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"metadata": {"creationTimestamp": stamp}}
+
+
+def test_a_restart_with_a_backlog_asks_sacct_once_for_all_its_pods(tmp_path) -> None:
+    """Issue 23.2: N pods created before the kubelet (re)started, none with a record: one squeue and
+    one sacct answer for all of them (the pods whose job sacct knows are adopted, the others are
+    new), whatever N is and whichever pod comes first."""
+    now = time.time()
+    slurm = _Counting({f"u{i}": str(500 + i) for i in range(0, 40, 3)})
+    finder = JobFinder(slurm, started=now)  # type: ignore[arg-type]
+    order = list(range(40))
+    random.Random(7).shuffle(order)  # the workers take the pods in no particular order
+    found = {}
+    for i in order:  # created over the last ten minutes
+        pod = _created_at(now - 600 + i * 15)
+        found[i] = finder.find(uid=f"u{i}", pod=pod, pod_dir=tmp_path / f"none-{i}", fresh=False)
+    assert slurm.squeues == 1 and len(slurm.saccts) == 1
+    assert {i: f.job_id for i, f in found.items() if f is not None} == {i: str(500 + i) for i in range(0, 40, 3)}
+    assert all(f.where == "sacct (its job comment)" for f in found.values() if f is not None)
+
+
+def test_an_older_pod_than_the_listing_reaches_is_looked_up_again(tmp_path) -> None:
+    """The listing reaches ACCOUNTED_SPAN behind the first pod that needed it; a pod older than that
+    gets a listing of its own (never an answer from a window that cannot hold its job), and a
+    record left in ``submitting`` (``fresh``) always asks sacct anew."""
+    now = time.time()
+    slurm = _Counting({"old": "7"})
+    finder = JobFinder(slurm, started=now)  # type: ignore[arg-type]
+    assert finder.find(uid="new", pod=_created_at(now - 60), pod_dir=tmp_path / "a", fresh=False) is None
+    assert finder.find(uid="new2", pod=_created_at(now - 60 - ACCOUNTED_SPAN / 2), pod_dir=tmp_path / "b",
+                       fresh=False) is None
+    assert len(slurm.saccts) == 1
+    old = finder.find(uid="old", pod=_created_at(now - 3 * ACCOUNTED_SPAN), pod_dir=tmp_path / "c", fresh=False)
+    assert old is not None and old.job_id == "7" and len(slurm.saccts) == 2
+    assert slurm.saccts[1] < slurm.saccts[0]  # reaching further back
+    slurm.accounted["fresh"] = "8"
+    got = finder.find(uid="fresh", pod=_created_at(now - 60), pod_dir=tmp_path / "d", fresh=True)
+    assert got is not None and got.job_id == "8" and len(slurm.saccts) == 3
