@@ -29,6 +29,7 @@ from hpkctl.kube.reflect import Reflector
 from hpkctl.kube.address import host_address
 from hpkctl.kubelet.node import LeaseKeeper, NodeReporter, NodeState
 from hpkctl.kubelet.objects import cluster_dns
+from hpkctl.kubelet.objwatch import ObjectWatches
 from hpkctl.kubelet.pods import PodManager
 from hpkctl.provider.jobpod import JobPodProvider, node_state_dir
 from hpkctl.kubelet.server import KubeletServer
@@ -77,8 +78,9 @@ class Kubelet:
         # events are posted on their own thread, through client-go's spam filter and aggregation
         self.recorder = EventBroadcaster(EventRecorder(self.kube, component="kubelet", host=opts.node_name),
                                          name="kubelet-events")
+        self.watches = ObjectWatches(lambda: self.kube.clone(pool_size=1))
         self.pods = PodManager(kube=self.kube, provider=self.provider, profile=profile, node_name=opts.node_name,
-                               recorder=self.recorder, host_ip=self.address)
+                               recorder=self.recorder, host_ip=self.address, watches=self.watches)
         self.server: KubeletServer | None = None
         self.node_state = NodeState(name=opts.node_name, address=self.address, port=opts.port, site=profile.name,
                                     runtime_version=apptainer_version(profile.apptainer.binary))
@@ -226,6 +228,7 @@ class Kubelet:
         self.stop.set()
         self.reflector.join(10)
         self.pods.queue.stop()
+        self.watches.close()
         self.provider.shutdown()
         if self.server is not None:
             self.server.stop()

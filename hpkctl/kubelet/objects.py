@@ -1,10 +1,10 @@
 """ConfigMaps, Secrets, Services and service-account tokens for a pod, read from the API server.
 
-The translator (:mod:`hpkctl.pod`) asks through :class:`hpkctl.pod.ObjectSource`; this one GETs
-each object once per pod translation (no informers: a pod reads a handful of objects once, and
-watching every Secret of the cluster would cost memory for nothing). What was missing is
-remembered, so the kubelet can raise ``Optional…NotFound`` / ``Mandatory…NotFound`` events as
-virtual-kubelet does.
+The translator (:mod:`hpkctl.pod`) asks through :class:`hpkctl.pod.ObjectSource`; this one reads
+each object from the kubelet's per-object watches (:mod:`hpkctl.kubelet.objwatch`) and GETs it
+only when no watch holds it yet, and takes tokens from the kubelet's token cache
+(:mod:`hpkctl.kubelet.tokencache`). What was missing is remembered, so the kubelet can raise
+``Optional…NotFound`` / ``Mandatory…NotFound`` events as virtual-kubelet does.
 """
 
 from __future__ import annotations
@@ -16,28 +16,38 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hpkctl.kube import Kube, KubeError, namespaced
+from hpkctl.kubelet.objwatch import ObjectWatches
+from hpkctl.kubelet.tokencache import TokenCache, token_key
 from hpkctl.pod.objects import configmap_data, secret_data
 from hpkctl.provider.tokens import TOKEN_SECONDS
 
 
 class ApiObjects:
-    """An :class:`~hpkctl.pod.ObjectSource` for one pod's translation."""
+    """An :class:`~hpkctl.pod.ObjectSource` for one pod's translation (``watches``, ``tokens``: the
+    kubelet's caches; without them every object is a GET and every token a TokenRequest)."""
 
-    def __init__(self, kube: Kube, *, pod: Mapping[str, Any]) -> None:
+    def __init__(self, kube: Kube, *, pod: Mapping[str, Any], watches: ObjectWatches | None = None,
+                 tokens: TokenCache | None = None) -> None:
         self.kube = kube
         self.pod = pod
+        self.watches = watches
+        self.tokens = tokens
         self.missing: list[tuple[str, str]] = []  # ("ConfigMap"|"Secret", name)
         self.token_expiry: float | None = None
 
     def _get(self, plural: str, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
-        try:
-            obj = self.kube.get(namespaced(plural, namespace, name))
-        except KubeError as exc:
-            if exc.code == 404:
-                if (kind, name) not in self.missing:
-                    self.missing.append((kind, name))
-                return None
-            raise
+        cached, obj = self.watches.get(plural, namespace, name) if self.watches is not None else (False, None)
+        if not cached:
+            try:
+                obj = self.kube.get(namespaced(plural, namespace, name))
+            except KubeError as exc:
+                if exc.code != 404:
+                    raise
+                obj = None
+        if obj is None:  # not there: a 404, or the watch holds no such object
+            if (kind, name) not in self.missing:
+                self.missing.append((kind, name))
+            return None
         return obj if isinstance(obj, dict) else None
 
     def configmap(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
@@ -57,14 +67,23 @@ class ApiObjects:
                                                    "uid": meta.get("uid")}}
         if audience:
             spec["audiences"] = [audience]
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-        out = self.kube.post(namespaced("serviceaccounts", namespace, service_account, "token"), body)
-        token = ((out or {}).get("status") or {}).get("token")
-        if not token:
+
+        def request() -> tuple[bytes, float] | None:
+            body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+            out = self.kube.post(namespaced("serviceaccounts", namespace, service_account, "token"), body)
+            token = ((out or {}).get("status") or {}).get("token")
+            return (str(token).encode(), float(spec["expirationSeconds"])) if token else None
+
+        if self.tokens is None:
+            asked = request()
+            got = None if asked is None else (asked[0], time.time() + asked[1])
+        else:
+            got = self.tokens.get(token_key(namespace, service_account, spec), str(meta.get("uid") or ""), request)
+        if got is None:
             return None
-        expiry = time.time() + spec["expirationSeconds"]
+        token, expiry = got
         self.token_expiry = expiry if self.token_expiry is None else min(self.token_expiry, expiry)
-        return str(token).encode()
+        return token
 
 
 class ServiceCache:

@@ -34,19 +34,19 @@ from hpkctl.kube import Kube, KubeError, KubeUnavailable, pod_path
 from hpkctl.kube.events import EventSink
 from hpkctl.kube.workqueue import WorkQueue
 from hpkctl.kubelet.objects import ApiObjects, ServiceCache
+from hpkctl.kubelet.objwatch import ObjectWatches
 from hpkctl.kubelet.podevents import PodEvents
 from hpkctl.kubelet.podstate import Phase
 from hpkctl.kubelet.podstatus import reported_starts
-from hpkctl.kubelet.statusmgr import RECONCILE_EVERY, StatusManager, waiting_containers
+from hpkctl.kubelet.statusmgr import JOB_ID_ANNOTATION, RECONCILE_EVERY, StatusManager, waiting_containers
 from hpkctl.kubelet.table import PodTable, Tracked
+from hpkctl.kubelet.tokencache import TokenCache, renew_tokens, token_due
 from hpkctl.provider import (Created, ImagePullFailed, Leftover, Outcome, PodInputs, PodProvider, PodRef,
                              StatusReport, Watched)
 from hpkctl.provider.tokens import refresh_after
 from hpkctl.sites.schema import SiteProfile
 
 log = logging.getLogger("hpkctl.kubelet.pods")
-
-JOB_ID_ANNOTATION = "hpk.io/slurm-job-id"
 
 
 def _meta(pod: dict[str, Any]) -> dict[str, Any]:
@@ -55,7 +55,8 @@ def _meta(pod: dict[str, Any]) -> dict[str, Any]:
 
 class PodManager:
     def __init__(self, *, kube: Kube, provider: PodProvider, profile: SiteProfile, node_name: str,
-                 recorder: EventSink, host_ip: str = "", table: PodTable | None = None) -> None:
+                 recorder: EventSink, host_ip: str = "", table: PodTable | None = None,
+                 watches: ObjectWatches | None = None) -> None:
         self.kube = kube
         self.provider = provider
         self.profile = profile
@@ -66,6 +67,8 @@ class PodManager:
         self.table = table or PodTable()
         self.queue = WorkQueue(self.sync, workers=profile.kubelet.workers)
         self.services = ServiceCache(kube)
+        self.watches = watches  # the ConfigMaps and Secrets of the pods to start, watched (None: GETs)
+        self.tokens = TokenCache()
         self._left: dict[str, Leftover] = {}  # what the previous kubelet left, by uid
         self._gone: set[str] = set()  # uids whose API object no longer exists
         self.status = StatusManager(kube=kube, events=self.events, host_ip=host_ip)
@@ -96,6 +99,8 @@ class PodManager:
             self.table.put(t)
         else:
             t.pod = pod
+        if self.watches is not None and not t.job_id and not t.state.final:
+            self.watches.register(uid, pod)  # its objects are watched before its worker renders it
         return uid
 
     def on_event(self, typ: str, pod: dict[str, Any]) -> None:
@@ -188,7 +193,7 @@ class PodManager:
                 self.queue.add_after(t.uid, wait)  # the gate holds: no render, no GETs, no token, no sbatch
             elif t.state.phase is not Phase.PULLING or t.state.pulled:
                 self._create(t)
-        elif t.state.annotated != t.job_id and \
+        elif t.state.annotated != t.job_id and t.state.annotate != t.job_id and \
                 (_meta(t.pod).get("annotations") or {}).get(JOB_ID_ANNOTATION) != t.job_id:
             self._annotate(t, t.job_id)  # killed between sbatch and the annotation: finish the step
         else:
@@ -227,7 +232,7 @@ class PodManager:
     def _create(self, t: Tracked) -> None:
         """One create through the provider; runs only with the pod's gate open (a failure closes it
         for the next back-off delay) and, while its images are pulled, only once the pulls ended."""
-        objects = ApiObjects(self.kube, pod=t.pod)
+        objects = self._objects(t)
         inputs = PodInputs(objects=objects, services=self.services.for_pod(t.pod), ready=self._pulled)
         t.state.pulled = False  # before create: a pull that ends during the call is not missed
         try:
@@ -271,16 +276,19 @@ class PodManager:
         if (due := refresh_after(t.pod)) is not None and created.outcome == Outcome.SUBMITTED:
             t.state.token_due = time.time() + due
 
+    def _objects(self, t: Tracked) -> ApiObjects:
+        return ApiObjects(self.kube, pod=t.pod, watches=self.watches, tokens=self.tokens)
+
     def _submitted(self, t: Tracked, created: Created) -> None:
         t.job_id = created.job_id
         t.state.open_gate()
         self.events.notes(t, tuple(n for n in created.notes if n.reason != "TimeLimitLowered"))
-        try:
-            self._annotate(t, created.job_id)  # first: the job id is what users and tools wait for (issue 23.2)
-        finally:
-            if not created.final:
-                # the scheduler's Scheduled says where the pod went; this is the kubelet's own step
-                self.events.post(t, "Submitted", f"Submitted as Slurm job {created.job_id}")
+        if created.final:
+            self._annotate(t, created.job_id)  # no status patch follows for it
+        else:
+            t.state.annotate = created.job_id  # on its first status patch (issue 23.2: none on the submit path)
+            # the scheduler's Scheduled says where the pod went; this is the kubelet's own step
+            self.events.post(t, "Submitted", f"Submitted as Slurm job {created.job_id}")
         self.events.notes(t, tuple(n for n in created.notes if n.reason == "TimeLimitLowered"))
 
     def _annotate(self, t: Tracked, job_id: str) -> None:
@@ -336,6 +344,9 @@ class PodManager:
                 if exc.code not in (404, 409):  # gone already, or the name is another pod's now
                     raise
         self.table.pop(t.uid)
+        if self.watches is not None:
+            self.watches.unregister(t.uid)
+        self.tokens.forget_pod(t.uid)
         self._gone.discard(t.uid)
         if t.uid in self._left:
             self._left[t.uid] = Leftover(ref=ref, job_id=d.job_id, state="stopped")
@@ -367,30 +378,18 @@ class PodManager:
                     self.queue.add(t.uid)
         return read
 
-    def _token_due(self, t: Tracked, now: float) -> bool:
-        return bool(not t.state.final and not t.deleting and t.job_id and refresh_after(t.pod) is not None
-                    and t.state.token_due <= now)
-
     def refresh_tokens(self, *, now: float | None = None) -> int:
         """Queue the running pods whose projected tokens are due (after a restart: all of them once,
         since their issue time is unknown); their workers renew them. The number queued."""
         now = time.time() if now is None else now
-        due = [t for t in self.table.snapshot() if self._token_due(t, now)]
+        due = [t for t in self.table.snapshot() if token_due(t, now)]
         for t in due:
             self.queue.add(t.uid)
         return len(due)
 
     def _refresh_token(self, t: Tracked) -> None:
-        """Worker: renew the pod's projected tokens if due (a failure waits for the next janitor round)."""
-        now = time.time()
-        after = refresh_after(t.pod)
-        if after is None or not self._token_due(t, now):
-            return
-        try:
-            self.provider.refresh_tokens(PodRef(t.uid, t.namespace, t.name), t.pod, ApiObjects(self.kube, pod=t.pod))
-            t.state.token_due = now + after
-        except (KubeError, KubeUnavailable, OSError) as exc:
-            log.warning("pod %s: token refresh failed (next round): %s", t.key, exc)
+        if token_due(t, time.time()):
+            renew_tokens(self.provider, t, self._objects(t))
 
     def clean(self) -> int:
         """Remove what pods deleted more than ``keep_pod_dirs`` seconds ago left."""

@@ -53,6 +53,7 @@ class PodState:
     missing: set[str] = field(default_factory=set)  # "kind:name" of objects reported missing
     token_due: float = 0.0  # time.time() when the projected tokens are due again
     annotated: str = ""  # the job id this process put on the pod (not again for each watch event)
+    annotate: str = ""  # the job id the pod's next status patch carries (its submission's)
     # the status manager (worker only, but ``reconcile``: status loop)
     patch_backoff: Backoff = field(default_factory=lambda: Backoff(initial=1.0, cap=BACKOFF_MAX))
     patch_gate: float = 0.0  # time.monotonic(): no status patch before (after a 4xx)

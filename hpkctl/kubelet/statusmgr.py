@@ -12,6 +12,9 @@ As the real kubelet's (``pkg/kubelet/status/status_manager.go``):
 - A refusal (4xx: the pod is not this node's, a field the server rejects) is not sent again at
   once: it is backed off (:class:`~hpkctl.backoff.Backoff`, up to 5 minutes) and logged once per
   distinct refusal. A 5xx or an unreachable server raises, and the worker retries with back-off.
+- The job id annotation (``hpk.io/slurm-job-id``) of a pod this kubelet submitted rides on the
+  pod's next status patch (``pods/status`` keeps annotation changes) rather than a patch of its
+  own right after ``sbatch``: one write per pod less, and none on the submit path (issue 23.2).
 - The events a status change means (Started, BackOff, Unhealthy, Killing, Failed:
   :mod:`hpkctl.kubelet.podevents`) go out once the status was accepted.
 """
@@ -33,6 +36,7 @@ from hpkctl.provider import ProbeKill
 log = logging.getLogger("hpkctl.kubelet.status")
 
 RECONCILE_EVERY = 10.0
+JOB_ID_ANNOTATION = "hpk.io/slurm-job-id"
 _OWNED = ("phase", "reason", "message", "podIP", "podIPs", "hostIP", "hostIPs", "startTime",
           "initContainerStatuses", "containerStatuses", "observedGeneration")
 
@@ -65,6 +69,15 @@ def _owned(status: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(_canon(out))
 
 
+def _annotation_due(t: Tracked) -> str:
+    """The job id the next status patch is to put on the pod ("" when it is there already)."""
+    job = t.state.annotate
+    if not job or job == t.state.annotated or \
+            ((t.pod.get("metadata") or {}).get("annotations") or {}).get(JOB_ID_ANNOTATION) == job:
+        return ""
+    return job
+
+
 def _version(pod: Mapping[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -86,13 +99,17 @@ class StatusManager:
         ``KubeError`` (5xx) / ``KubeUnavailable``: the caller retries."""
         st = t.state
         now = time.monotonic() if now is None else now
-        if status_patch(t.uid, status, t.sent) is None and not st.reconcile:
+        annotate = _annotation_due(t)
+        if status_patch(t.uid, status, t.sent) is None and not st.reconcile and not annotate:
             return False  # needsUpdate: nothing the kubelet has not had accepted already
         if now < st.patch_gate:
             st.unsent = status
             return False
         server = dict(t.pod.get("status") or {})
         patch = status_patch(t.uid, status, {**server, **(t.sent or {})})
+        if annotate:
+            patch = patch or {"metadata": {"uid": t.uid}}
+            patch["metadata"]["annotations"] = {JOB_ID_ANNOTATION: annotate}
         version = _version(t.pod)
         if patch is not None:
             try:
@@ -108,6 +125,8 @@ class StatusManager:
                     return False
                 raise
         st.unsent, st.reconcile, st.sent_version = None, False, version
+        if annotate:
+            st.annotated = annotate
         st.patch_backoff.reset()
         st.patch_gate, st.refused = 0.0, ""
         sent = {**(t.sent or {}), **status}

@@ -65,3 +65,34 @@ class StaticObjects:
         for obj in objects:
             store.add(obj)
         return store
+
+
+def referenced_objects(pod: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """The ConfigMaps and Secrets the pod names, as ``("configmaps"|"secrets", name)`` in its own
+    namespace: env ``valueFrom`` and ``envFrom`` of every container, ``configMap``/``secret``
+    volumes, projected sources and ``imagePullSecrets`` (the real kubelet's
+    ``VisitPodConfigmapNames``/``VisitPodSecretNames``, for the objects it watches)."""
+    spec = pod.get("spec") or {}
+    out: set[tuple[str, str]] = set()
+
+    def add(plural: str, name: Any) -> None:
+        if isinstance(name, str) and name:
+            out.add((plural, name))
+
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for e in c.get("env") or []:
+            src = (e or {}).get("valueFrom") or {}
+            add("configmaps", (src.get("configMapKeyRef") or {}).get("name"))
+            add("secrets", (src.get("secretKeyRef") or {}).get("name"))
+        for e in c.get("envFrom") or []:
+            add("configmaps", ((e or {}).get("configMapRef") or {}).get("name"))
+            add("secrets", ((e or {}).get("secretRef") or {}).get("name"))
+    for v in spec.get("volumes") or []:
+        add("configmaps", ((v or {}).get("configMap") or {}).get("name"))
+        add("secrets", ((v or {}).get("secret") or {}).get("secretName"))
+        for src in ((v or {}).get("projected") or {}).get("sources") or []:
+            add("configmaps", ((src or {}).get("configMap") or {}).get("name"))
+            add("secrets", ((src or {}).get("secret") or {}).get("name"))
+    for ref in spec.get("imagePullSecrets") or []:
+        add("secrets", (ref or {}).get("name"))
+    return out

@@ -1,0 +1,92 @@
+"""Service-account tokens the kubelet requested, kept until they need a refresh, as the real
+kubelet's token manager (``pkg/kubelet/token/token_manager.go``) keeps them.
+
+A token is keyed by everything its TokenRequest says: the service account and namespace, the
+audiences, ``expirationSeconds`` and the ``boundObjectRef``. The bound object is the pod (its name
+and uid), so a token is never shared between pods, even of one service account: the API server
+invalidates a bound token when its pod goes, and the real kubelet keys its cache the same way.
+What the cache saves is a second request for the same pod: a create tried again (a
+``CreateContainerConfigError``, an ``sbatch`` cut short), or two projected volumes asking for the
+same token. A cached token is used until 80 % of its lifetime (or 24 h) has passed, then requested
+again; a pod's tokens are forgotten when it leaves the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hpkctl.kube import KubeError, KubeUnavailable
+from hpkctl.kubelet.table import Tracked
+from hpkctl.provider import PodProvider, PodRef
+from hpkctl.provider.tokens import REFRESH_AT, TokenSource, refresh_after
+
+log = logging.getLogger("hpkctl.kubelet.tokens")
+
+MAX_TTL = 24 * 3600.0  # the real token manager refreshes any token older than this
+
+
+def token_key(namespace: str, service_account: str, spec: Mapping[str, Any]) -> str:
+    """The cache key of a TokenRequest (``keyFunc``: nothing secret in it)."""
+    ref = spec.get("boundObjectRef") or {}
+    return "/".join((namespace, service_account, ",".join(spec.get("audiences") or []),
+                     str(spec.get("expirationSeconds") or ""), str(ref.get("kind") or ""),
+                     str(ref.get("name") or ""), str(ref.get("uid") or "")))
+
+
+class TokenCache:
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._tokens: dict[str, tuple[bytes, float, float, str]] = {}  # key -> (token, issued, expiry, pod uid)
+        self.requests = 0  # TokenRequests sent through the cache (tests)
+
+    def _fresh(self, issued: float, expiry: float, now: float) -> bool:
+        """``requiresRefresh``, negated: within 80 % of its lifetime, under 24 h old, not from the future."""
+        return issued <= now < issued + (expiry - issued) * REFRESH_AT and now < issued + MAX_TTL
+
+    def get(self, key: str, pod_uid: str, request: Callable[[], tuple[bytes, float] | None]) -> tuple[bytes, float] | None:
+        """(token, expiry time) for ``key``: the cached one while fresh, else a new one from
+        ``request()`` (which answers (token, lifetime in seconds), or ``None``), cached."""
+        now = self.clock()
+        with self._lock:
+            hit = self._tokens.get(key)
+        if hit is not None and self._fresh(hit[1], hit[2], now):
+            return hit[0], hit[2]
+        self.requests += 1
+        got = request()
+        if got is None:
+            return None
+        token, expiry = got[0], now + got[1]
+        with self._lock:
+            self._tokens[key] = (token, now, expiry, pod_uid)
+        return token, expiry
+
+    def forget_pod(self, pod_uid: str) -> None:
+        """``DeleteServiceAccountToken``: the pod left the node; also drops expired tokens."""
+        now = self.clock()
+        with self._lock:
+            for key in [k for k, v in self._tokens.items() if v[3] == pod_uid or v[2] <= now]:
+                del self._tokens[key]
+
+
+def token_due(t: Tracked, now: float) -> bool:
+    """Whether the running pod's projected tokens are due for renewal (80 % of their lifetime)."""
+    return bool(not t.state.final and not t.deleting and t.job_id and refresh_after(t.pod) is not None
+                and t.state.token_due <= now)
+
+
+def renew_tokens(provider: PodProvider, t: Tracked, objects: TokenSource) -> None:
+    """On the pod's worker: write its projected tokens again (a failure waits for the next janitor round)."""
+    now = time.time()
+    after = refresh_after(t.pod)
+    if after is None:
+        return
+    try:
+        provider.refresh_tokens(PodRef(t.uid, t.namespace, t.name), t.pod, objects)
+        t.state.token_due = now + after
+    except (KubeError, KubeUnavailable, OSError) as exc:
+        log.warning("pod %s: token refresh failed (next round): %s", t.key, exc)
