@@ -16,7 +16,8 @@ A read waits up to :data:`SYNC_WAIT` for the watch's first list; an object the w
 hold is *missing*, exactly as a 404 to a GET (the pod then shows ``CreateContainerConfigError``
 and its ``…NotFound`` event, as before). A change reaches the cache as a watch event, so the next
 pod rendered after it sees it. When the watch has not synced in time (an API server slower than
-that), :meth:`ObjectWatches.get` says so and the caller GETs the object as before.
+that, or one that refuses the list), :meth:`ObjectWatches.get` says so and the caller GETs the object
+as before; later reads do not wait again until the watch has synced.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class _Watched:
     synced: threading.Event = field(default_factory=threading.Event)
     stop: threading.Event = field(default_factory=threading.Event)
     immutable: bool = False
+    late: bool = False  # a read waited sync_wait in vain: later reads do not wait again until it syncs
 
 
 class ObjectWatches:
@@ -141,7 +143,10 @@ class ObjectWatches:
         ``sync_wait``: then the caller asks the API server itself."""
         with self._lock:
             item = self._items.get((plural, namespace, name))
-        if item is None or not item.synced.wait(self.sync_wait):
+        if item is None:
+            return False, None
+        if not item.synced.wait(0.0 if item.late else self.sync_wait):
+            item.late = True  # its list fails or is slow (a 403, an API server far behind): GET meanwhile
             return False, None
         return True, item.obj
 
