@@ -342,3 +342,40 @@ def _annotated_by_status(m: Any, kube: Any) -> str:
     got = [p for p in kube.status_patches() if p["metadata"].get("annotations")]
     assert len(got) == 1 and "status" in got[0], got
     return str(got[0]["metadata"]["annotations"]["hpk.io/slurm-job-id"])
+
+
+class _Watches:
+    """ObjectWatches' interface, recording: every object is held (a ConfigMap with key k)."""
+
+    def __init__(self) -> None:
+        self.registered: dict[str, dict[str, Any]] = {}
+        self.unregistered: list[str] = []
+        self.reads: list[tuple[str, str, str]] = []
+
+    def register(self, uid: str, pod: dict[str, Any]) -> None:
+        self.registered[uid] = pod
+
+    def unregister(self, uid: str) -> None:
+        self.unregistered.append(uid)
+
+    def get(self, plural: str, namespace: str, name: str) -> tuple[bool, dict[str, Any] | None]:
+        self.reads.append((plural, namespace, name))
+        return True, {"kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "from-the-watch"}}
+
+
+def test_the_pods_objects_come_from_the_watches_and_their_references_go_with_the_pod(mgr: Any) -> None:
+    """The PodManager registers a pod to start with the kubelet's object watches, renders it from them
+    (no GET of its ConfigMap), and drops its references when the pod leaves the node."""
+    m, kube, slurm = mgr
+    m.watches = watches = _Watches()
+    pod = _pod()
+    pod["spec"]["containers"][0]["env"] = [{"name": "V", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}]
+    m.on_sync([pod])
+    assert list(watches.registered) == ["u-1"]
+    m.sync("u-1")
+    assert slurm.submitted == 1
+    assert ("configmaps", "default", "cm") in watches.reads
+    assert not [p for verb, p, _ in kube.calls if verb == "GET" and "/configmaps/" in p]
+    m.on_sync([])  # the pod is gone from the API: stopped, and its references with it
+    m.sync("u-1")
+    assert watches.unregistered == ["u-1"]
