@@ -6,8 +6,10 @@ namespace ``hpk-selftest``; a run of the battery replaces the previous one's pod
 until then, so the table's log paths can be read). Cases: hello; env and args byte for byte;
 ConfigMap, Secret and emptyDir volumes; init containers in order; a liveness probe that restarts its
 container; a delete that runs the stop sequence (the container's TERM trap); an MPI-style step on two
-nodes where the partition has them. Exec and logs go through a kubelet's API: the caller's
-``exec_and_logs`` row (:mod:`hpkctl.controlplane.selftestexec`, run alongside the battery), SKIP without.
+nodes where the partition has them; the message a container writes to Kubernetes' default
+terminationMessagePath, where the profile binds the node's /dev/termination-log (else SKIP). Exec
+and logs go through a kubelet's API: the caller's ``exec_and_logs`` row
+(:mod:`hpkctl.controlplane.selftestexec`, run alongside the battery), SKIP without.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from hpkctl.local.follow import follow_run
 from hpkctl.provider.runrecords import RunRecord
 from hpkctl.local.runs import NeverStarts, stop_run
 from hpkctl.local.submit import submit_pod
+from hpkctl.pod.lifecycle import DEFAULT_MESSAGE_PATH, device_binds
 from hpkctl.pod.paths import POD_DONE, STARTED, PodDir
 from hpkctl.pod.status import PodStatus
 from hpkctl.sites.schema import SiteProfile
@@ -79,7 +82,8 @@ def _expect(want: str) -> Callable[[PodStatus, str], str]:
     return check
 
 
-def cases(*, multi_node: bool) -> list[Case]:
+def cases(*, multi_node: bool, dev_message: bool = False) -> list[Case]:
+    """The battery; ``dev_message``: the profile binds the node's /dev/termination-log."""
     env_args = _c('printf "[%s]\\n" "$V"; for a in "$@"; do printf "<%s>\\n" "$a"; done', env=[{"name": "V",
                   "value": ENV_VALUE}])
     env_args["command"] = env_args["command"] + ["sh"]
@@ -125,6 +129,13 @@ def cases(*, multi_node: bool) -> list[Case]:
         Case("delete with grace", [_pod("delete", [_c("trap 'echo got TERM; exit 0' TERM; echo up; "
                                                        "while :; do sleep 1; done")])], stopped, delete=True),
     ]
+    if dev_message:
+        def message(st: PodStatus, log: str) -> str:
+            bad = _expect("written\n")(st, log)
+            got = next((c.message for c in st.containers if c.name == "c"), "")
+            return bad or ("" if got == "Sleep expired\n" else f"terminated message {got!r}, not 'Sleep expired\\n'")
+        out.append(Case("termination message", [_pod("termination-message", [_c(
+            f"echo Sleep expired > {DEFAULT_MESSAGE_PATH} && echo written")])], message))
     if multi_node:
         def two_nodes(st: PodStatus, log: str) -> str:
             bad = "" if st.phase == "Succeeded" else f"{st.phase} ({st.reason}): {st.message}"
@@ -187,7 +198,8 @@ def run_selftest(profile: SiteProfile, slurm: Slurm, *, work_dir: Path, timeout:
         multi = len([n for n in slurm.nodes(partition=profile.slurm.partition)]) >= 2
     except SlurmError:
         multi = False
-    battery = cases(multi_node=multi)
+    dev_message = DEFAULT_MESSAGE_PATH in device_binds(profile.apptainer.binds)
+    battery = cases(multi_node=multi, dev_message=dev_message)
     results: list[Result] = []
     threads: list[tuple[threading.Thread, Result]] = []
     work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -215,6 +227,9 @@ def run_selftest(profile: SiteProfile, slurm: Slurm, *, work_dir: Path, timeout:
     if not multi:
         results.append(Result("mpi on two nodes", SKIP, f"partition {profile.slurm.partition or '(default)'} has "
                                                         "fewer than 2 nodes"))
+    if not dev_message:
+        results.append(Result("termination message", SKIP, f"the profile's [apptainer] binds do not name the node's "
+                                                           f"{DEFAULT_MESSAGE_PATH} (README, \"Stopping a pod\")"))
     if cluster_thread is not None:
         cluster_thread.join(max(0.0, deadline - time.monotonic()))
     results.append(cluster_row[0])
