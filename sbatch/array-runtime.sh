@@ -33,6 +33,8 @@ hpk_a_fail_job() {
     [ -e "$HPK_ARRAY_STATUS/job.failed" ] || hpk_a_put job.failed "$1"$'\n'"$2"
   ) 9>>"$HPK_ARRAY_STATUS/.lock"
   printf 'hpkctl: the %s failed: %s: %s\n' "${SLURM_JOB_NAME:-job}" "$1" "$2" >&2
+  # pilot mode: the elements are steps that hpkctl run started; it stops the others (job.failed)
+  [ -z "${HPK_PILOT:-}" ] || return 0
   local i others=()
   for ((i = 0; i < ${#HPK_PODS[@]}; i++)); do
     [ "$i" = "$SLURM_ARRAY_TASK_ID" ] || others+=("${SLURM_ARRAY_JOB_ID:?}_$i")

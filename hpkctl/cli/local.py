@@ -52,8 +52,7 @@ def register(sub: Any) -> None:
     p.add_argument("--pod", help="which pod template to use when the file holds several")
     p.add_argument("--now", action="store_true",
                    help="a CronJob: run its Job once, now (hpkctl runs no schedules; see 'scrontab')")
-    p.add_argument("-d", "--detach", action="store_true",
-                   help="return once the job is submitted (with --pilot: once its step started); prints its id")
+    p.add_argument("-d", "--detach", action="store_true", help="return once the job is submitted (or the step runs)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the containers' logs")
     p.add_argument("--replace", action="store_true",
                    help="delete an existing run of the same name first (cancel its job, remove its directory)")
@@ -175,7 +174,7 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
     """``hpkctl run --pilot``: the pod as a step of a held allocation (hpkctl.local.pilotrun)."""
     from hpkctl.cli import EXIT_ERROR
     from hpkctl.local.follow import result_line
-    from hpkctl.local.pilotrun import follow_pilot, prepare_single, start_pilot, stop_pilot
+    from hpkctl.local.pilotrun import follow_pilot, prepare_pilot, run_pilot_workload, start_pilot, stop_pilot
     from hpkctl.provider.pilotpod import pilot_enabled
     from hpkctl.local.runs import exit_status
     from hpkctl.local.signals import Interrupted, Interrupts
@@ -186,8 +185,11 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
     rec = None
     try:
         try:
-            prep = prepare_single(profile, args.filename, pod_name=args.pod, namespace=args.namespace,
-                                  replace=args.replace, slurm=slurm, now=args.now, out=out)
+            prep = prepare_pilot(profile, args.filename, pod_name=args.pod, namespace=args.namespace,
+                                 replace=args.replace, slurm=slurm, now=args.now, detach=args.detach, out=out)
+            if prep.record.is_array:  # this process runs the workload's pods as steps
+                return run_pilot_workload(slurm, prep, interrupts, manifest=args.filename, pod_name=args.pod,
+                                          now=args.now, out=out, log_out=sys.stdout, quiet=args.quiet)
             rec, proc = start_pilot(slurm, prep, interrupts, out=out, quiet=args.quiet)
             if args.detach:  # the step's srun runs on in a session of its own; its files say the rest
                 print((rec.dir.read("job.id") or rec.allocation).strip())
@@ -208,8 +210,7 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
 
 
 def _follow_array(slurm: Slurm, rec: RunRecord, *, quiet: bool, slurm_poll: float) -> int:
-    """``hpkctl run`` of a workload: its pods' logs (``[pod/NAME/CONTAINER] line``) and progress until it
-    finished; 0 when every pod succeeded."""
+    """``hpkctl run`` of a workload: its pods' logs and progress until it finished; 0 when all succeeded."""
     from hpkctl.local.arrayfollow import follow_array
     from hpkctl.provider.slurmjobs import job_states
 

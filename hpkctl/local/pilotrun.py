@@ -8,7 +8,7 @@ files as ``hpkctl run`` does (the step's srun is this process's child, in a sess
 interrupt runs the pod's stop sequence (``pod.deleting``, then TERM to the step's task alone) and
 waits for it. Concurrent runs share the allocations and see each other's steps in Slurm
 (:mod:`hpkctl.pilot.shared`); a pod with no room waits Pending. ``--detach`` returns once the step
-runs. Not yet: workloads in pilot mode.
+runs. A workload's pods run as steps from this process (:mod:`hpkctl.local.pilotarray`).
 """
 
 from __future__ import annotations
@@ -46,16 +46,41 @@ def run_pool(slurm: Slurm, profile: SiteProfile) -> Pool:
     return pool
 
 
-def prepare_single(profile: SiteProfile, manifest: str, *, pod_name: str | None, namespace: str | None,
-                   replace: bool, slurm: Slurm, now: bool = False, out: TextIO) -> PreparedRun:
-    """``prepare_run`` for one pod; a workload (a CronJob's Job with ``now`` too) is refused."""
+def prepare_pilot(profile: SiteProfile, manifest: str, *, pod_name: str | None, namespace: str | None,
+                  replace: bool, slurm: Slurm, now: bool = False, detach: bool = False, out: TextIO) -> PreparedRun:
+    """``prepare_run`` in pilot mode; a workload with ``detach`` is refused (this process runs it)."""
     prep = prepare_run(profile, manifest, pod_name=pod_name, namespace=namespace, replace=replace, slurm=slurm,
                        now=now, out=out)
-    if prep.record.is_array:
+    if prep.record.is_array and detach:
         forget_run(profile, prep.record)
-        raise HpkError("--pilot runs a single pod for now, not a workload",
-                       hint="leave out --pilot: a workload runs as a job array")
+        raise HpkError("--pilot runs a workload's pods as steps from this process: it cannot --detach",
+                       hint="leave out --detach, or leave out --pilot (a job array runs on without hpkctl)")
     return prep
+
+
+def run_pilot_workload(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, *, manifest: str,
+                       pod_name: str | None, now: bool, out: TextIO, log_out: TextIO, quiet: bool) -> int:
+    """A workload's pods as steps (:mod:`hpkctl.local.pilotarray`) until it finished; 0 when it succeeded.
+    An interrupt stops its running pods as a delete does."""
+    from hpkctl.local.arrays import workload_of
+    from hpkctl.local.manifest import load_manifest, select_pod
+    from hpkctl.local.pilotarray import PilotArray
+
+    loaded = load_manifest(manifest)
+    workload = workload_of(loaded, select_pod(loaded, pod_name), now=now)
+    count = workload.count if workload is not None else 1
+    parallelism = (workload.parallelism if workload is not None else None) or count
+    array = PilotArray(slurm, run_pool(slurm, prep.profile), prep, interrupts, parallelism=parallelism, out=out,
+                       quiet=quiet)
+    try:
+        st = array.run(log_out=log_out)
+    except BaseException:
+        array.stop()
+        raise
+    why = (f" ({st.reason})" if st.reason else "") + (f": {st.message}" if st.message else "")
+    print(f"{prep.record.kind.lower()} {prep.record.namespace}/{prep.record.name} (pilot allocation "
+          f"{prep.record.allocation}): {st.phase}{why}; {st.summary()}", file=out)
+    return 0 if st.phase in ("Complete", "Succeeded") else 1
 
 
 def start_pilot(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, *, out: TextIO,

@@ -176,3 +176,53 @@ def test_a_run_waits_pending_for_room_another_runs_step_holds_then_runs_there(hp
 def _status(hpk: Hpk, name: str, site: str) -> dict[str, Any]:
     r = hpk.hpkctl("status", name, "--site", site, "--json")
     return dict(json.loads(r.stdout)[0]["status"]) if r.rc == 0 else {}
+
+
+def test_a_jobs_pods_run_as_steps_with_parallelism_and_backoff_limit(hpk: Hpk) -> None:
+    """A Job in pilot mode (Indexed, completions 3, parallelism 2): its pods run as steps of one
+    allocation, a failed pod runs again under ``backoffLimit`` (the array's own rules, run as a step:
+    each index's first run fails, its second succeeds), and the Job completes; a Job whose pod keeps failing fails BackoffLimitExceeded. ``--detach`` is refused for a
+    workload (this process runs it)."""
+    node = unique("pj")
+    site = _own_pool(hpk, node, cpus=2, memory="1G", max_allocations=1)
+    out = _out_dir()
+    name = unique("pjob")
+    # the first run of each index fails (no marker yet), the second succeeds
+    script = ('if [ ! -e "/out/$JOB_COMPLETION_INDEX.ran" ]; then : >"/out/$JOB_COMPLETION_INDEX.ran"; exit 3; fi; '
+              'echo "index $JOB_COMPLETION_INDEX ok"')
+    template = {"spec": {"restartPolicy": "Never", "containers": [
+        {**c("main", script, resources={"requests": {"cpu": "1", "memory": "100Mi"}}),
+         "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
+        "volumes": [{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}]}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+           "spec": {"completions": 3, "parallelism": 2, "completionMode": "Indexed", "backoffLimit": 3,
+                    "template": template}}
+    held = ""
+    try:
+        refused = hpk.run(job, site=site, extra=("--pilot", "--detach"))
+        assert refused.rc != 0 and "cannot --detach" in refused.stderr, refused.output
+        r = hpk.run(job, site=site, extra=("--pilot",))
+        found = ALLOCATION_OF_WORKLOAD.search(r.stderr)
+        held = found.group(1) if found else ""
+        assert r.rc == 0, r.output
+        assert f"job default/{name} (pilot allocation {held}): Complete (CompletionsReached)" in r.stderr, r.stderr
+        assert "3/3 succeeded, 3 failed" in r.stderr, r.stderr  # each index failed once, then succeeded
+        assert sorted(ln.split("] ", 1)[1] for ln in r.stdout.splitlines() if "ok" in ln) == \
+            [f"index {i} ok" for i in range(3)], r.stdout
+        st = hpk.status(name, site=site)["status"]
+        assert st["succeeded"] == 3 and [p["attempts"] for p in st["pods"]] == [2, 2, 2], st
+        bad = dict(job, metadata={"name": name + "-bad"})
+        bad["spec"] = dict(job["spec"], completions=1, parallelism=1, backoffLimit=1)
+        bad["spec"]["template"] = json.loads(json.dumps(template).replace(script.replace('"', '\\"'), "exit 7"))
+        r = hpk.run(bad, site=site, extra=("--pilot",))
+        assert r.rc == 1, r.output
+        assert "Failed (BackoffLimitExceeded)" in r.stderr, r.stderr
+    finally:
+        if held:
+            release(held)
+        for n in (name, name + "-bad"):
+            hpk.hpkctl("delete", n, "--site", site)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+ALLOCATION_OF_WORKLOAD = re.compile(r"\(pilot allocation (\d+)\)")
