@@ -138,8 +138,19 @@ def test_exec_probe_output_is_the_message_and_a_timeout_kills_the_try(tmp_path: 
     assert results == [("liveness", 1, "not healthy"),
                        ("readiness", 1, f'command "sh -c sleep 3; touch {marker}" timed out')]
     assert time.monotonic() - t0 < 3
-    time.sleep(3)
+
+    def try_left() -> list[str]:  # processes of the timed-out try still there (their words name the marker)
+        return [p.name for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(marker))]
+
+    wait_for("the timed-out try's processes to be gone", lambda: not try_left() or None, timeout=10)
     assert not marker.exists()  # the whole try (sh and its sleep) was killed
+
+
+def _cmdline_has(proc: Path, word: str) -> bool:
+    try:
+        return word.encode() in (proc / "cmdline").read_bytes()
+    except OSError:  # ended meanwhile
+        return False
 
 
 def test_https_without_a_server_fails_with_a_message(tmp_path: Path) -> None:
@@ -194,7 +205,10 @@ def test_startup_gates_readiness_and_a_liveness_failure_stops_the_container(tmp_
                        livenessProbe={"exec": {"command": ["sh", "-c", f"test -e {healthy} || {{ echo gone; exit 1; }}"]}, **fast},
                        readinessProbe={"exec": {"command": ["true"]}, "periodSeconds": 1})
     try:
-        time.sleep(2)
+        tries = root / "run" / "app.startup.probe"  # rewritten as each try starts
+        first = wait_for("the startup probe's first try", lambda: tries.exists() and tries.stat().st_mtime_ns,
+                         timeout=20)
+        wait_for("a second startup try", lambda: tries.stat().st_mtime_ns != first, timeout=20)
         assert _read(root, "app.started-probe") is None and _read(root, "app.ready") is None
         started.touch()
         wait_for("app.ready 1", lambda: _read(root, "app.ready") == "1", timeout=20)
