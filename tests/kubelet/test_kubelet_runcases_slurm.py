@@ -165,10 +165,12 @@ def _port() -> int:
 
 
 def _ready_after_delay(env: Env) -> list[dict[str, Any]]:
-    port = _port()
-    server = c_("web", f"mkdir -p /tmp/www && echo ok >/tmp/www/ok && sleep 10 && exec httpd -f -p {port} -h /tmp/www",
+    port, d = _port(), outdir(env.cluster, "rc-ready")
+    # httpd starts once the test opens the gate (not after a timer that load outruns, or that waits idle)
+    server = c_("web", f"mkdir -p /tmp/www && echo ok >/tmp/www/ok && until [ -e /out/go ]; do sleep 0.2; done; "
+                       f"exec httpd -f -p {port} -h /tmp/www", volumeMounts=OUT,
                 readinessProbe={"httpGet": {"port": port, "path": "/ok"}, "periodSeconds": 1, "timeoutSeconds": 5})
-    return [pod("rc-ready", [server], restartPolicy="Always", terminationGracePeriodSeconds=2)]
+    return [pod("rc-ready", [server], volumes=[host_volume(d)], restartPolicy="Always", terminationGracePeriodSeconds=2)]
 
 
 #: the kubelet's back-off in its message, as Go prints a duration: "10s", "1m4s" (a loaded machine may
@@ -182,6 +184,8 @@ def test_http_readiness_becomes_ready_after_a_delay(launched: Launched) -> None:
     readiness probe passes; then ready (1/1) with conditions Ready and ContainersReady True."""
     c = launched.cluster
     try:
+        wait_status(c, "rc-ready", "running", lambda s: _running(s, "web"))
+        (outdir(c, "rc-ready") / "go").touch()
         st = wait_status(c, "rc-ready", "Ready", lambda s: conditions(s).get("Ready") == "True")
         assert conditions(st)["ContainersReady"] == "True" and container(st, "web")["ready"] is True, st
         seen = [s for s in launched.history.statuses("rc-ready", uid=launched.uid("rc-ready"))
