@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.ci import HPK_USER
 from tests.support.hpk import Hpk, pod, unique
-from tests.support.waiting import wait_for as until
+from tests.support.waiting import wait_rewritten
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 BUSYBOX = "busybox:1.36"
@@ -176,8 +176,7 @@ def test_tcp_probe_in_both_network_modes(fast: Hpk, mode: str) -> None:
         text, st = wait_for(fast, name, site, lambda t, s: _row(t, name)[1] == "1/1")
         pod_dir = Path(st["podDir"])
         tries = pod_dir / "run" / "web.liveness.probe"
-        first = until("the liveness probe's first try", lambda: tries.exists() and tries.stat().st_mtime_ns)
-        until("a second liveness try", lambda: tries.stat().st_mtime_ns != first)
+        wait_rewritten("the liveness probe's try", tries)
         text, st = _status(fast, name, site)
         assert _main(st)["restartCount"] == 0 and _main(st)["ready"] is True, text
         assert st["status"]["podIP"]

@@ -62,7 +62,7 @@ from tests.support.launch import (
     wait_status,
 )
 from tests.support.pods import PODS
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_rewritten
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 SA = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -322,8 +322,7 @@ def _check_tcp(launched: Launched, name: str) -> None:
     try:
         wait_status(c, name, "Ready", lambda s: conditions(s).get("Ready") == "True")
         tries = c.root / "hpk-state" / "pods" / launched.uid(name) / "run" / "web.liveness.probe"
-        first = wait_for("the liveness probe's first try", lambda: tries.exists() and tries.stat().st_mtime_ns)
-        wait_for("a second liveness try", lambda: tries.stat().st_mtime_ns != first)
+        wait_rewritten("the liveness probe's try", tries)
         st = c.pod(name)["status"]  # type: ignore[index]
         assert container(st, "web")["restartCount"] == 0 and container(st, "web")["ready"] is True, st
         assert st["podIP"], st

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from hpkctl.pod import render_pod, write_pod_dir
 from tests.support.pods import make_profile, pod_doc
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_rewritten
 
 HARNESS = r'''
 source <(head -n -1 "$1/job/job.sh")
@@ -206,9 +206,7 @@ def test_startup_gates_readiness_and_a_liveness_failure_stops_the_container(tmp_
                        readinessProbe={"exec": {"command": ["true"]}, "periodSeconds": 1})
     try:
         tries = root / "run" / "app.startup.probe"  # rewritten as each try starts
-        first = wait_for("the startup probe's first try", lambda: tries.exists() and tries.stat().st_mtime_ns,
-                         timeout=20)
-        wait_for("a second startup try", lambda: tries.stat().st_mtime_ns != first, timeout=20)
+        wait_rewritten("the startup probe's try", tries, timeout=20)
         assert _read(root, "app.started-probe") is None and _read(root, "app.ready") is None
         started.touch()
         wait_for("app.ready 1", lambda: _read(root, "app.ready") == "1", timeout=20)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -28,3 +29,11 @@ def wait_for(what: str, probe: Callable[[], T | None], *, timeout: float = 60, e
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last: {last!r}")
         time.sleep(pause)
         pause = min(pause * 2, every)
+
+
+def wait_rewritten(what: str, path: Path, *, timeout: float = 60) -> None:
+    """Until ``path`` exists and has then been written again (its mtime changed): for a file a loop
+    rewrites each round, e.g. a probe's try output (``run/<c>.<kind>.probe``, rewritten as each try
+    starts), a second round has begun, so the first one ended."""
+    first = wait_for(f"{what} (a first time)", lambda: path.exists() and path.stat().st_mtime_ns, timeout=timeout)
+    wait_for(f"{what} (again)", lambda: path.stat().st_mtime_ns != first, timeout=timeout)
