@@ -14,9 +14,9 @@ from hpkctl.errors import HpkError, PodError
 
 if TYPE_CHECKING:
     from hpkctl.jobs import Slurm
-    from hpkctl.local.arrays import WorkloadFile
+    from hpkctl.provider.jobpod import JobPodProvider
     from hpkctl.provider.runrecords import RunRecord
-    from hpkctl.local.runs import Unrecorded
+    from hpkctl.provider.runstatus import Unrecorded
     from hpkctl.sites import SiteProfile
 
 
@@ -93,15 +93,16 @@ def _say(text: str) -> None:
         pass
 
 
-def _cancel(slurm: Slurm, profile: SiteProfile, rec: RunRecord, why: str) -> None:
+def _cancel(slurm: Slurm, profile: SiteProfile, rec: RunRecord, why: str, *, wait: bool = False) -> None:
     """Delete the run's pod once, as ``hpkctl delete`` does (its status then says hpkctl deleted it, not
-    "cancelled from outside hpkctl"); a workload's array is cancelled. Failures are said, never raised."""
+    "cancelled from outside hpkctl"); a workload's running pods too, then its array is cancelled.
+    Failures are said, never raised."""
     from hpkctl.jobs import SlurmError
     from hpkctl.local.runs import stop_run
 
     _say(f"{why}: cancelling Slurm job {rec.job_id}")
     try:
-        stop_run(slurm, profile, rec, out=sys.stderr)
+        stop_run(slurm, profile, rec, out=sys.stderr, wait=wait)
     except SlurmError as exc:
         _say(f"hpkctl: error: cannot cancel Slurm job {rec.job_id}: {exc}\n  then: scancel {rec.job_id}")
 
@@ -111,16 +112,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.local.follow import follow_run, result_line, settle
     from hpkctl.provider.runrecords import forget_run
-    from hpkctl.local.runs import NeverStarts, exit_status, wait_ended
+    from hpkctl.local.runs import NeverStarts, exit_status
     from hpkctl.local.signals import Interrupted, Interrupts
     from hpkctl.local.submit import prepare_run, submit_prepared
     from hpkctl.sites import load_site
+
+    from hpkctl.provider.pilotpod import run_provider
 
     profile = load_site(site_of(args, announce=not args.quiet))
     out = sys.stderr
     slurm = Slurm(profile.slurm)
     if args.pilot or profile.pilot.enabled:
         return _run_pilot(args, profile, slurm)
+    provider = run_provider(slurm, profile, pilot=False)  # the run's status, logs and delete
     # SIGINT, SIGTERM (a batch system, `timeout`, `runuser`) and SIGHUP (a closing terminal) cancel
     # the job once; sbatch and the record of its job id are never interrupted (hpkctl.local.signals).
     interrupts = Interrupts().install()
@@ -141,17 +145,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.detach:
             print(rec.job_id)
             return 0
+        provider.know(rec)
         if rec.is_array:
-            return _follow_array(slurm, rec, quiet=args.quiet, slurm_poll=profile.kubelet.slurm_poll)
-        st = follow_run(slurm, rec, out=out, log_out=sys.stdout, quiet=args.quiet,
-                        slurm_poll=profile.kubelet.slurm_poll)
+            return _follow_array(provider, rec, quiet=args.quiet, slurm_poll=profile.kubelet.slurm_poll)
+        st = follow_run(provider, rec, out=out, log_out=sys.stdout, quiet=args.quiet)
     except Interrupted as exc:
         name = "interrupted" if exc.signum == signal.SIGINT else f"got {exc}"
         if rec is None:
             _say(f"\nhpkctl: {name} before a job was submitted; nothing to cancel")
             return exc.exit_status
         _cancel(slurm, profile, rec, f"\nhpkctl: {name}")
-        st = settle(slurm, rec)
+        provider.know(rec)
+        st = settle(provider, rec)
         _say(result_line(rec, st))
         return exc.exit_status
     except BrokenPipeError:  # `hpkctl run ... | head`: nobody reads the logs any more, as SIGPIPE would end it
@@ -160,8 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             _cancel(slurm, profile, rec, "hpkctl: the output was closed")
         return 128 + signal.SIGPIPE
     except NeverStarts as exc:
-        _cancel(slurm, profile, exc.record, "hpkctl: the job can never start")
-        wait_ended(slurm, exc.record.job_id, timeout=10)
+        _cancel(slurm, profile, exc.record, "hpkctl: the job can never start", wait=True)
         forget_run(profile, exc.record)
         raise
     finally:
@@ -174,15 +178,15 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
     """``hpkctl run --pilot``: the pod as a step of a held allocation (hpkctl.local.pilotrun)."""
     from hpkctl.cli import EXIT_ERROR
     from hpkctl.local.follow import result_line
-    from hpkctl.local.pilotrun import follow_pilot, prepare_pilot, run_pilot_workload, start_pilot, stop_pilot
-    from hpkctl.provider.pilotpod import pilot_enabled
-    from hpkctl.local.runs import exit_status
+    from hpkctl.local.pilotrun import follow_pilot, prepare_pilot, run_pilot_workload, start_pilot
+    from hpkctl.provider.pilotpod import pilot_enabled, pilot_run_provider
+    from hpkctl.local.runs import exit_status, stop_run
     from hpkctl.local.signals import Interrupted, Interrupts
 
     profile = pilot_enabled(profile)
     out = sys.stderr
     interrupts = Interrupts().install()
-    rec = None
+    rec = proc = None
     try:
         try:
             prep = prepare_pilot(profile, args.filename, pod_name=args.pod, namespace=args.namespace,
@@ -191,17 +195,19 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
                 return run_pilot_workload(slurm, prep, interrupts, manifest=args.filename, pod_name=args.pod,
                                           now=args.now, out=out, log_out=sys.stdout, quiet=args.quiet)
             rec, proc = start_pilot(slurm, prep, interrupts, out=out, quiet=args.quiet)
+            provider = pilot_run_provider(slurm, profile)  # its status, logs and delete
+            provider.know(rec)
             if args.detach:  # the step's srun runs on in a session of its own; its files say the rest
-                print((rec.dir.read("job.id") or rec.allocation).strip())
+                print(provider.step_id(rec.uid) or rec.allocation)
                 return 0
-            st = follow_pilot(rec, proc, out=out, log_out=sys.stdout, quiet=args.quiet)
+            st = follow_pilot(provider, rec, proc, out=out, log_out=sys.stdout, quiet=args.quiet)
         except PodError as exc:
             print(f"hpkctl: pod cannot run: {exc.reason}: {exc}", file=out)
             return EXIT_ERROR
     except Interrupted as exc:
         if rec is not None:
             _say(f"\nhpkctl: {'interrupted' if exc.signum == signal.SIGINT else f'got {exc}'}")
-            stop_pilot(slurm, rec, out=out)
+            stop_run(slurm, profile, rec, out=out, step=proc)  # through the pilot provider
         return exc.exit_status
     finally:
         interrupts.restore()
@@ -209,13 +215,12 @@ def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> 
     return exit_status(rec, st)
 
 
-def _follow_array(slurm: Slurm, rec: RunRecord, *, quiet: bool, slurm_poll: float) -> int:
-    """``hpkctl run`` of a workload: its pods' logs and progress until it finished; 0 when all succeeded."""
+def _follow_array(provider: JobPodProvider, rec: RunRecord, *, quiet: bool, slurm_poll: float) -> int:
+    """``hpkctl run`` of a workload: its pods' logs (``[pod/NAME/CONTAINER] line``) and progress until it
+    finished; 0 when every pod succeeded."""
     from hpkctl.local.arrayfollow import follow_array
-    from hpkctl.provider.slurmjobs import job_states
 
-    st = follow_array(slurm, rec, lambda ids: job_states(slurm, ids), log_out=sys.stdout, quiet=quiet,
-                      slurm_poll=slurm_poll)
+    st = follow_array(provider, rec, log_out=sys.stdout, quiet=quiet, slurm_poll=slurm_poll)
     for i in st.indexes:
         if i.result != "Succeeded" and not quiet:
             _say(f"  {i.name} (Slurm job {i.job_id}, {i.attempts} run(s)): {i.pod.phase} "
@@ -229,7 +234,7 @@ def _follow_array(slurm: Slurm, rec: RunRecord, *, quiet: bool, slurm_poll: floa
 def _unrecorded(profile: SiteProfile, slurm: Slurm, records: list[RunRecord]) -> list[Unrecorded]:
     """Jobs of pods no record names (a failed Slurm query is a warning: the records still show)."""
     from hpkctl.jobs import SlurmError
-    from hpkctl.local.runs import unrecorded_jobs
+    from hpkctl.provider.runstatus import unrecorded_jobs
 
     try:
         return unrecorded_jobs(profile, slurm, records)
@@ -243,7 +248,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.provider.runrecords import all_records, load_record
     from hpkctl.local.arrays import ArrayStatus
-    from hpkctl.local.overview import run_statuses
+    from hpkctl.provider import PodRef
+    from hpkctl.provider.pilotpod import run_provider
     from hpkctl.pod.status import container_notes
 
     profile = _profile(args)
@@ -271,11 +277,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         records = all_records(profile, None if args.all_namespaces else args.namespace)
         if not args.all_namespaces:
             orphans = [o for o in orphans if o.namespace == args.namespace]
-    arrays = _workloads(records)
-    # one squeue for every pod and every element of every workload; an odd record shows its own problem
+    # through the provider: one squeue for every pod and every element of every workload; an odd record
+    # shows its own problem
+    provider = run_provider(slurm, profile, pilot=False)
+    for r in records:
+        provider.know(r)
+    statuses = provider.pod_statuses([PodRef(r.uid, r.namespace, r.name) for r in records])
     rows: list[tuple[str, str, str, str, str, Any]] = [
-        (r.namespace, r.name, r.job_id, r.uid, r.pod_dir, st)
-        for r, st in zip(records, run_statuses(slurm, records, arrays))]
+        (r.namespace, r.name, r.job_id, r.uid, r.pod_dir, statuses[r.uid]) for r in records]
     rows += [(o.namespace, o.name, o.job.job_id, o.uid, "", o.status()) for o in orphans]
     if args.json:
         print(json.dumps([{"name": name, "namespace": ns, "uid": uid, "jobId": job, "podDir": pod_dir,
@@ -307,48 +316,35 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workloads(records: list[RunRecord]) -> dict[str, WorkloadFile]:
-    """uid → ``job/workload.json`` of each workload among ``records`` (one whose directory vanished
-    is shown as a pod)."""
-    from hpkctl.local.arrays import WorkloadFile
-
-    found = {}
-    for r in records:
-        if r.is_array:
-            try:
-                found[r.uid] = WorkloadFile.read(r.pod_dir)
-            except (OSError, ValueError, TypeError, KeyError):
-                continue
-    return found
-
-
 def cmd_logs(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.local.follow import follow_logs
-    from hpkctl.local.runs import run_status
-    from hpkctl.provider.slurmjobs import job_states
     from hpkctl.pod.status import containers_of
+    from hpkctl.provider import PodRef
+    from hpkctl.provider.pilotpod import run_provider
     from hpkctl.sites import load_site
 
     profile = load_site(site_of(args))
     rec = _pod_record(profile, args.name, args.namespace)
+    provider = run_provider(Slurm(profile.slurm), profile, pilot=False)  # a pilot pod's logs are files alike
+    provider.know(rec)
     try:
         names = containers_of(rec.pod())
     except (OSError, ValueError):
-        st = run_status(rec, job_states(Slurm(profile.slurm), [rec.job_id])[rec.job_id])
+        st = provider.pod_statuses([PodRef(rec.uid, rec.namespace, rec.name)])[rec.uid]
         raise HpkError(f"pod {rec.namespace}/{rec.name} has no logs: {st.reason}: {st.message}") from None
     container = args.container or next(n for n, init in names if not init)
     if container not in [n for n, _ in names]:
         raise HpkError(f"pod {rec.name} has no container {container!r}",
                        hint="choose one of " + ", ".join(n for n, _ in names))
-    path = rec.dir.log(container, previous=args.previous)
-    if args.previous and not path.exists():
+    path = provider.log_file(rec.uid, container, previous=args.previous)
+    if args.previous and path is None:
         raise HpkError(f"container {container} of pod {rec.name} has not been restarted: no previous log")
     if not args.follow:
-        if path.exists():
+        if path is not None:
             sys.stdout.buffer.write(path.read_bytes())
         return 0
-    follow_logs(Slurm(profile.slurm), rec, container, out=sys.stdout, slurm_poll=profile.kubelet.slurm_poll)
+    follow_logs(provider, rec, container, out=sys.stdout, slurm_poll=profile.kubelet.slurm_poll)
     return 0
 
 
@@ -376,23 +372,20 @@ def _pod_record(profile: SiteProfile, name: str, namespace: str) -> RunRecord:
 def cmd_delete(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.provider.runrecords import all_records, load_record
-    from hpkctl.local.runs import delete_run, wait_ended
+    from hpkctl.local.runs import delete_run, delete_unrecorded
 
     profile = _profile(args)
     slurm = Slurm(profile.slurm)
     try:
         rec = load_record(profile, args.name, args.namespace)
     except HpkError:
-        # no record: a job that still names the pod in its comment is cancelled all the same
+        # no record: a job that still names the pod in its comment is the pod, deleted as a run is
         orphans = [o for o in _unrecorded(profile, slurm, all_records(profile))
                    if (o.namespace, o.name) == (args.namespace, args.name)]
         if not orphans:
             raise
         for o in orphans:
-            slurm.cancel(o.job.job_id)
-            print(f"pod {o.namespace}/{o.name}: cancelled Slurm job {o.job.job_id} (it had no run record)",
-                  file=sys.stderr)
-            wait_ended(slurm, o.job.job_id)
+            delete_unrecorded(slurm, profile, o, out=sys.stderr)
         print(f"pod {args.namespace}/{args.name} deleted")
         return 0
     delete_run(slurm, profile, rec, out=sys.stderr)

@@ -11,26 +11,29 @@ be missed; ``hpkctl logs`` and the pod directory's ``attempts/N/`` keep every ru
 
 from __future__ import annotations
 
-import json
+import functools
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TextIO
 
-from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm
+from hpkctl.jobs import TERMINAL_STATES
 from hpkctl.jobs.poll import Schedule
-from hpkctl.local.arrays import ArrayStatus, IndexStatus, WorkloadFile, array_status, element_ids
 from hpkctl.local.follow import FILE_POLL, SLURM_POLL, LogTail
-from hpkctl.provider.runrecords import RunRecord
-from hpkctl.pod.paths import PodDir
 from hpkctl.pod.status import containers_of
+from hpkctl.provider import PodRef
+from hpkctl.provider.jobpod import JobPodProvider
+from hpkctl.provider.runrecords import RunRecord
+from hpkctl.provider.workloads import ArrayStatus, IndexStatus, WorkloadFile, member_of
 
 
 class ArrayLogs:
-    """The log files of a workload's pods, followed while each pod runs."""
+    """The log files of a workload's pods (the provider's, each pod a run of its own), followed while
+    each pod runs."""
 
-    def __init__(self, info: WorkloadFile, out: TextIO) -> None:
+    def __init__(self, provider: JobPodProvider, rec: RunRecord, info: WorkloadFile, out: TextIO) -> None:
+        self.provider = provider
+        self.rec = rec
         self.info = info
         self.out = out
         self.tails: dict[int, LogTail] = {}
@@ -38,13 +41,13 @@ class ArrayLogs:
 
     def _tail(self, index: int) -> LogTail | None:
         if index not in self.tails:
-            member = self.info.pods[index]
-            pod_dir = PodDir(Path(member.dir))
+            member = member_of(self.rec, self.info, index)
             try:
-                names = [n for n, _ in containers_of(json.loads(pod_dir.pod_json.read_text()))]
+                names = [n for n, _ in containers_of(member.pod())]
             except (OSError, ValueError):
                 return None
-            self.tails[index] = LogTail(pod_dir.logs_dir, names, self.out,
+            self.provider.know(member)
+            self.tails[index] = LogTail(functools.partial(self.provider.log_file, member.uid), names, self.out,
                                         labels={n: f"pod/{member.name}/{n}" for n in names})
         return self.tails[index]
 
@@ -73,30 +76,29 @@ STATUS_POLL = 3.0  # seconds between reads of the pods' status files (the progre
 SETTLE = (0.5, 1.0, 2.0, 4.0)  # asks of Slurm once the files say the workload finished
 
 
-def follow_array(slurm: Slurm, rec: RunRecord, states: Callable[[list[str]], dict[str, JobInfo | None]], *,
-                 out: TextIO = sys.stderr, log_out: TextIO | None = None, quiet: bool = False,
-                 slurm_poll: float = SLURM_POLL, sleep: Callable[[float], None] = time.sleep,
+def follow_array(provider: JobPodProvider, rec: RunRecord, *, out: TextIO = sys.stderr, log_out: TextIO | None = None,
+                 quiet: bool = False, slurm_poll: float = SLURM_POLL, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> ArrayStatus:
     """Progress lines (when the counts change) and, with ``log_out``, the pods' logs, until the
-    workload has finished and its elements ended.
+    workload has finished and its elements ended; its status is the provider's (``provider`` knows
+    ``rec``).
 
     Slurm is asked (one ``squeue`` for every element) at the start and then every ``slurm_poll``
     seconds, as for one pod; the status files, which say most of what changes, every
     ``STATUS_POLL``. Once the files say the workload finished, Slurm is asked sooner (``SETTLE``)
     for the elements' end, so the command does not wait a whole ``slurm_poll`` to return."""
     info = WorkloadFile.read(rec.pod_dir)
-    logs = ArrayLogs(info, log_out) if log_out is not None else None
-    ids = element_ids(rec, info.count)
+    logs = ArrayLogs(provider, rec, info, log_out) if log_out is not None else None
+    ref = PodRef(rec.uid, rec.namespace, rec.name)
     ask, settle, read = Schedule((slurm_poll,), clock=clock), Schedule(SETTLE, clock=clock), Schedule((STATUS_POLL,), clock=clock)
-    jobs: dict[str, JobInfo | None] = {}
     last = ""
     st: ArrayStatus | None = None
     while True:
         asked = ask.due() or (st is not None and st.finished and settle.due())
-        if asked:
-            jobs = states(ids)
         if asked or read.due():
-            st = array_status(rec, jobs, info=info)
+            got = provider.pod_statuses([ref], fresh=asked, now=clock())[rec.uid]
+            assert isinstance(got, ArrayStatus), f"{rec.kind} {rec.name} is not a workload"
+            st = got
             line = f"{rec.kind.lower()} {rec.namespace}/{rec.name}: {st.phase}: {st.summary()}"
             if line != last and not quiet:
                 print(line, file=out, flush=True)

@@ -1,10 +1,12 @@
-"""Following a run: its containers' logs and its progress, until the pod ends.
+"""Following a run: its containers' logs and its progress, until the pod ends, through its provider.
 
-The run's own files are read every ``FILE_POLL`` seconds (one pod: a handful of metadata
-operations); Slurm is asked once at the start (a job Slurm will never start is pending for that
-reason at once) and then every ``slurm_poll`` seconds (``[kubelet] slurm_poll``, 10 s), only for
-what the files cannot say: pending and why, or the job killed by Slurm. When the files say the pod
-is done, ``settle`` asks a few times more, with back-off, for Slurm's final state (TIMEOUT, OOM).
+The pod's status is the provider's (``pod_statuses``), read every ``FILE_POLL`` seconds (one pod: a
+handful of metadata operations); Slurm is asked once at the start (a job Slurm will never start is
+pending for that reason at once) and then every ``slurm_poll`` seconds (``[kubelet] slurm_poll``,
+10 s: the provider keeps Slurm's answer that long), only for what the files cannot say: pending and
+why, or the job killed by Slurm. When the status says the pod is done, ``settle`` asks a few times
+more, with back-off, for Slurm's final state (TIMEOUT, OOM). The logs are the files the provider names
+(``log_file``).
 """
 
 from __future__ import annotations
@@ -15,15 +17,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError
+from hpkctl.jobs import TERMINAL_STATES, SlurmError
 from hpkctl.jobs.poll import Schedule, poll
+from hpkctl.local.runs import NeverStarts
+from hpkctl.pod.status import PodStatus, containers_of, restart_policies
+from hpkctl.provider import Failure, PodProvider, PodRef
 from hpkctl.provider.runrecords import RunRecord
-from hpkctl.local.runs import NeverStarts, pod_status
-from hpkctl.pod.lifecycle import grace_period
-from hpkctl.provider.slurmjobs import (LOWERED_GRACE, deadline_limit, ended, lower_to_partition, lowered_note,
-                                       never_starts)
-from hpkctl.pod import paths as f
-from hpkctl.pod.status import PodStatus, container_done, containers_of, read_pod_status, restart_policies
 
 FILE_POLL = 0.2
 SLURM_POLL = 10.0  # [kubelet] slurm_poll's default: at most one squeue per 10 s while following
@@ -42,9 +41,10 @@ class LogTail:
     or a retried Job pod's ``attempts/N/``) and a new one takes its name, the rest of the old one is
     still read through the open file first, so no line written just before the restart is lost."""
 
-    def __init__(self, logs_dir: Path, names: list[str], out: TextIO, *, prefixed: set[str] | None = None,
-                 labels: Mapping[str, str] | None = None) -> None:
-        self.files = {n: logs_dir / f"{n}.log" for n in names}
+    def __init__(self, log_file: Callable[[str], Path | None], names: list[str], out: TextIO, *,
+                 prefixed: set[str] | None = None, labels: Mapping[str, str] | None = None) -> None:
+        self.log_file = log_file  # container -> its current log, None before it has one (the provider's)
+        self.names = names
         self.open: dict[str, BinaryIO] = {}
         chosen = set(names) if prefixed is None else prefixed
         self.labels = dict(labels) if labels is not None else {n: n for n in names if n in chosen}
@@ -54,12 +54,13 @@ class LogTail:
     def pump(self, *, final: bool = False) -> None:
         """Print the lines written since the last call; ``final``: also an unfinished last line, and
         close the files."""
-        for name, path in self.files.items():
+        for name in self.names:
             fh = self.open.get(name)
             if fh is not None:
                 self._emit(name, fh.read())
+            path = self.log_file(name)
             try:
-                current = os.stat(path).st_ino
+                current = os.stat(path).st_ino if path is not None else None
             except FileNotFoundError:
                 current = None
             if current is not None and (fh is None or os.fstat(fh.fileno()).st_ino != current):
@@ -67,6 +68,7 @@ class LogTail:
                     self._emit(name, b"", flush=True)
                     fh.close()
                 try:
+                    assert path is not None
                     fh = self.open[name] = open(path, "rb")  # noqa: SIM115 (kept open on purpose)
                 except FileNotFoundError:
                     self.open.pop(name, None)
@@ -99,57 +101,52 @@ def result_line(rec: RunRecord, st: PodStatus) -> str:
     return f"pod {rec.namespace}/{rec.name} ({where}): {describe(st, with_message=True)}"
 
 
-def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, quiet: bool = False,
-               slurm_poll: float = SLURM_POLL, clock: Callable[[], float] = time.monotonic,
-               sleep: Callable[[float], None] = time.sleep) -> PodStatus:
+def _ref(rec: RunRecord) -> PodRef:
+    return PodRef(rec.uid, rec.namespace, rec.name)
+
+
+def _status(provider: PodProvider, rec: RunRecord, *, fresh: bool, now: float | None = None) -> PodStatus:
+    st = provider.pod_statuses([_ref(rec)], fresh=fresh, now=now)[rec.uid]
+    assert isinstance(st, PodStatus), "a workload is followed by hpkctl.local.arrayfollow"
+    return st
+
+
+def follow_run(provider: PodProvider, rec: RunRecord, *, out: TextIO, log_out: TextIO, quiet: bool = False,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> PodStatus:
     """Stream logs and progress until the pod finishes; return its final status.
 
-    ``NeverStarts`` when Slurm keeps the job pending for a reason waiting cannot clear (the caller
-    cancels it)."""
+    ``provider`` knows ``rec`` (``know``). ``NeverStarts`` when Slurm keeps the job pending for a
+    reason waiting cannot clear (the caller deletes the pod)."""
     pod = rec.pod()
-    spec = pod.get("spec") or {}
-    grace = grace_period(spec)
+    ref = _ref(rec)
     containers = containers_of(pod)
     names = [n for n, _ in containers]
     mains = [n for n, init in containers if not init]
     # One main container: its output unprefixed (like kubectl logs); otherwise "[name] line".
     prefixed = {n for n, init in containers if init or len(mains) > 1}
-    tail = LogTail(rec.dir.logs_dir, names, log_out, prefixed=prefixed)
-    ask = Schedule((slurm_poll,), clock=clock)
-    state: dict[str, object] = {"job": None, "asked": False, "line": ""}
+    tail = LogTail(lambda n: provider.log_file(rec.uid, n), names, log_out, prefixed=prefixed)
+    state = {"line": ""}
 
     def step() -> PodStatus | None:
-        if ask.due():
-            try:
-                state["job"], state["asked"] = slurm.query([rec.job_id]).get(rec.job_id), True
-            except SlurmError as exc:  # a busy or restarting slurmctld: keep following the files
-                print(f"hpkctl: warning: cannot ask Slurm about job {rec.job_id} ({exc.message}); retrying",
-                      file=out)
-        job = state["job"] if isinstance(state["job"], JobInfo) else None
+        try:
+            st: PodStatus | None = _status(provider, rec, fresh=False, now=clock())
+        except SlurmError as exc:  # a busy or restarting slurmctld: keep following the files
+            print(f"hpkctl: warning: cannot ask Slurm about job {rec.job_id} ({exc.message}); retrying", file=out)
+            st = None
         tail.pump()
-        files_done = rec.dir.exists(f.POD_DONE)
-        if files_done and (job is None or job.state != "COMPLETING") or state["asked"] and ended(job):
-            final = settle(slurm, rec, sleep=sleep, clock=clock)  # TIMEOUT/OOM reported as such
+        if st is None:
+            return None
+        if st.finished and (st.job is None or st.job.state != "COMPLETING"):
+            final = settle(provider, rec, sleep=sleep, clock=clock)  # TIMEOUT/OOM reported as such
             tail.pump(final=True)
             return final
-        st = read_pod_status(rec.dir.root, containers, job, job_known=bool(state["asked"]))
-        if never_starts(job):
-            lowered = state.get("lowered")
-            deadline = deadline_limit(job, spec)
-            if isinstance(lowered, (int, float)) and clock() - lowered < LOWERED_GRACE:
-                pass  # Slurm has not looked at the lowered limit yet
-            elif deadline and lowered is None:
-                state["lowered"] = clock()
-                try:
-                    limit = lower_to_partition(slurm, rec.job_id, deadline)
-                except SlurmError as exc:
-                    print(f"hpkctl: warning: lowering job {rec.job_id}'s time limit failed: {exc.message}", file=out)
-                    raise NeverStarts(rec, st) from None
-                if not limit:
-                    raise NeverStarts(rec, st)
-                print(f"hpkctl: warning: {lowered_note(rec.job_id, limit, deadline=deadline, grace=grace)}", file=out)
-            else:
-                raise NeverStarts(rec, st)
+        problem = provider.unstartable(ref, pod, now=clock())
+        if isinstance(problem, Failure):
+            if problem.message.startswith("lowering"):
+                print(f"hpkctl: warning: {problem.message}", file=out)
+            raise NeverStarts(rec, st)
+        if problem is not None:
+            print(f"hpkctl: warning: {problem.message}", file=out)
         line = describe(st)
         if not quiet and line != state["line"]:
             extra = f" on {st.node}" if st.phase == "Running" and st.node else ""
@@ -160,13 +157,13 @@ def follow_run(slurm: Slurm, rec: RunRecord, *, out: TextIO, log_out: TextIO, qu
     return poll(step, every=FILE_POLL, sleep=sleep, clock=clock)
 
 
-def settle(slurm: Slurm, rec: RunRecord, *, sleep: Callable[[float], None] = time.sleep,
+def settle(provider: PodProvider, rec: RunRecord, *, sleep: Callable[[float], None] = time.sleep,
            clock: Callable[[], float] = time.monotonic) -> PodStatus:
     """The job's final status, waiting briefly for Slurm to record it (COMPLETING → final)."""
     last: list[PodStatus] = []
 
     def step() -> PodStatus | None:
-        st = pod_status(slurm, rec)
+        st = _status(provider, rec, fresh=True)
         last[:] = [st]
         return st if st.job is not None and st.job.state in TERMINAL_STATES else None
 
@@ -176,18 +173,19 @@ def settle(slurm: Slurm, rec: RunRecord, *, sleep: Callable[[float], None] = tim
         return last[0]
 
 
-def follow_logs(slurm: Slurm, rec: RunRecord, container: str, *, out: TextIO, slurm_poll: float = SLURM_POLL,
+def follow_logs(provider: PodProvider, rec: RunRecord, container: str, *, out: TextIO, slurm_poll: float = SLURM_POLL,
                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
     """``logs -f``: print the container's log as it grows, across restarts, until it will not run again
-    (its files say so, or Slurm, asked every ``slurm_poll``, says the job ended)."""
-    tail = LogTail(rec.dir.logs_dir, [container], out, prefixed=set())
+    (the provider says its log is complete, or the pod's status, with Slurm asked every
+    ``slurm_poll``, says it finished)."""
+    tail = LogTail(lambda n: provider.log_file(rec.uid, n), [container], out, prefixed=set())
     policy = restart_policies(rec.pod()).get(container, "Never")
     ask = Schedule((slurm_poll,), clock=clock)
 
     def step() -> bool | None:
         tail.pump()
-        if container_done(rec.dir, container, policy=policy) or ask.due() and ended(
-                slurm.query([rec.job_id]).get(rec.job_id)):
+        if provider.log_complete(rec.uid, container, policy=policy) or ask.due() and _status(
+                provider, rec, fresh=True).finished:
             tail.pump(final=True)
             return True
         return None

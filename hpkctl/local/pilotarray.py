@@ -33,6 +33,7 @@ from hpkctl.pilot.shared import place_and_start
 from hpkctl.pod import paths as f
 from hpkctl.pod.lifecycle import stop_wait
 from hpkctl.pod.paths import PodDir
+from hpkctl.provider.pilotpod import pilot_run_provider
 from hpkctl.provider.runrecords import SUBMITTED, RunRecord, save_record
 from hpkctl.provider.slurmjobs import mark_deleting
 
@@ -114,7 +115,7 @@ class PilotArray:
         return array_status(dataclasses.replace(self.rec, job_id=PILOT_ELEMENT), jobs, info=self.info)
 
     def run(self, *, log_out: TextIO, sleep: Callable[[float], None] = time.sleep) -> ArrayStatus:
-        logs = ArrayLogs(self.info, log_out)
+        logs = ArrayLogs(pilot_run_provider(self.slurm, self.prep.profile), self.rec, self.info, log_out)
         last = ""
         while True:
             self._reap()

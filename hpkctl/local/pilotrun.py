@@ -5,8 +5,8 @@ kubelet=run node=<[pods] node_name>``): a run adopts the ones an earlier run lef
 none has room, and leaves it held when it ends; the allocation's own script gives it back once no
 step ran for twice ``[pilot] idle_release`` (``sbatch/pilot-holder.sh``). The run follows the pod's
 files as ``hpkctl run`` does (the step's srun is this process's child, in a session of its own); an
-interrupt runs the pod's stop sequence (``pod.deleting``, then TERM to the step's task alone) and
-waits for it. Concurrent runs share the allocations and see each other's steps in Slurm
+interrupt deletes the pod through the pilot provider (``hpkctl.local.runs.stop_run``: ``pod.deleting``,
+then TERM to the step's task alone, the grace period, the step killed) and waits for it. Concurrent runs share the allocations and see each other's steps in Slurm
 (:mod:`hpkctl.pilot.shared`); a pod with no room waits Pending. ``--detach`` returns once the step
 runs. A workload's pods run as steps from this process (:mod:`hpkctl.local.pilotarray`).
 """
@@ -19,25 +19,21 @@ from pathlib import Path
 from typing import TextIO
 
 from hpkctl.errors import HpkError, PodError
-from hpkctl.jobs import Slurm, SlurmError
+from hpkctl.jobs import Slurm
 from hpkctl.jobs.poll import poll
 from hpkctl.jobs.steps import StepProcess
 from hpkctl.local.follow import FILE_POLL, LogTail, describe
 from hpkctl.provider.runrecords import SUBMITTED, RunRecord, forget_run, save_record
-from hpkctl.provider.slurmjobs import mark_deleting
 from hpkctl.local.signals import Interrupts
 from hpkctl.local.submit import PreparedRun, prepare_run
 from hpkctl.pilot.launch import need_of, start_pod_step
 from hpkctl.pilot.pool import Pool
 from hpkctl.pilot.shared import place_and_start
-from hpkctl.pod import paths as f
-from hpkctl.pod.lifecycle import stop_wait
-from hpkctl.provider.pilotpod import pilot_enabled
-from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
+from hpkctl.local.runs import stop_run
+from hpkctl.pod.status import PodStatus, containers_of
+from hpkctl.provider import PodProvider, PodRef
+from hpkctl.provider.pilotpod import RUN_OWNER
 from hpkctl.sites.schema import SiteProfile
-
-RUN_OWNER = "run"
-
 
 def run_pool(slurm: Slurm, profile: SiteProfile) -> Pool:
     pool = Pool(slurm, profile, owner=RUN_OWNER, node=profile.pods.node_name,
@@ -111,7 +107,7 @@ def start_pilot(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, *, out:
                                      immediate=profile.slurm.command_timeout)
     except BaseException as exc:
         if rec.state == SUBMITTED and isinstance(exc, KeyboardInterrupt):
-            stop_pilot(slurm, rec, out=out)  # the step started: its stop sequence; the record stays
+            stop_run(slurm, profile, rec, out=out)  # the step started: its delete (provider); the record stays
         else:
             forget_run(profile, rec)  # nothing ran (a refused step never started its script)
         raise
@@ -121,14 +117,16 @@ def start_pilot(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, *, out:
     return rec, proc
 
 
-def follow_pilot(rec: RunRecord, proc: StepProcess, *, out: TextIO, log_out: TextIO, quiet: bool = False,
-                 sleep: Callable[[float], None] = time.sleep) -> PodStatus:
-    """Stream the containers' logs and progress until the pod is done (or its step ended)."""
+def follow_pilot(provider: PodProvider, rec: RunRecord, proc: StepProcess, *, out: TextIO, log_out: TextIO,
+                 quiet: bool = False, sleep: Callable[[float], None] = time.sleep) -> PodStatus:
+    """Stream the containers' logs and progress until the pod is done (or its step ended), through the
+    pilot provider (``provider`` knows ``rec``): its status from the pod's files, its logs' files."""
     pod = rec.pod()
     containers = containers_of(pod)
     mains = [n for n, init in containers if not init]
-    tail = LogTail(rec.dir.logs_dir, [n for n, _ in containers], log_out,
+    tail = LogTail(lambda n: provider.log_file(rec.uid, n), [n for n, _ in containers], log_out,
                    prefixed={n for n, init in containers if init or len(mains) > 1})
+    ref = PodRef(rec.uid, rec.namespace, rec.name)
     last = {"line": ""}
 
     deleted = PodStatus("Failed", "Terminated", "the pod was deleted (hpkctl delete); its containers were "
@@ -137,24 +135,29 @@ def follow_pilot(rec: RunRecord, proc: StepProcess, *, out: TextIO, log_out: Tex
     def gone() -> bool:
         return rec.dir_missing
 
+    def status() -> PodStatus:
+        st = provider.pod_statuses([ref])[rec.uid]  # a step: no Slurm query, its files say everything
+        assert isinstance(st, PodStatus)
+        return st
+
     def step() -> PodStatus | None:
         if gone():  # `hpkctl delete` stopped the pod and removed its directory
             proc.wait()
             return deleted
         tail.pump()
         ended = proc.poll() is not None
-        if rec.dir.exists(f.POD_DONE) or ended:
+        st = status()
+        if st.finished or ended:
             if ended and gone():
                 return deleted
-            if ended and not rec.dir.exists(f.JOB_STARTED):
-                log = rec.dir.logs_dir / "srun.log"
-                said = log.read_text(errors="replace").strip() if log.exists() else ""
+            if ended and st.started_at is None:
+                log = provider.log_file(rec.uid, "srun")  # srun's own messages
+                said = log.read_text(errors="replace").strip() if log is not None else ""
                 raise PodError("PilotNoRoom", f"the pod's step did not start in allocation {rec.allocation}: "
                                f"{said or 'srun exited ' + str(proc.poll())}")
             proc.wait()
             tail.pump(final=True)
-            return read_pod_status(rec.dir.root, containers, None, job_known=False)
-        st = read_pod_status(rec.dir.root, containers, None, job_known=False)
+            return status()
         line = describe(st)
         if not quiet and line != last["line"]:
             print(f"pod {rec.namespace}/{rec.name} (pilot allocation {rec.allocation}): {line}", file=out)
@@ -162,25 +165,3 @@ def follow_pilot(rec: RunRecord, proc: StepProcess, *, out: TextIO, log_out: Tex
         return None
 
     return poll(step, every=FILE_POLL, sleep=sleep)
-
-
-def stop_pilot(slurm: Slurm, rec: RunRecord, *, out: TextIO) -> bool:
-    """The pod's stop sequence: ``pod.deleting``, TERM to the step's task (preStop, SIGTERM, grace,
-    SIGKILL, sidecars last, all in the script), wait for ``pod.done``, then kill what is left.
-    True if the pod finished within its grace periods."""
-    step = (rec.dir.read(f.JOB_ID) or "").strip()
-    if rec.dir.exists(f.POD_DONE) or "." not in step:
-        return True
-    spec = rec.pod().get("spec") or {}
-    print(f"pod {rec.namespace}/{rec.name}: stopping its containers (step {step})", file=out)
-    mark_deleting(rec.dir)
-    try:
-        slurm.cancel_step(step, signal="TERM")
-        done = bool(poll(lambda: True if rec.dir.exists(f.POD_DONE) else None, timeout=stop_wait(spec)))
-    except TimeoutError:
-        done = False
-    except SlurmError as exc:
-        print(f"hpkctl: warning: cannot signal step {step}: {exc.message}", file=out)
-        done = False
-    slurm.cancel_step(step)
-    return done

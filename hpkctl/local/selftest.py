@@ -32,7 +32,8 @@ from hpkctl.provider.runrecords import RunRecord
 from hpkctl.local.runs import NeverStarts, stop_run
 from hpkctl.local.submit import submit_pod
 from hpkctl.pod.lifecycle import DEFAULT_MESSAGE_PATH, device_binds
-from hpkctl.pod.paths import POD_DONE, STARTED, PodDir
+from hpkctl.provider import PodRef
+from hpkctl.provider.pilotpod import run_provider
 from hpkctl.pod.status import PodStatus
 from hpkctl.sites.schema import SiteProfile
 
@@ -147,17 +148,16 @@ def cases(*, multi_node: bool, dev_message: bool = False) -> list[Case]:
     return out
 
 
-def _log(rec: RunRecord, container: str) -> str:
-    return str(PodDir(Path(rec.pod_dir)).log(container))
-
-
 def _run_one(slurm: Slurm, profile: SiteProfile, case: Case, rec: RunRecord, res: Result, *, timeout: float) -> None:
+    """One case, through the provider as ``hpkctl run`` and ``delete`` are: its status, its log's file."""
     started = time.monotonic()
+    provider = run_provider(slurm, profile, pilot=False)
+    provider.know(rec)
+    ref = PodRef(rec.uid, rec.namespace, rec.name)
     try:
         if case.delete:
-            pd = PodDir(Path(rec.pod_dir))
-            while not pd.container_file(case.container, STARTED).exists():
-                if time.monotonic() - started > timeout or pd.exists(POD_DONE):
+            while not (run := provider.container_run(rec.uid, case.container)).running and run.exit_code is None:
+                if time.monotonic() - started > timeout or provider.pod_statuses([ref], fresh=False)[rec.uid].finished:
                     res.result, res.detail = FAIL, "the container never ran (see the job's logs/slurm.out)"
                     return
                 time.sleep(0.5)
@@ -165,10 +165,11 @@ def _run_one(slurm: Slurm, profile: SiteProfile, case: Case, rec: RunRecord, res
             stop_run(slurm, profile, rec, out=io.StringIO())
             st = PodStatus("Succeeded", "", "", None, None, None, None)
         else:
-            st = follow_run(slurm, rec, out=io.StringIO(), log_out=io.StringIO(), quiet=True,
-                            slurm_poll=profile.kubelet.slurm_poll)
+            st = follow_run(provider, rec, out=io.StringIO(), log_out=io.StringIO(), quiet=True)
+        path = provider.log_file(rec.uid, case.container)
+        res.log = str(path) if path is not None else res.log
         try:
-            log = Path(res.log).read_text(errors="replace")
+            log = path.read_text(errors="replace") if path is not None else ""
         except OSError:
             log = ""
         problem = case.check(st, log)
@@ -213,7 +214,7 @@ def run_selftest(profile: SiteProfile, slurm: Slurm, *, work_dir: Path, timeout:
         except HpkError as e:
             res.detail = f"not submitted: {e.message}" + (f" (fix: {e.hint})" if e.hint else "")
             continue
-        res.rec, res.log = rec, _log(rec, case.container)
+        res.rec = rec
         t = threading.Thread(target=_run_one, args=(slurm, profile, case, rec, res), kwargs={"timeout": timeout},
                              name=f"selftest-{case.name}", daemon=True)
         t.start()

@@ -5,28 +5,25 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
-from hpkctl.errors import HpkError, ManifestError
-from hpkctl.jobs import (InvalidAccount, InvalidPartition, InvalidQos, ResourcesUnavailable, Slurm, SlurmError,
-                         SlurmTimeout, SubmitError, TimeLimitTooLong)
+from hpkctl.errors import ManifestError
+from hpkctl.jobs import (InvalidAccount, InvalidPartition, InvalidQos, ResourcesUnavailable, Slurm, SubmitError,
+                         TimeLimitTooLong)
 from hpkctl.local.manifest import load_manifest, pod_warnings, refuse_suspended, select_pod, with_api_defaults
-from hpkctl.provider.runrecords import (SUBMITTED, SUBMITTING, RunExists, RunRecord, check_name, create_record,
-                                  forget_run, owns_pod_dir, read_record, record_path, save_record)
-from hpkctl.local.runs import delete_run, pod_status
+from hpkctl.provider.runrecords import (SUBMITTING, RunExists, RunRecord, check_name, create_record, forget_run,
+                                        read_record, record_path)
+from hpkctl.local.runs import delete_run
+from hpkctl.provider.runstatus import pod_status
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir
 from hpkctl.pod.flags import FLAGS_ANNOTATIONS
-from hpkctl.provider.slurmjobs import (ended, images_to_pull, job_partition_option, job_states, lowered_limit,
-                                       lowered_note, submit_job)
-from hpkctl.runtime import ImageToPull, pull_images
+from hpkctl.provider.runsubmit import pull_first, submit_run
 from hpkctl.sites import require_submittable
-from hpkctl.sites.schema import SiteProfile, seconds_to_slurm_time
+from hpkctl.sites.schema import SiteProfile
 
 
 _SERVICE_VARIABLE = re.compile(r"KUBERNETES_[A-Za-z0-9_]*")
@@ -148,10 +145,7 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
 
         rec, first = prepare_array(profile, manifest, pod, workload, namespace=ns, out=out)
         try:
-            if profile.apptainer.pull == "submit":
-                pull_images(images_to_pull(first), apptainer=profile.apptainer.binary,
-                            window=profile.apptainer.always_pull_window, timeout=profile.apptainer.pull_timeout,
-                            out=out)
+            pull_first(profile, first, out=out)
         except BaseException:
             _discard(profile, rec)
             raise
@@ -165,10 +159,7 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
                     state=SUBMITTING, pid=os.getpid())
     create_record(profile, rec)  # exclusive: a concurrent run of this name stops here
     try:
-        if profile.apptainer.pull == "submit":
-            pull_images(images_to_pull(rendered), apptainer=profile.apptainer.binary,
-                        window=profile.apptainer.always_pull_window, timeout=profile.apptainer.pull_timeout,
-                        out=out)
+        pull_first(profile, rendered, out=out)
         write_pod_dir(rendered, pod_json=json.dumps(pod, indent=2).encode())
     except BaseException:
         _discard(profile, rec)
@@ -177,50 +168,18 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
 
 
 def submit_prepared(slurm: Slurm, prep: PreparedRun, *, out: TextIO = sys.stderr) -> RunRecord:
-    """``sbatch`` the prepared pod and write the job id into its record.
+    """``sbatch`` the prepared pod and write the job id into its record, through the provider
+    (:func:`hpkctl.provider.runsubmit.submit_run`); a refusal's hint says where in the pod (its
+    manifest, its annotation) the refused option came from.
 
     Run this with signals deferred (:meth:`hpkctl.local.signals.Interrupts.deferred`): between
-    ``sbatch`` and the record there is a job only this process knows. A refusal removes the record
-    and the pod directory; a Slurm timeout keeps both (the job may exist, and carries the pod's uid
-    in its comment); a record that cannot be written, or was deleted meanwhile, cancels the job.
-    """
-    profile, rec = prep.profile, prep.record
-    root = Path(rec.pod_dir)
+    ``sbatch`` and the record there is a job only this process knows."""
     try:
-        plan = prep.rendered.plan
-        job_id, lowered = submit_job(slurm, root / "job" / "job.sh", workdir=root, deadline=plan.active_deadline,
-                                     partition=job_partition_option(plan))
-        if lowered:
-            print(f"hpkctl: warning: {lowered_note(job_id, lowered, deadline=plan.active_deadline, grace=plan.grace)}",
-                  file=out)
-    except SlurmTimeout as exc:
-        exc.hint = (f"{exc.hint}; the job may have been created: 'hpkctl status {rec.name} -n {rec.namespace} "
-                    f"--site {profile.name}' looks for it (uid {rec.uid}), 'hpkctl delete' cancels it")
-        raise
+        return submit_run(slurm, prep.profile, prep.record, prep.rendered, out=out)
     except SubmitError as exc:
-        _discard(profile, rec)  # nothing was submitted: leave nothing behind
-        exc.hint = pod_submit_hint(exc, manifest=prep.manifest_path, site=profile.name, removed=rec.pod_dir)
+        exc.hint = pod_submit_hint(exc, manifest=prep.manifest_path, site=prep.profile.name,
+                                   removed=prep.record.pod_dir)
         raise
-    except BaseException:
-        _discard(profile, rec)
-        raise
-    try:
-        current = read_record(record_path(profile, rec.namespace, rec.name))
-    except (OSError, ValueError, TypeError):
-        current = None
-    try:
-        if current is None or current.uid != rec.uid:
-            raise HpkError(f"pod {rec.namespace}/{rec.name} was deleted while it was being submitted")
-        rec.job_id, rec.state = job_id, SUBMITTED
-        save_record(profile, rec)
-    except BaseException:
-        slurm.cancel(job_id)  # a job no record names would be one nobody sees
-        if current is not None and current.uid == rec.uid:
-            _discard(profile, rec)
-        elif owns_pod_dir(profile, rec):
-            shutil.rmtree(rec.pod_dir, ignore_errors=True)
-        raise
-    return rec
 
 
 def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None = None,
@@ -233,5 +192,5 @@ def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None
     return submit_prepared(slurm, prep), prep.rendered
 
 
-__all__ = ["PreparedRun", "ended", "job_states", "pod_status", "prepare_run", "resolve_namespace", "submit_pod",
+__all__ = ["PreparedRun", "pod_status", "prepare_run", "resolve_namespace", "submit_pod",
            "submit_prepared"]

@@ -15,7 +15,8 @@ Threads (the kubelet's; ``hpkctl run`` and ``stop`` call everything from their o
 
 - ``create``, ``delete``, ``give_up``: a reconcile worker, at most one per uid at a time, several
   uids at once: an implementation is thread-safe across uids and need not be for one uid.
-- ``statuses``, ``refresh_tokens``, ``clean``: the status loop (one thread).
+- ``statuses``, ``refresh_tokens``, ``clean``: the status loop (one thread); ``pod_statuses`` and
+  ``unstartable``: a one-thread front end (``hpkctl status/logs``, following a run).
 - ``log_file``, ``container_run``, ``log_complete``: the HTTPS server, *off* its event loop (they read
   files); ``exec``: a coroutine on the server's event loop.
 - ``leftovers``, ``start``: once, before any of the above.
@@ -33,12 +34,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from hpkctl.errors import PodError
 from hpkctl.pod.objects import ObjectSource
 from hpkctl.pod.status import PodStatus
 from hpkctl.provider.tokens import TokenSource
+
+if TYPE_CHECKING:  # a workload's status: hpkctl run's job arrays (the module imports the records)
+    from hpkctl.provider.workloads import ArrayStatus
 
 
 @dataclass(frozen=True)
@@ -273,6 +277,23 @@ class PodProvider(Protocol):
         Slurm query for all of them (at most every ``[kubelet] slurm_poll``) and the status files of
         those the change log or Slurm says changed. A pod whose job can never start is cancelled and
         reported with a ``failure``. Synchronous, on the status loop."""
+
+    def pod_statuses(self, refs: Sequence[PodRef], *, fresh: bool = True,
+                     now: float | None = None) -> dict[str, PodStatus | ArrayStatus]:
+        """virtual-kubelet's ``GetPodStatus`` for many pods at once, for the one-thread front ends
+        (``hpkctl status``, following a run, ``hpkctl logs -f``): each pod's status now, read from its
+        files, with ONE Slurm query for all their jobs (one ``squeue``; sacct/scontrol only for jobs
+        that left the queue), never one per pod; a workload run as a job array (``hpkctl run`` of a
+        Job...) answers its ``ArrayStatus``. ``fresh=False``: Slurm's last answer while it is at most
+        ``slurm_poll`` old (``now``: the caller's clock), so a caller reading the files every tick asks
+        Slurm at that pace. A pod with no record here is a ``KeyError``; one odd record shows its own
+        problem as its status, never hides the others."""
+
+    def unstartable(self, ref: PodRef, pod: Mapping[str, Any], *, now: float | None = None) -> Note | Failure | None:
+        """For the one-thread front ends, what ``statuses`` does on the status loop for a pod whose job
+        Slurm keeps pending for ever (from the last ``pod_statuses``): a time limit above the partition's
+        is lowered to it once (a ``TimeLimitLowered`` note), and a job that never starts is a
+        ``SlurmNeverStarts`` failure, which the caller ends with ``delete``; ``None``: nothing to do."""
 
     def refresh_tokens(self, ref: PodRef, pod: Mapping[str, Any], objects: TokenSource) -> None:
         """Write the pod's projected service-account tokens again (they expire)."""

@@ -29,6 +29,7 @@ class JobCache:
         self._stopping_ids: frozenset[str] = frozenset()
         self._stopping_asked = 0.0
         self._stopping_error: SlurmError | None = None
+        self._states_asked: float | None = None  # states(): when it last asked (on the caller's clock)
         self.slurm_calls = 0  # status rounds' squeue calls (bench: Slurm commands per poll)
         self.stop_queries = 0  # squeue calls of stop sequences (bench: deleting many pods)
 
@@ -41,6 +42,20 @@ class JobCache:
             self.asked = now
         self.slurm_calls += 1
         return True
+
+    def states(self, job_ids: list[str], *, fresh: bool, now: float | None = None) -> dict[str, JobInfo | None]:
+        """A one-thread front end's view (``hpkctl status``, following a run): Slurm's answer for
+        ``job_ids``, asked now (one query for all) when ``fresh`` or the last answer is ``every`` old,
+        else that last answer; only the ids Slurm was asked about (a failed ask is not repeated before
+        ``every``: the caller follows the files meanwhile)."""
+        now = time.monotonic() if now is None else now
+        ids = [j for j in job_ids if j]
+        with self._lock:
+            if ids and (fresh or self._states_asked is None or now - self._states_asked >= self.every):
+                self._states_asked = now
+                self.slurm_calls += 1
+                self.jobs = job_states(self.slurm, ids)
+            return {j: self.jobs[j] for j in ids if j in self.jobs}
 
     def known(self, job_id: str) -> bool:
         """Whether the last round asked about ``job_id`` (then ``jobs[job_id] is None``: Slurm forgot it)."""

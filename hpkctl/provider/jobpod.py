@@ -13,7 +13,6 @@ call. Statuses come from :mod:`hpkctl.provider.jobstatus`; logs and exec from th
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -31,17 +30,19 @@ from hpkctl.pod.lifecycle import stop_wait
 from hpkctl.pod.render import RenderedPod
 from hpkctl.pod.flags import uid_from_comment
 from hpkctl.pod.paths import EXITCODE, JOB_STARTED, POD_DONE, STARTED, PodDir
-from hpkctl.pod.status import container_done
+from hpkctl.pod.status import PodStatus, container_done
 from hpkctl.provider.adopt import JobFinder, ran_before, terminal_phase
-from hpkctl.provider.api import (ContainerRun, Created, Deletion, ExecSession, ImagePullFailed, Leftover, Note,
+from hpkctl.provider.api import (ContainerRun, Created, Deletion, ExecSession, Failure, ImagePullFailed, Leftover, Note,
                                  Outcome, PodInputs, PodRef, StatusReport, Watched)
 from hpkctl.provider.changes import ChangeLog
 from hpkctl.provider.jobcache import JobCache
 from hpkctl.provider.jobstatus import StatusRounds, final_report
-from hpkctl.provider.pulls import ImagePuller
+from hpkctl.provider.pulls import ImagePuller, pull_message
 from hpkctl.provider.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records, RecordStore
 from hpkctl.provider.slurmjobs import ended, images_to_pull, job_partition_option, lowered_note, mark_deleting, submit_job
 from hpkctl.provider.tokens import TokenSource, refresh
+from hpkctl.provider.runstatus import StartChecks, run_statuses, workloads_of
+from hpkctl.provider.workloads import ArrayStatus, WorkloadStops
 from hpkctl.sites.schema import SiteProfile
 
 log = logging.getLogger("hpkctl.provider.jobpod")
@@ -68,6 +69,8 @@ class JobPodProvider:
         self._term_sent: dict[str, float] = {}  # uid -> when its batch shell got TERM
         self._deleting: set[str] = set()
         self._parked: dict[str, RenderedPod] = {}  # uid -> its render, kept while images are pulled (or room awaited)
+        self.workloads = WorkloadStops(slurm, margin=STOP_MARGIN)
+        self.starts = StartChecks(slurm)
 
     @classmethod
     def for_node(cls, *, slurm: Slurm, profile: SiteProfile, node_name: str) -> JobPodProvider:
@@ -121,7 +124,7 @@ class JobPodProvider:
             self._recs = dict(recs)
         log.info("loaded %d pod record(s)", len(recs))
         return [Leftover(ref=PodRef(r.uid, r.namespace, r.name), job_id=r.job_id, state=r.state,
-                         stopped_at=r.stopped, saved=functools.partial(_saved_pod, r)) for r in recs.values()]
+                         stopped_at=r.stopped, saved=r.saved) for r in recs.values()]
 
     def give_up(self, ref: PodRef) -> None:
         with self._lock:
@@ -155,7 +158,7 @@ class JobPodProvider:
                 pending = self.puller.ensure(images, when_done=pulled)
             except PodError as exc:
                 self.puller.forget(images)
-                raise ImagePullFailed(exc.reason, self._pull_message(exc, images), hint=exc.hint) from exc
+                raise ImagePullFailed(exc.reason, pull_message(self.profile, exc, images), hint=exc.hint) from exc
             if pending:
                 self._park(ref.uid, rendered)
                 return Created(Outcome.PULLING, images=tuple(i.source for i in images),
@@ -198,18 +201,6 @@ class JobPodProvider:
             notes += (Note("TimeLimitLowered", lowered_note(job_id, lowered, deadline=rendered.plan.active_deadline,
                                                             grace=rendered.plan.grace), warning=True),)
         return Created(Outcome.SUBMITTED, job_id=job_id, notes=notes, warnings=warnings)
-
-    def _pull_message(self, exc: PodError, images: Sequence[Any]) -> str:
-        message = exc.message
-        if exc.reason == "ErrImagePull":  # e.g. compute nodes without internet (JSC)
-            names = " ".join(i.source.removeprefix("docker://") for i in images)
-            message += (f" (if this node cannot reach the registry, pull where it can, e.g. on a login "
-                        f"node: hpkctl pull {names} --site {self.profile.name}")
-            if any(i.policy == "Always" for i in images):  # :latest or untagged, or asked for
-                message += ("; and set imagePullPolicy: IfNotPresent, or Always pulls again after "
-                            f"[apptainer] always_pull_window ({self.profile.apptainer.always_pull_window} s)")
-            message += ")"
-        return message
 
     def _ran_already(self, ref: PodRef, pod: Mapping[str, Any], rec: PodRecord | None) -> Created | None:
         """Before any submission: a pod whose API phase is terminal is never run again, and a job
@@ -261,6 +252,8 @@ class JobPodProvider:
         job_id = rec.job_id if rec else ""
         if rec is not None and rec.state == STOPPED:
             return Deletion(done=True, job_id=job_id)
+        if rec is not None and rec.is_array and job_id:  # a workload of hpkctl run: its job array
+            return self.workloads.delete(rec, grace=grace, save=self._save, recheck=DELETE_CHECK)
         job = self.jobs.job_now(job_id, self._live_jobs) if job_id else None
         killing = False
         if ref.uid not in self._deleting:
@@ -299,6 +292,12 @@ class JobPodProvider:
         self.rounds.forget(ref.uid)
         return Deletion(done=True, job_id=job_id, killing=killing, cancelled=cancelled, final=final)
 
+    def wait_ended(self, ref: PodRef, *, timeout: float = 30.0) -> bool:
+        """After a delete: wait until Slurm says the pod's job (a workload's every element) ended, so its
+        directory may go; False if it still runs after ``timeout``."""
+        rec = self._rec(ref.uid)
+        return rec is None or self.workloads.wait_ended(rec, timeout=timeout)
+
     # ------------------------------------------------------------------ what a kubelet left (stop --all)
     def owns_job(self, uid: str, comment: str) -> bool:
         """Whether a job with ``comment`` may be pod ``uid``'s (its comment names the uid): a record's
@@ -326,6 +325,21 @@ class JobPodProvider:
     def deleting_uids(self) -> set[str]:
         """The pods whose delete has begun: the status rounds leave them to it."""
         return self._deleting
+
+    def pod_statuses(self, refs: Sequence[PodRef], *, fresh: bool = True,
+                     now: float | None = None) -> dict[str, PodStatus | ArrayStatus]:
+        recs = [self._known(r.uid) for r in refs]
+        got = run_statuses(self.slurm, recs, workloads_of(recs),
+                           ask=lambda ids: self.jobs.states(ids, fresh=fresh, now=now))
+        return {r.uid: st for r, st in zip(recs, got)}
+
+    def unstartable(self, ref: PodRef, pod: Mapping[str, Any], *, now: float | None = None) -> Note | Failure | None:
+        return self.starts.check(self._known(ref.uid), self.jobs.jobs, pod, now=time.monotonic() if now is None else now)
+
+    def _known(self, uid: str) -> PodRecord:
+        if (rec := self._rec(uid)) is None:
+            raise KeyError(f"no record of pod {uid}: know() it or load leftovers() first")
+        return rec
 
     def refresh_tokens(self, ref: PodRef, pod: Mapping[str, Any], objects: TokenSource) -> None:
         pod_dir = self._pod_dir(ref.uid)
@@ -383,10 +397,3 @@ class JobPodProvider:
 def node_state_dir(profile: SiteProfile, node_name: str) -> Path:
     """Where the kubelet of node ``node_name`` keeps its state (its lock, certificates and records)."""
     return Path(os.path.expanduser(profile.pods.state_dir)) / "kubelet" / node_name
-
-
-def _saved_pod(rec: PodRecord) -> dict[str, Any]:
-    try:
-        return dict(json.loads(PodDir(Path(rec.pod_dir)).pod_json.read_text()))
-    except (OSError, ValueError):
-        return {"metadata": {"name": rec.name, "namespace": rec.namespace, "uid": rec.uid}, "spec": {}}

@@ -27,8 +27,7 @@ from hpkctl.pod.status import PodStatus, containers_of, read_pod_status
 from hpkctl.provider.api import Failure, Note, ProbeKill, StatusReport, Watched
 from hpkctl.provider.changes import ChangeLog
 from hpkctl.provider.jobcache import JobCache
-from hpkctl.provider.slurmjobs import (LOWERED_GRACE, deadline_limit, ended, lower_to_partition, lowered_note,
-                                       never_starts)
+from hpkctl.provider.slurmjobs import deadline_limit, ended, lowered_note, never_starts, start_check
 from hpkctl.sites.schema import SiteProfile
 
 log = logging.getLogger("hpkctl.provider.jobstatus")
@@ -123,21 +122,19 @@ class StatusRounds:
         hold it): cancel it and fail the pod, as the real kubelet rejects a pod that cannot fit; first,
         a time limit above the partition's is lowered to it (and the job given time to be looked at)."""
         reason = job.reason if job is not None else ""
-        if s.lowered is not None and time.monotonic() - s.lowered < LOWERED_GRACE:
-            return None  # Slurm has not looked at the lowered limit yet
         spec = w.pod.get("spec") or {}
-        deadline = deadline_limit(job, spec)
-        if deadline and s.lowered is None:
-            s.lowered = time.monotonic()
-            try:
-                limit = lower_to_partition(self.slurm, w.job_id, deadline)
-            except SlurmError as exc:
-                log.warning("pod %s: lowering job %s's time limit failed: %s", w.ref.key, w.job_id, exc)
-                limit = 0
-            if limit:
-                note = Note("TimeLimitLowered", lowered_note(w.job_id, limit, deadline=deadline,
-                                                             grace=grace_period(spec)), warning=True)
-                return StatusReport(uid=w.ref.uid, notes=(note,))
+        try:
+            verdict, s.lowered, limit = start_check(self.slurm, w.job_id, job, spec, lowered=s.lowered,
+                                                    now=time.monotonic())
+        except SlurmError as exc:
+            log.warning("pod %s: lowering job %s's time limit failed: %s", w.ref.key, w.job_id, exc)
+            verdict, s.lowered, limit = "never", time.monotonic(), 0
+        if not verdict:
+            return None
+        if verdict == "lowered":
+            note = Note("TimeLimitLowered", lowered_note(w.job_id, limit, deadline=deadline_limit(job, spec),
+                                                         grace=grace_period(spec)), warning=True)
+            return StatusReport(uid=w.ref.uid, notes=(note,))
         self.slurm.cancel(w.job_id)
         s.key, s.dirty = None, False
         return StatusReport(uid=w.ref.uid, final=True, failure=Failure(

@@ -42,7 +42,8 @@ from hpkctl.pod.paths import JOB_ID, POD_DONE, PodDir
 from hpkctl.provider.api import Created, Deletion, Leftover, Outcome, PodInputs, PodRef, StatusReport, Watched
 from hpkctl.provider.jobpod import DELETE_CHECK, STOP_MARGIN, JobPodProvider
 from hpkctl.provider.jobstatus import final_report
-from hpkctl.provider.records import STOPPED, SUBMITTING, PodRecord, Records
+from hpkctl.provider.records import STOPPED, SUBMITTING, PodRecord, RecordStore, Records
+from hpkctl.provider.runrecords import RunRecords
 from hpkctl.provider.slurmjobs import mark_deleting
 from hpkctl.sites.schema import SiteProfile
 
@@ -71,12 +72,29 @@ class PilotPod:
     cancelled: float | None = None  # monotonic time the step was cancelled (the delete's last part)
 
 
+RUN_OWNER = "run"  # the allocations of this user's ``hpkctl run --pilot`` (a pilot kubelet's: PILOT_OWNER)
+
+
+def run_provider(slurm: Slurm, profile: SiteProfile, *, pilot: bool) -> JobPodProvider:
+    """The provider of ``hpkctl run``'s pods (records under ``<state_dir>/runs``): a pilot pod's (a step
+    of an allocation of this user's run pool) or a job-per-pod one."""
+    return pilot_run_provider(slurm, profile) if pilot else JobPodProvider(slurm=slurm, profile=profile,
+                                                                            records=RunRecords(profile))
+
+
+def pilot_run_provider(slurm: Slurm, profile: SiteProfile) -> PilotPodProvider:
+    """``hpkctl run --pilot``'s provider: its pods are steps of this user's run pool's allocations."""
+    return PilotPodProvider(slurm=slurm, profile=profile, records=RunRecords(profile), node=profile.pods.node_name,
+                            state_dir=Path(profile.pods.state_dir).expanduser(), owner=RUN_OWNER)
+
+
 class PilotPodProvider(JobPodProvider):
     """:class:`~hpkctl.provider.api.PodProvider` whose pods are steps of held allocations."""
 
-    def __init__(self, *, slurm: Slurm, profile: SiteProfile, records: Records, node: str, state_dir: Path) -> None:
+    def __init__(self, *, slurm: Slurm, profile: SiteProfile, records: RecordStore, node: str, state_dir: Path,
+                 owner: str = PILOT_OWNER) -> None:
         super().__init__(slurm=slurm, profile=pilot_enabled(profile), records=records)
-        self.pool = Pool(slurm, self.profile, owner=PILOT_OWNER, node=node, state_dir=state_dir)
+        self.pool = Pool(slurm, self.profile, owner=owner, node=node, state_dir=state_dir)
         self._pods: dict[str, PilotPod] = {}  # uid -> its state; under _plock
         self._plock = threading.Lock()
 
@@ -87,6 +105,17 @@ class PilotPodProvider(JobPodProvider):
     def _waiting(self) -> list[Need]:
         with self._plock:
             return [p.waiting for p in self._pods.values() if p.waiting is not None]
+
+    def step_id(self, uid: str) -> str:
+        """The pod's step, ``J.S``, as its script wrote it ("" before it did)."""
+        rec = self._rec(uid)
+        return (PodDir(Path(rec.pod_dir)).read(JOB_ID) or "").strip() if rec is not None and rec.pod_dir else ""
+
+    def know_step(self, uid: str, proc: StepProcess) -> None:
+        """The srun of pod ``uid``'s step, started by this process (``hpkctl run --pilot``): its delete
+        waits for it to end."""
+        with self._plock:
+            self._pod(uid).step = proc
 
     def deleting_uids(self) -> set[str]:
         with self._plock:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from hpkctl.errors import PodError
 from hpkctl.runtime import ImageToPull, pull_images
 from hpkctl.sites.schema import SiteProfile
 
@@ -55,3 +56,17 @@ class ImagePuller:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def pull_message(profile: SiteProfile, exc: PodError, images: Sequence[ImageToPull]) -> str:
+    """``exc``'s message for a failed pull, with what to do where the node cannot reach the registry."""
+    message = exc.message
+    if exc.reason == "ErrImagePull":  # e.g. compute nodes without internet (JSC)
+        names = " ".join(i.source.removeprefix("docker://") for i in images)
+        message += (f" (if this node cannot reach the registry, pull where it can, e.g. on a login "
+                    f"node: hpkctl pull {names} --site {profile.name}")
+        if any(i.policy == "Always" for i in images):  # :latest or untagged, or asked for
+            message += ("; and set imagePullPolicy: IfNotPresent, or Always pulls again after "
+                        f"[apptainer] always_pull_window ({profile.apptainer.always_pull_window} s)")
+        message += ")"
+    return message

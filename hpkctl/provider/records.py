@@ -52,6 +52,13 @@ class PodRecord:
     def dir(self) -> PodDir:
         return PodDir(Path(self.pod_dir))
 
+    def saved(self) -> dict[str, Any]:
+        """The pod as it was submitted, or a stand-in with its name and no spec when nothing was kept."""
+        try:
+            return self.pod()
+        except (OSError, ValueError):
+            return {"metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid}, "spec": {}}
+
     def pod(self) -> dict[str, Any]:
         """The pod as it was submitted (``job/pod.json``); ``FileNotFoundError`` if the directory vanished."""
         return json.loads(self.dir.pod_json.read_text())  # type: ignore[no-any-return]

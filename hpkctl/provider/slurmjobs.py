@@ -6,11 +6,12 @@ the partition's so it may), the delete marker, and ``sbatch`` of a pod's script 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError, TimeLimitTooLong
+from hpkctl.jobs.poll import poll
 from hpkctl.pod import RenderedPod
 from hpkctl.pod.lifecycle import SIGNAL_MARGIN
 from hpkctl.pod.paths import POD_DELETING, PodDir
@@ -80,6 +81,24 @@ def lowered_note(job_id: str, limit: int, *, deadline: int, grace: int) -> str:
     return note
 
 
+def start_check(slurm: Slurm, job_id: str, job: JobInfo | None, spec: Mapping[str, Any], *, lowered: float | None,
+                now: float) -> tuple[str, float | None, int]:
+    """What a pod's job that Slurm may keep pending for ever comes to, as (verdict, when its limit was
+    lowered, the limit): ``""`` nothing to do (it may start, or a lowered limit is still being looked
+    at: ``LOWERED_GRACE``); ``"lowered"``: its time limit was just lowered to its partition's MaxTime
+    (:func:`lower_to_partition`); ``"never"``: it will never start. Raises ``SlurmError`` from the
+    lowering (then ``lowered`` is ``now``: asked once)."""
+    if not never_starts(job):
+        return "", lowered, 0
+    if lowered is not None and now - lowered < LOWERED_GRACE:
+        return "", lowered, 0  # Slurm has not looked at the lowered limit yet
+    deadline = deadline_limit(job, spec)
+    if deadline and lowered is None:
+        limit = lower_to_partition(slurm, job_id, deadline)
+        return ("lowered" if limit else "never"), now, limit
+    return "never", lowered, 0
+
+
 def never_starts(job: JobInfo | None) -> bool:
     """Whether Slurm keeps the job pending for a reason that waiting cannot clear."""
     if job is None or job.state != "PENDING":
@@ -101,6 +120,20 @@ def job_states(slurm: Slurm, job_ids: list[str]) -> dict[str, JobInfo | None]:
     out: dict[str, JobInfo | None] = {j: finals.get(j) or jobs.get(j) for j in ids}
     out.update({j: None for j in job_ids if not j})
     return out
+
+
+def wait_ended(slurm: Slurm, job_ids: list[str], *, timeout: float = 30.0,
+               sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> bool:
+    """Wait (with back-off) until Slurm says every job ended; False if one still runs after ``timeout``
+    (a delete lets the job end before its directory goes: KillWait is short)."""
+    ids = [j for j in job_ids if j]
+    if not ids:
+        return True
+    try:
+        return poll(lambda: True if all(ended(j) for j in slurm.query(ids).values()) else None,
+                    timeout=timeout, sleep=sleep, clock=clock)
+    except TimeoutError:
+        return False
 
 
 def mark_deleting(pod_dir: PodDir) -> None:

@@ -80,7 +80,8 @@ def test_delete_runs_the_pods_stop_sequence_in_its_step(hpk: Hpk) -> None:
         job = found.group(1) if found else ""
         assert proc.returncode != 0, err
         assert "up\ngot TERM\n" in out, out + err  # SIGTERM reached the container, after preStop
-        assert "stopping its containers (step " in deleted.stderr, deleted.output
+        # through the pilot provider's delete (issue 21.1): one stop sequence for the kubelet and hpkctl
+        assert "stopping its containers (grace period 10s; a step of pilot allocation " in deleted.stderr, deleted.output
         assert "Terminated" in err, err
     finally:
         if proc.poll() is None:

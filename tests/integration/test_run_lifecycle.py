@@ -291,8 +291,11 @@ def test_a_job_whose_record_is_gone_is_shown_and_can_be_deleted(hpk: Hpk) -> Non
     one = hpk.hpkctl("status", name, "--site", "ci", "--json")
     assert one.rc == 0 and json.loads(one.stdout)[0]["jobId"] == job_id, one.output
     d = hpk.hpkctl("delete", name, "--site", "ci")
-    assert d.rc == 0 and f"cancelled Slurm job {job_id} (it had no run record)" in d.stderr, d.output
+    # deleted through the provider as a recorded run is (issue 21.1): marker, TERM, grace, scancel
+    assert d.rc == 0 and f"Slurm job {job_id} carries its uid" in d.stderr and "had no run record" in d.stderr, d.output
+    assert "stopping its containers (grace period" in d.stderr and f"cancelled Slurm job {job_id}" in d.stderr, d.output
     assert jobcomp_states(job_id) == ["CANCELLED"]
+    assert not (hpk.home / ".hpk" / "runs" / "default" / f"{name}.json").exists()  # nothing left behind
     assert hpk.hpkctl("status", name, "--site", "ci").rc == 125
 
 

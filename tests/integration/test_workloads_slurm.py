@@ -201,6 +201,33 @@ def test_statefulset_pods_have_stable_names_and_their_own_claims(fast: Hpk) -> N
     assert all(s in ("", "CANCELLED", "COMPLETING") for s in q.stdout.split()), q.stdout
 
 
+def test_deleting_a_workload_runs_its_pods_stop_sequence(fast: Hpk) -> None:
+    """``hpkctl delete`` of a workload goes through the provider as a pod's does (issue 21.1): its running
+    pods are marked deleted and their containers get SIGTERM from the job (their trap runs, their
+    grace period is kept), then the whole array is cancelled, the pending element with it."""
+    out = _out(fast)
+    name = unique("wdel")
+    script = ("trap 'echo got TERM >\"/out/term-$JOB_COMPLETION_INDEX\"; exit 0' TERM; "
+              "echo up >\"/out/up-$JOB_COMPLETION_INDEX\"; while :; do sleep 0.2; done")
+    r = fast.run(job(name, script, out, completions=2, parallelism=1, completionMode="Indexed"), site=FAST_SITE,
+                 extra=("--detach",))
+    assert r.rc == 0, r.output
+    array = r.stdout.strip()
+    deadline = time.monotonic() + 120
+    while not (out / "up-0").exists():  # the trap is set before "up" is written
+        assert time.monotonic() < deadline, fast.hpkctl("status", name, "--site", FAST_SITE).output
+        time.sleep(0.5)
+    d = fast.hpkctl("delete", name, "--site", FAST_SITE)
+    assert d.rc == 0, d.output
+    assert f"job default/{name}: stopping its running pods" in d.stderr, d.output
+    assert f"cancelled Slurm job array {array}" in d.stderr, d.output
+    assert (out / "term-0").read_text() == "got TERM\n"  # the stop sequence reached the container
+    assert not (out / "up-1").exists()  # index 1 (parallelism 1) never started: cancelled with the array
+    q = subprocess.run(["squeue", "--noheader", "--array", "--jobs", array, "--format=%T"],
+                       capture_output=True, text=True, check=False)
+    assert all(x in ("", "CANCELLED", "COMPLETING") for x in q.stdout.split()), q.stdout
+
+
 def test_cronjob_is_refused_with_scrontab_and_runs_once_with_now(fast: Hpk) -> None:
     out = _out(fast)
     name = unique("cj")

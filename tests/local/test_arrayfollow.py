@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,11 +39,28 @@ def _status(states: list[tuple[str | None, str | None]]) -> ArrayStatus:
                        indexes=indexes)
 
 
+def _rec(tmp_path: Path) -> Any:
+    from hpkctl.provider.runrecords import RunRecord
+
+    return RunRecord(name="w", namespace="default", uid="u", job_id="9", pod_dir=str(tmp_path), site="ci",
+                     submitted=0.0, kind="Job")
+
+
+def _provider(tmp_path: Path) -> Any:
+    """hpkctl run's provider (its logs are the pods' files; no Slurm command is run here)."""
+    from hpkctl.provider.pilotpod import run_provider
+    from hpkctl.sites.schema import SiteProfile
+    from tests.support.kubelet_fakes import FakeSlurm
+
+    profile = SiteProfile.model_validate({"name": "t", "pods": {"state_dir": str(tmp_path / "state")}})
+    return run_provider(FakeSlurm(), profile, pilot=False)  # type: ignore[arg-type]
+
+
 def test_running_pods_logs_are_prefixed_read_once_and_pending_pods_are_not_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     info = _info(tmp_path, 3)
     out = io.StringIO()
-    logs = ArrayLogs(info, out)
+    logs = ArrayLogs(_provider(tmp_path), _rec(tmp_path), info, out)
     log0 = tmp_path / "p0" / "logs" / "work.log"
     (tmp_path / "p0" / "logs" / "init.log").write_text("prepared\n")
     log0.write_text("first\npart")
@@ -76,7 +94,7 @@ def test_a_log_moved_away_by_a_restart_is_read_to_its_end_first(tmp_path: Path) 
     log = tmp_path / "c.log"
     log.write_text("one\ntw")
     out = io.StringIO()
-    tail = LogTail(tmp_path, ["c"], out, prefixed=set())
+    tail = LogTail(lambda n: tmp_path / f"{n}.log", ["c"], out, prefixed=set())
     tail.pump()
     assert out.getvalue() == "one\n"
     with open(log, "a") as fh:
@@ -94,32 +112,33 @@ def test_following_asks_slurm_once_per_slurm_poll_and_settles_quickly(
     """The budget of one squeue per ``slurm_poll`` holds for a workload too; once the files say it
     finished, Slurm is asked sooner for its elements' end, so ``run`` returns within seconds."""
     from hpkctl.local import arrayfollow
-    from hpkctl.provider.runrecords import RunRecord
 
     now = [0.0]
     asks: list[float] = []
     finished_at, ended_at = 25.0, 26.0  # the files say Complete; Slurm then reports the element ended
 
-    def states(ids: list[str]) -> dict[str, JobInfo | None]:
-        asks.append(now[0])
-        return {"9_0": JobInfo(job_id="9_0", state="COMPLETED" if now[0] >= ended_at else "RUNNING")}
-
-    def status(rec: RunRecord, jobs: dict[str, JobInfo | None], *, info: WorkloadFile) -> ArrayStatus:
-        st = _status([("2026-01-01T00:00:00Z", (jobs.get("9_0") or JobInfo(job_id="9_0", state="PENDING")).state)])
+    def status(fresh: bool) -> ArrayStatus:
+        if fresh:  # the provider asks Slurm now (one squeue for every element)
+            asks.append(now[0])
+            job[0] = JobInfo(job_id="9_0", state="COMPLETED" if now[0] >= ended_at else "RUNNING")
+        st = _status([("2026-01-01T00:00:00Z", job[0].state)])
         if now[0] >= finished_at:
             st.phase, st.indexes[0].result = "Complete", "Succeeded"
         return st
 
+    job = [JobInfo(job_id="9_0", state="PENDING")]
     info = _info(tmp_path, 1)
     monkeypatch.setattr(arrayfollow.WorkloadFile, "read", staticmethod(lambda _d: info))
-    monkeypatch.setattr(arrayfollow, "array_status", status)
-    rec = RunRecord(name="w", namespace="default", uid="u", job_id="9", pod_dir=str(tmp_path), site="ci",
-                    submitted=0.0, kind="Job")
+    rec = _rec(tmp_path)
+
+    class Provider:  # the provider's answer; Slurm's budget within it is tests/local/test_runner_units.py's
+        def pod_statuses(self, refs: Any, *, fresh: bool = True, now: float | None = None) -> dict[str, ArrayStatus]:
+            return {"u": status(fresh)}
 
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    st = arrayfollow.follow_array(None, rec, states, out=io.StringIO(), slurm_poll=10.0,  # type: ignore[arg-type]
+    st = arrayfollow.follow_array(Provider(), rec, out=io.StringIO(), slurm_poll=10.0,  # type: ignore[arg-type]
                                   sleep=sleep, clock=lambda: now[0])
     assert st.phase == "Complete"
     before = [t for t in asks if t < finished_at]

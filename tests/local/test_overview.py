@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hpkctl.jobs import JobInfo, SlurmError
-from hpkctl.local.overview import STATUS_UNREADABLE, run_statuses
+from hpkctl.provider.runstatus import STATUS_UNREADABLE, run_statuses
 from hpkctl.provider.runrecords import RunRecord
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
@@ -73,3 +73,31 @@ def test_slurm_unreachable_is_raised_not_asked_per_record(tmp_path: Path) -> Non
     with pytest.raises(SlurmUnavailable):
         run_statuses(slurm, [_record(tmp_path, "a", "11"), _record(tmp_path, "b", "12")], {})
     assert len(slurm.calls) == 1
+
+
+def test_status_of_three_runs_is_one_squeue(fp, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``hpkctl status -A`` with N runs asks Slurm once, not N times (issue 21.1): through the provider's
+    ``pod_statuses`` (as cmd_status calls it), the real ``Slurm`` faked by pytest-subprocess, three pods
+    and a pilot pod (a step: nothing to ask) cost exactly one squeue and no sacct/scontrol (no job left
+    the queue)."""
+    from dataclasses import replace
+
+    from hpkctl.jobs import Slurm
+    from hpkctl.provider import PodRef
+    from hpkctl.provider.pilotpod import run_provider
+    from hpkctl.sites.schema import SiteProfile
+
+    profile = SiteProfile.model_validate({"name": "t", "slurm": {"bin_dir": "/fake/bin", "use_sacct": "no"},
+                                         "pods": {"state_dir": str(tmp_path / "state")}})
+    records = [_record(tmp_path, n, j) for n, j in (("a", "11"), ("b", "12"), ("c", "13"))]
+    records.append(replace(_record(tmp_path, "d", ""), allocation="77"))
+    fp.register(["/fake/bin/squeue", fp.any()],
+                stdout="".join(f"{j}|RUNNING|c1|2026-11-26T10:00:00|N/A|None\n" for j in ("11", "12", "13")))
+    provider = run_provider(Slurm(profile.slurm), profile, pilot=False)
+    for r in records:
+        provider.know(r)
+    got = provider.pod_statuses([PodRef(r.uid, r.namespace, r.name) for r in records])
+    assert [got[r.uid].phase for r in records] == ["Pending"] * 4, got  # started jobs, no container started yet
+    assert [got[r.uid].job.state if got[r.uid].job else None for r in records] == ["RUNNING"] * 3 + [None]
+    assert fp.call_count(["/fake/bin/squeue", fp.any()]) == 1
+    assert fp.call_count(["/fake/bin/scontrol", fp.any()]) == 0 and fp.call_count(["/fake/bin/sacct", fp.any()]) == 0

@@ -21,7 +21,8 @@ from hpkctl.jobs import JobInfo
 from hpkctl.local.outdir import MARKER
 from hpkctl.provider.runrecords import (SUBMITTING, RunExists, RunRecord, all_records, create_record, forget_run,
                                   load_record, record_path, save_record)
-from hpkctl.local.runs import EXIT_CANNOT_INVOKE, EXIT_HPKCTL, EXIT_NO_CODE, EXIT_NOT_FOUND, exit_status, run_status
+from hpkctl.local.runs import EXIT_CANNOT_INVOKE, EXIT_HPKCTL, EXIT_NO_CODE, EXIT_NOT_FOUND, exit_status
+from hpkctl.provider.runstatus import run_status
 from hpkctl.local.signals import Interrupted, Interrupts
 from hpkctl.local.submit import resolve_namespace, submit_pod
 from hpkctl.provider.slurmjobs import never_starts
@@ -291,7 +292,7 @@ def test_render_out_rewrites_its_own_pod_directory_but_not_a_job_s_traces(tmp_pa
 def test_a_record_stuck_in_submitting_adopts_its_job_and_unrecorded_jobs_are_found(  # type: ignore[no-untyped-def]
         fp, profile: SiteProfile) -> None:
     from hpkctl.jobs import Slurm
-    from hpkctl.local.runs import unrecorded_jobs
+    from hpkctl.provider.runstatus import unrecorded_jobs
 
     stuck = rec(job_id="", state=SUBMITTING, pid=2**22 + 12345, uid="u-stuck")
     create_record(profile, stuck)

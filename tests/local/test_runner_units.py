@@ -39,6 +39,15 @@ def test_failed_submission_leaves_no_pod_directory(fp, profile: SiteProfile, tmp
     assert not list((tmp_path / "state" / "runs").rglob("*.json")), "a record of a run that submitted nothing"
 
 
+def _provider(profile: SiteProfile, rec: RunRecord) -> Any:
+    """hpkctl run's provider (the real ``Slurm``: pytest-subprocess fakes its commands), knowing ``rec``."""
+    from hpkctl.provider.pilotpod import run_provider
+
+    provider = run_provider(Slurm(profile.slurm), profile, pilot=False)
+    provider.know(rec)
+    return provider
+
+
 def test_following_survives_a_slurm_hiccup(fp, profile: SiteProfile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pod_dir = tmp_path / "pod"
     (pod_dir / "job").mkdir(parents=True)
@@ -59,54 +68,64 @@ def test_following_survives_a_slurm_hiccup(fp, profile: SiteProfile, tmp_path: P
         (pod_dir / "status" / "pod.done").write_text("0\n")
 
     out = io.StringIO()
-    st = follow_run(Slurm(profile.slurm), rec, out=out, log_out=io.StringIO(), clock=lambda: float(next(ticks) * 10),
-                    sleep=sleep)
+    st = follow_run(_provider(profile, rec), rec, out=out, log_out=io.StringIO(),
+                    clock=lambda: float(next(ticks) * 10), sleep=sleep)
     assert "cannot ask Slurm" in out.getvalue()
     assert st.phase == "Succeeded"
 
 
-def test_deleting_an_array_waits_for_its_pods_sidecars_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A workload's delete waits for its running pods' stop sequence as a pod's delete does: the
-    grace period for the main containers and once more per native sidecar, plus the margin."""
-    import io
-    import json as json_mod
-    from types import SimpleNamespace
-
+def test_deleting_an_array_waits_for_its_pods_sidecars_too(tmp_path: Path, profile: SiteProfile) -> None:
+    """A workload's delete goes through the provider as a pod's does (issue 21.1): its running pods get
+    the delete marker, then TERM to the batch shells alone; the array is cancelled only once their stop
+    sequence is done or the grace period for the main containers and once more per native sidecar,
+    plus the provider's margin, is over; pending elements go with the array."""
     from hpkctl.jobs import JobInfo
-    from hpkctl.local import arrays, runs
-    from hpkctl.provider.runrecords import RunRecord
+    from hpkctl.local.runs import stop_run
+    from hpkctl.provider.jobpod import STOP_MARGIN
+    from hpkctl.provider.workloads import Member, WorkloadFile, WorkloadStops, write_workload_dir
+    from tests.support.kubelet_fakes import FakeSlurm
 
-    pod_dir = tmp_path / "p0"
-    (pod_dir / "job").mkdir(parents=True)
     spec = {"terminationGracePeriodSeconds": 7,
             "initContainers": [{"name": "side", "image": "x", "restartPolicy": "Always"}],
             "containers": [{"name": "c", "image": "x"}]}
-    (pod_dir / "job" / "pod.json").write_text(json_mod.dumps({"spec": spec}))
-    monkeypatch.setattr(arrays.WorkloadFile, "read",
-                        classmethod(lambda cls, d: SimpleNamespace(count=1, pods=[SimpleNamespace(dir=str(pod_dir))])))
-    waits: list[float] = []
-
-    def fake_poll(check: Any, *, timeout: float, **kw: Any) -> None:
-        waits.append(timeout)
-        raise TimeoutError
-
-    monkeypatch.setattr(runs, "poll", fake_poll)
-
-    class Slurm:
-        cancels: list[tuple[str, str | None]] = []
-
-        def query(self, ids: Any) -> dict[str, JobInfo]:
-            return {i: JobInfo(job_id=i, state="RUNNING") for i in ids}
-
-        def cancel(self, job_id: str, *, signal: str | None = None, batch_only: bool = False) -> None:
-            self.cancels.append((job_id, signal))
-
-    rec = RunRecord(name="j", namespace="default", uid="u", job_id="42", pod_dir=str(tmp_path), site="ci",
+    pods = []
+    for i in range(2):
+        (tmp_path / f"p{i}" / "job").mkdir(parents=True)
+        (tmp_path / f"p{i}" / "status").mkdir()
+        (tmp_path / f"p{i}" / "job" / "pod.json").write_text(json.dumps({"spec": spec}))
+        pods.append(Member(name=f"j-{i}", uid=f"u{i}", dir=str(tmp_path / f"p{i}")))
+    array = tmp_path / "array"
+    write_workload_dir(array, "#!/bin/bash\n", WorkloadFile(kind="Job", name="j", namespace="default", count=2,
+                                                            indexed=True, retries=True, pods=pods))
+    slurm = FakeSlurm()
+    slurm.jobs["42_0"] = JobInfo(job_id="42_0", state="RUNNING")
+    slurm.jobs["42_1"] = JobInfo(job_id="42_1", state="PENDING")
+    rec = RunRecord(name="j", namespace="default", uid="u", job_id="42", pod_dir=str(array), site="ci",
                     submitted=0.0, state="submitted", pid=0, kind="Job")
-    s = Slurm()
-    runs._delete_array(s, rec, out=io.StringIO(), sleep=lambda _: None)  # type: ignore[arg-type]
-    assert waits[0] == 7 * 2 + 10  # main containers, then the sidecar, each with the grace period
-    assert s.cancels == [("42", "TERM"), ("42", None)]
+    stops = WorkloadStops(slurm, margin=STOP_MARGIN)  # type: ignore[arg-type]
+    assert stops.step(rec, grace=None, now=100.0) == (False, True, False)
+    assert (tmp_path / "p0" / "status" / "pod.deleting").is_file()  # the running pod: marked before its TERM
+    assert not (tmp_path / "p1" / "status" / "pod.deleting").exists()  # the pending one never ran
+    assert slurm.cancelled == [("42_0", "TERM")]  # the running element alone (the array's id hangs on a pending one)
+    limit = 7 * 2 + STOP_MARGIN  # main containers, then the sidecar, each with the grace period
+    assert stops.step(rec, grace=None, now=100.0 + limit - 0.1) == (False, False, False)
+    assert stops.step(rec, grace=None, now=100.0 + limit) == (True, False, True)
+    assert slurm.cancelled == [("42_0", "TERM"), ("42", None)]
+
+    # hpkctl delete (stop_run): the same sequence through the provider, done as soon as pod.done is there
+    class Stopping(FakeSlurm):
+        def cancel(self, job_id: str, *, signal: str | None = None, batch_only: bool = False) -> None:
+            super().cancel(job_id, signal=signal, batch_only=batch_only)
+            if signal == "TERM":
+                (tmp_path / "p0" / "status" / "pod.done").write_text("143\n")
+
+    slurm = Stopping()
+    slurm.jobs.update({"42_0": JobInfo(job_id="42_0", state="RUNNING"), "42_1": JobInfo(job_id="42_1", state="PENDING")})
+    out = io.StringIO()
+    assert stop_run(slurm, profile, rec, out=out)  # type: ignore[arg-type]
+    assert slurm.cancelled == [("42_0", "TERM"), ("42", None)]
+    assert "job default/j: stopping its running pods" in out.getvalue()
+    assert "job default/j: cancelled Slurm job array 42" in out.getvalue()
 
 
 def test_a_refused_time_limit_is_retried_with_the_deadline_itself(tmp_path: Path) -> None:
@@ -171,7 +190,7 @@ def test_following_asks_slurm_once_per_slurm_poll(fp, profile: SiteProfile, tmp_
             (pod_dir / "status" / "pod.done").write_text("0\n")
 
     out = io.StringIO()
-    follow_run(Slurm(profile.slurm), rec, out=out, log_out=io.StringIO(), clock=lambda: now[0], sleep=sleep)
+    follow_run(_provider(profile, rec), rec, out=out, log_out=io.StringIO(), clock=lambda: now[0], sleep=sleep)
     following, settling = [t for t in asked if t < 60], [t for t in asked if t >= 60]
     assert following[0] == 0.0 and len(following) == 6, asked  # at once, then every 10 s (+ a 0.2 s tick)
     assert all(10 - 1e-6 <= b - a <= 10.4 for a, b in zip(following, following[1:])), asked

@@ -31,9 +31,10 @@ def test_the_fake_provider_has_every_operation_with_its_signature(name: str) -> 
 
 
 def test_the_protocol_names_the_operations_the_front_ends_need() -> None:
+    # pod_statuses/unstartable: the one-thread front ends' (hpkctl status/logs, following a run; issue 21.1)
     assert set(_members(PodProvider)) == {"start", "leftovers", "create", "give_up", "delete", "statuses",
-                                          "refresh_tokens", "clean", "log_file", "container_run", "log_complete",
-                                          "exec"}
+                                          "pod_statuses", "unstartable", "refresh_tokens", "clean", "log_file",
+                                          "container_run", "log_complete", "exec"}
 
 
 def _pod(uid: str, grace: int | None = None) -> dict[str, Any]:

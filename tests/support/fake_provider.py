@@ -96,6 +96,14 @@ class FakeProvider:
             out.append(StatusReport(uid=w.ref.uid, status=st, final=p.phase in ("Succeeded", "Failed")))
         return out
 
+    def pod_statuses(self, refs: Sequence[PodRef], *, fresh: bool = True,
+                     now: float | None = None) -> dict[str, PodStatus]:
+        self.slurm_calls += 1  # one "query" for all of them
+        return {r.uid: PodStatus(self.pods[r.uid].phase, "", "", None, None, "fake-node", None, []) for r in refs}
+
+    def unstartable(self, ref: PodRef, pod: Mapping[str, Any], *, now: float | None = None) -> None:
+        return None
+
     def refresh_tokens(self, ref: PodRef, pod: Mapping[str, Any], objects: TokenSource) -> None:
         self.calls.append(("refresh_tokens", ref.uid))
 
