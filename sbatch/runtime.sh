@@ -620,6 +620,8 @@ hpk_terminate() {
   if [ ! -e "$HPK_STATUS/pod.failed" ]; then
     if [ -e "$HPK_STATUS/pod.deleting" ]; then
       hpk_put pod.failed "Terminated"$'\n'"the pod was deleted; its containers were stopped with their grace period"
+    elif [ -n "${HPK_PILOT:-}" ]; then  # not its own deadline (that wrote pod.failed): its allocation ended
+      hpk_put pod.failed "Terminated"$'\n'"the pilot allocation it ran in ended (its time limit, or a cancel from outside hpkctl); its containers were stopped with their grace period, as at a node shutdown"
     else
       hpk_put pod.failed "DeadlineExceeded"$'\n'"the pod reached its time limit (activeDeadlineSeconds or slurm.default_time); its containers were stopped with their grace period"
     fi

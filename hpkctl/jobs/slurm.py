@@ -174,6 +174,11 @@ class Slurm:
         """Every running numbered step of this user's jobs, from one ``squeue --steps --me``."""
         return steps.list_steps(self._commands)
 
+    def step_node(self, step_id: str) -> str:
+        """The node a running step ``J.S`` is on, as Slurm names it (``squeue --steps``); "" when it is
+        not running (a pilot pod's exec goes to that node of its allocation)."""
+        return next((s.nodes for s in self.steps() if s.step_id == step_id), "")
+
     def step_shares(self) -> list[StepShare]:
         """Every running numbered step with its node, CPUs, memory and GPUs (``scontrol show step -o``)."""
         return steps.step_shares(self._commands)
@@ -194,18 +199,18 @@ class Slurm:
         scancel(self._commands, step_id, signal=signal)
 
     async def exec_step(self, job_id: str, *, pod_dir: Path, container: str, command: Sequence[str],
-                        tty: bool = False, stdin: bool = False) -> Step:
+                        tty: bool = False, stdin: bool = False, node: str = "") -> Step:
         """Start ``command`` in ``container`` of the running pod of job ``job_id`` (pod directory
         ``pod_dir``) as a new step of that job: ``srun --overlap --jobid=ID ... /bin/bash
         POD_DIR/job/job.sh exec CONTAINER [--tty] -- COMMAND...`` (see :mod:`hpkctl.jobs.step`).
 
         Returns once srun runs; the caller streams its output, feeds its input and awaits
         ``Step.wait()`` for the exit code. Only the job's owner can do this. ``SlurmUnavailable``
-        when srun cannot be started at all."""
+        when srun cannot be started at all. ``node``: the node the pod runs on (else the first)."""
         from hpkctl.jobs.step import start_step
 
         return await start_step(self._commands, job_id=job_id, pod_dir=pod_dir, container=container,
-                                command=command, tty=tty, stdin=stdin)
+                                command=command, tty=tty, stdin=stdin, node=node)
 
     def wait_for(
         self,

@@ -22,8 +22,8 @@ test_kubelet_exec_slurm.py proves it on every run):
 * srun starts the task in srun's working directory; it is set to the pod directory (which exists
   on the node) so slurmstepd has nothing to complain about.
 * ``--nodes=1 --ntasks=1`` places the step on the allocation's first node, where the batch script
-  (and so the pod part and its containers) runs; the other nodes of a multi-node pod (an MPI
-  container's ranks) are not reachable this way.
+  (and so the pod part and its containers) runs; a pilot pod's step may run on any node of its
+  allocation, so its exec names that node (``--nodelist``, Slurm's node of its step).
 """
 
 from __future__ import annotations
@@ -234,16 +234,18 @@ class Step:
 
 
 def step_argv(srun: str, *, job_id: str, pod_dir: Path, container: str, command: Sequence[str], tty: bool,
-              immediate: int) -> list[str]:
-    """The srun command line of one exec."""
-    return [srun, f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--unbuffered", "--quiet",
+              immediate: int, node: str = "") -> list[str]:
+    """The srun command line of one exec; ``node``: where the pod runs (a pilot pod's step may be on any
+    node of its allocation), else the allocation's first node."""
+    where = [f"--nodelist={node}"] if node else []
+    return [srun, f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", *where, "--unbuffered", "--quiet",
             f"--immediate={immediate}", f"--chdir={pod_dir}", *(["--pty"] if tty else []),
             "/bin/bash", str(pod_dir / "job" / "job.sh"), "exec", container, *(["--tty"] if tty else []),
             "--", *command]
 
 
 async def start_step(commands: Commands, *, job_id: str, pod_dir: Path, container: str, command: Sequence[str],
-                     tty: bool = False, stdin: bool = False) -> Step:
+                     tty: bool = False, stdin: bool = False, node: str = "") -> Step:
     """Start ``command`` in ``container`` of the pod whose job is ``job_id``, as a new step.
 
     ``stdin``: the task reads what ``Step.write_stdin`` gives it (else it reads EOF). ``tty``: the
@@ -256,7 +258,7 @@ async def start_step(commands: Commands, *, job_id: str, pod_dir: Path, containe
     srun = commands.executable("srun")
     immediate = max(1, math.ceil(commands.config.command_timeout))
     argv = step_argv(srun, job_id=job_id, pod_dir=pod_dir, container=container, command=command, tty=tty,
-                     immediate=immediate)
+                     immediate=immediate, node=node)
     loop = asyncio.get_running_loop()
     master = slave = None
     try:

@@ -15,7 +15,7 @@ change log and the files, logs, exec. What differs is where the script runs and 
 * Each status round reaps the srun of ended steps and lets the pool request and release allocations.
 
 Not yet: a pod adopted after a kubelet restart is booked again only from its record's allocation (its
-resources are re-read from the saved pod); exec reaches a pod on the allocation's first node only.
+resources are re-read from the saved pod).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpkctl.errors import PodError
+from hpkctl.errors import HpkError, PodError
 from hpkctl.jobs import JobInfo, NodeInfo, Slurm
 from hpkctl.jobs.steps import StepProcess, is_step_id
 from hpkctl.pilot.launch import need_of, start_pod_step
@@ -39,7 +39,8 @@ from hpkctl.pilot.pool import Pool
 from hpkctl.pod import render_pod, write_pod_dir
 from hpkctl.pod.lifecycle import stop_wait
 from hpkctl.pod.paths import JOB_ID, POD_DONE, PodDir
-from hpkctl.provider.api import Created, Deletion, Leftover, Outcome, PodInputs, PodRef, StatusReport, Watched
+from hpkctl.provider.api import (Created, Deletion, ExecSession, Leftover, Outcome, PodInputs, PodRef, StatusReport,
+                                 Watched)
 from hpkctl.provider.jobpod import DELETE_CHECK, STOP_MARGIN, JobPodProvider
 from hpkctl.provider.jobstatus import final_report
 from hpkctl.provider.records import STOPPED, SUBMITTING, PodRecord, RecordStore, Records
@@ -308,6 +309,19 @@ class PilotPodProvider(JobPodProvider):
         held = [h.job_id for h in self.pool.helds()]
         self.pool.release_all()
         return held
+
+    async def exec(self, uid: str, container: str, command: Sequence[str], *, tty: bool,
+                   stdin: bool) -> ExecSession:
+        """A step of the pod's allocation on the node its step runs on: the allocation may span nodes,
+        and srun alone would pick its first. The node is Slurm's (``squeue --steps``: the node's Slurm
+        name, which ``status/job.node``, the host name, need not be)."""
+        rec = self._rec(uid)
+        if rec is None or not rec.job_id or not rec.pod_dir:
+            raise HpkError(f"pod {uid} has no pilot allocation to run the command in")
+        step = (PodDir(Path(rec.pod_dir)).read(JOB_ID) or "").strip()
+        node = self.slurm.step_node(step) if is_step_id(step) else ""
+        return await self.slurm.exec_step(rec.job_id, pod_dir=Path(rec.pod_dir), container=container,
+                                          command=command, tty=tty, stdin=stdin, node=node)
 
     def capacity_nodes(self) -> list[NodeInfo]:
         """The node's capacity in pilot mode: the held allocations' shares, plus what the allocations

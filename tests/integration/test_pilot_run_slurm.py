@@ -227,3 +227,31 @@ def test_a_jobs_pods_run_as_steps_with_parallelism_and_backoff_limit(hpk: Hpk) -
 
 
 ALLOCATION_OF_WORKLOAD = re.compile(r"\(pilot allocation (\d+)\)")
+
+
+def test_a_pod_whose_allocation_ends_says_so_not_deadline_exceeded(hpk: Hpk) -> None:
+    """What the end of a pod's allocation does to its step (TERM to the task, no delete marker): the
+    pod's stop sequence runs (its handler within the grace period) and its status says the allocation
+    ended, Terminated as at a node shutdown, not DeadlineExceeded (the pod has no deadline of its own)."""
+    node = unique("pt")
+    site = _own_pool(hpk, node, cpus=1, memory="512M", max_allocations=1)
+    out = _out_dir()
+    name = unique("pilot-end")
+    job = ""
+    try:
+        a = hpk.run(_out_pod(name, "trap 'echo got TERM >/out/term; exit 0' TERM; : >/out/trapped; "
+                             "while :; do sleep 0.2; done", out, "1"), site=site, extra=("--pilot", "--detach"))
+        assert a.rc == 0, a.output
+        step = a.stdout.strip()
+        job = step.split(".")[0]
+        wait_for("the container's TERM trap", (out / "trapped").exists, timeout=60)
+        as_hpk(["scancel", "--signal=TERM", step], slurm_conf=SINGLE_CONF)  # as the allocation's end signals it
+        st = wait_for("the pod's end", lambda: (s := _status(hpk, name, site)) and s["phase"] == "Failed" and s,
+                      timeout=60, every=0.5)
+        assert st["reason"] == "Terminated" and "pilot allocation it ran in ended" in st["message"], st
+        assert (out / "term").read_text() == "got TERM\n"
+    finally:
+        if job:
+            release(job)
+        hpk.hpkctl("delete", name, "--site", site)
+        shutil.rmtree(out, ignore_errors=True)

@@ -7,6 +7,7 @@ across: ci-multi's profile with allocations of two whole nodes: pods packed acro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -36,15 +37,36 @@ def across(state: Path, owner: str) -> dict[str, object]:
     try:
         spots = [find_spot(pool, Need(f"p{i}", 5, 1000), timeout=120) for i in range(2)]
         out["spots"] = spots
-        procs = [slurm.start_step(job, ["bash", "-c", f"echo $SLURMD_NODENAME >where-{i}"], name=f"p{i}",
+        # each "pod" runs until exec reached it: its step holds its node while exec looks for it there
+        procs = [slurm.start_step(job, ["bash", "-c", f"echo $SLURMD_NODENAME >where-{i}; "
+                                        f"while [ ! -e reached-{i} ]; do sleep 0.1; done"], name=f"p{i}",
                                   node=node, cpus=5, memory_mb=1000, output=state / f"p{i}.out", workdir=state,
                                   srun_log=state / f"p{i}.srun") for i, (job, node) in enumerate(spots)]
+        out["exec_on"] = [exec_on(slurm, state, job, i) for i, (job, _) in enumerate(spots)]
         out["exits"] = [p.wait(timeout=60) for p in procs]
         out["ran_on"] = [(state / f"where-{i}").read_text().strip() for i in range(2)]
         out["third"] = pool.place(Need("p2", 5, 1000))  # no room left, and no second allocation allowed
     finally:
         pool.release_all()
     return out
+
+
+def exec_on(slurm: Slurm, state: Path, job: str, i: int) -> str:
+    """The pilot provider's exec of "pod" i: a step of its allocation on the node Slurm says its step
+    runs on (``Slurm.step_node``); the exec's "job.sh" says where it ran and lets the pod end."""
+    step = wait_for(f"step p{i}", lambda: next((s.step_id for s in slurm.steps() if s.name == f"p{i}"), None),
+                    timeout=60, every=0.2)
+    pod = state / f"pod{i}"
+    (pod / "job").mkdir(parents=True)
+    (pod / "job" / "job.sh").write_text(f'echo "$SLURMD_NODENAME"; : >"{state}/reached-{i}"\n')
+
+    async def run() -> str:
+        ex = await slurm.exec_step(job, pod_dir=pod, container="c", command=["true"], node=slurm.step_node(step))
+        text = (await ex.read_stdout()).decode()
+        await ex.wait()
+        return text.strip()
+
+    return asyncio.run(run())
 
 
 def main() -> None:

@@ -56,12 +56,14 @@ def test_a_successor_takes_new_pods_before_the_first_allocation_ends() -> None:
 
 def test_pods_are_packed_across_the_nodes_of_a_whole_node_allocation() -> None:
     """Whole-node allocations of two nodes (--exclusive --mem=0) on the 3-node cluster: two pods of 5
-    CPUs each go to different nodes of one allocation (a node has 8) and their steps run there; a
-    third finds no room and, with max_allocations 1, no place."""
+    CPUs each go to different nodes of one allocation (a node has 8) and their steps run there; exec
+    reaches each on its node (not only the allocation's first); a third finds no room and, with
+    max_allocations 1, no place."""
     require_cluster(MULTI_CONF, 3)
     got = drive("across")
     assert got["shape"] == [2, 8]  # a node's CPUs from sinfo
     (job_a, node_a), (job_b, node_b) = got["spots"]
     assert job_a == job_b and node_a != node_b
     assert got["exits"] == [0, 0] and got["ran_on"] == [node_a, node_b]
+    assert got["exec_on"] == [node_a, node_b]  # exec reaches each pod's step on its own node
     assert got["third"] is None
