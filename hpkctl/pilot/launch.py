@@ -29,8 +29,10 @@ def need_of(rendered: RenderedPod) -> Need:
     plan = rendered.plan
     profile = plan.profile
     if plan.mpi_flags:
-        raise PodError("PilotUnsupported", "an MPI container starts its ranks with srun, which a pod that is itself "
-                       "a job step cannot: run this pod without --pilot (one job of its own)")
+        raise PodError("PilotUnsupported", "an MPI pod (annotation slurm-job.hpk.io/mpi-flags) starts its ranks "
+                       "with srun across its own job's nodes, which a pod run as a step of a pilot allocation cannot: "
+                       "run it as a job of its own ('hpkctl run' without --pilot, or on a kubelet without pilot mode: "
+                       "[pilot] enabled = false and no --pilot)")
     res = plan.resources
     memory = res.mem_mib or mem_mb(profile.pilot.step_memory)
     gpus = sum(n for name, n in res.gres.items() if name.split(":")[0] == profile.gpu.gres_name)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 
+from hpkctl.errors import PodError
 from hpkctl.pilot.launch import need_of
 from hpkctl.pod import render_pod
 from hpkctl.sites.schema import SiteProfile
@@ -43,3 +45,14 @@ def test_a_deadline_is_the_time_the_step_must_be_able_to_run() -> None:
     assert need.runtime == 100 + 5 + 10
 
 
+
+
+def test_an_mpi_pod_is_refused_naming_the_fix() -> None:
+    """An MPI pod starts its ranks with srun across its own job: as a pilot step it cannot, and the
+    refusal says how to run it (a job of its own)."""
+    mpi = _pod()
+    mpi["metadata"]["annotations"] = {"slurm-job.hpk.io/mpi-flags": "--mpi=pmix"}
+    with pytest.raises(PodError) as err:
+        need_of(render_pod(mpi, _profile(), strict=False))
+    assert err.value.reason == "PilotUnsupported"
+    assert "without --pilot" in err.value.message and "[pilot] enabled = false" in err.value.message
