@@ -52,7 +52,8 @@ def test_hooks_in_order_and_the_grace_period_on_delete(hpk: Hpk) -> None:
                          'while :; do sleep 0.1; done',
                lifecycle={"postStart": {"exec": {"command": note("poststart")}},
                           "preStop": {"exec": {"command": note("prestop")}}})
-    stubborn = c("stubborn", "trap '' TERM; while :; do sleep 0.1; done")
+    stubborn = c("stubborn", f"trap '' TERM; while :; do echo {STAMP} > /out/alive.tmp; mv /out/alive.tmp /out/alive; "
+                             "sleep 0.1; done")
     r = hpk.run(pod(name, [polite, stubborn], volumes=vols, terminationGracePeriodSeconds=3), extra=("--detach",))
     assert r.rc == 0, r.output
     wait_for("postStart", lambda: [e for e in events(d) if e[0] == "poststart"])
@@ -65,8 +66,10 @@ def test_hooks_in_order_and_the_grace_period_on_delete(hpk: Hpk) -> None:
     seen = events(d)
     assert [w for w, _ in seen] == ["poststart", "prestop", "term"], seen
     assert seen[1][1] >= start - 1 and seen[2][1] >= seen[1][1]  # preStop on delete, then SIGTERM
-    # the stubborn container is killed once the grace period is over: delete takes about 3 s
-    assert 3 <= took < 3 + 8, took
+    # the stubborn container is killed once the grace period is over, not with the SIGTERM and not at the
+    # default 30 s (its own clock, in whole seconds, which load on the submit host cannot stretch)
+    alive = float((d / "alive").read_text())
+    assert took >= 3 and 2 <= alive - seen[2][1] < 25, (took, seen, alive)
 
 
 def test_job_pod_with_a_native_sidecar_completes(hpk: Hpk) -> None:

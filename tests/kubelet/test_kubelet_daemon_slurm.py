@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import subprocess
-import time
 from typing import Any
 
 import pytest
@@ -108,12 +107,9 @@ def test_delete_running_pod_cancels_job(cluster: Cluster) -> None:
                         terminationGracePeriodSeconds=5))
     cluster.wait_phase("stopme", "Running")
     job = cluster.job_id("stopme")
-    started = time.monotonic()
     cluster.kubectl("delete", "pod", "stopme", "--wait", "--timeout=60s", timeout=70)
-    took = time.monotonic() - started
     assert cluster.pod("stopme") is None
     assert wait_for("job cancelled", lambda: slurm_state(job) in ("CANCELLED", "COMPLETED"), timeout=30)
-    assert took < 30, took
 
 
 def test_force_delete_cancels_job(cluster: Cluster) -> None:

@@ -359,9 +359,7 @@ def test_hooks_in_order_and_the_grace_period_on_delete(launched: Launched) -> No
     d = outdir(c, "rc-grace")
     wait_status(c, "rc-grace", "both containers running", lambda s: _running(s, "polite", "stubborn"))
     assert _lines(d)[:1] == ["poststart"]
-    start = time.monotonic()
     r = _delete(c, "rc-grace")
-    took = time.monotonic() - start
     assert r.returncode == 0, r.stderr
     assert c.pod("rc-grace") is None
     seen = [ln.split()[0] for ln in _lines(d)]
@@ -369,7 +367,8 @@ def test_hooks_in_order_and_the_grace_period_on_delete(launched: Launched) -> No
     term = float(_lines(d)[2].split()[1])
     alive = float((d / "alive").read_text())
     assert alive - term >= 1.5, (term, alive)  # not killed with the SIGTERM (see the next test)
-    assert took < 3 + 8, took
+    # killed at the pod's 3 s, not the default 30 s (the container's own clock: load cannot stretch it)
+    assert alive - term < 25, (term, alive)
     evs = events(c, "rc-grace", launched.uid("rc-grace"))
     assert [r for _, r, _ in evs].count("Killing") >= 1, evs
 
