@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -397,11 +396,11 @@ def test_a_hanging_test_fails_and_the_run_goes_on(tmp_path: Path) -> None:
         def test_next():
             pass
     """))
-    start = time.monotonic()
+    # no wall-clock bound (a loaded machine takes most of a minute to start pytest): had the limit not
+    # cut the hang, the sleep would end and test_hangs pass, and the counts below would say so
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(REPO / "pyproject.toml"),
                         "--rootdir", str(tmp_path), "-o", "timeout=2", str(tmp_path / "test_hang.py")],
-                       cwd=tmp_path, text=True, capture_output=True, timeout=120)
-    assert time.monotonic() - start < 30, r.stdout
+                       cwd=tmp_path, text=True, capture_output=True, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "Failed: Timeout (>2.0s) from pytest-timeout" in r.stdout, r.stdout
     assert "1 failed, 1 passed" in r.stdout, r.stdout

@@ -131,13 +131,11 @@ def test_tcp_and_connection_refused_messages(tmp_path: Path) -> None:
 
 def test_exec_probe_output_is_the_message_and_a_timeout_kills_the_try(tmp_path: Path) -> None:
     marker = tmp_path / "survived"
-    t0 = time.monotonic()
     results = _once(tmp_path, livenessProbe={"exec": {"command": ["sh", "-c", "echo not healthy; exit 3"]}},
                     readinessProbe={"exec": {"command": ["sh", "-c", f"sleep 3; touch {marker}"]},
                                     "timeoutSeconds": 1})
     assert results == [("liveness", 1, "not healthy"),
                        ("readiness", 1, f'command "sh -c sleep 3; touch {marker}" timed out')]
-    assert time.monotonic() - t0 < 3
 
     def try_left() -> list[str]:  # processes of the timed-out try still there (their words name the marker)
         return [p.name for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, str(marker))]
