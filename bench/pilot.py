@@ -108,14 +108,22 @@ class InProcess:
         self.pool.done(need.uid)
         return spot
 
-    def sbatch(self, i: int) -> float:
+    def sbatch(self, i: int, timeout: float) -> float | None:
+        """Seconds to the job's first line; None (and the job cancelled) when it waited ``timeout``
+        seconds in the queue: other people's jobs fill the node."""
         mark = self.root / f"sbatch-{i}"
         t0 = time.time()
         r = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", "--time=5",
                             f"--partition={self.profile.slurm.partition}", str(self.script), str(mark)],
                            check=True, capture_output=True, text=True)
-        self.bare_jobs.append(r.stdout.strip().split(";")[0])
-        wait_files([mark], 120)
+        job = r.stdout.strip().split(";")[0]
+        self.bare_jobs.append(job)
+        try:
+            wait_files([mark], timeout)
+        except TimeoutError:
+            log(f"bare sbatch job {job} waited {timeout:g} s in the queue: sample left out")
+            subprocess.run(["scancel", job], capture_output=True, check=False)
+            return None
         return mark.stat().st_mtime - t0
 
     def step(self, i: int, spot: tuple[str, str]) -> float:
@@ -173,7 +181,8 @@ def latency(args: argparse.Namespace, ip: InProcess, spot: tuple[str, str], run:
 
     def one(side: str, i: int) -> dict[str, Any]:
         if side == "sbatch":
-            return {"start": ip.sbatch(i), "ok": True}
+            took = ip.sbatch(i, args.timeout)
+            return {"start": took, "ok": took is not None}
         if side == "srun step":
             return {"start": ip.step(i, spot), "ok": True}
         if side == "hpkctl run":
@@ -441,8 +450,9 @@ def main() -> int:
     ap.add_argument("--memory-pods", type=int, default=1000, help="pods for the memory section (0 skips; default 1000)")
     ap.add_argument("--window", type=float, default=20, help="seconds Slurm commands are counted with the memory "
                     "section's pods tracked (default 20)")
-    ap.add_argument("--pilot-cpus", type=int, default=8, help="CPUs of each pilot allocation of the kubelet and of "
-                    "the bare steps' backlog (default 8; the in-process pool's are the site's)")
+    ap.add_argument("--pilot-cpus", type=int, default=4, help="CPUs of each pilot allocation of the kubelet and of "
+                    "the bare steps' backlog (default 4; the in-process pool's are 2: other people's jobs share "
+                    "the node, and a job-per-pod sample must not wait for a free CPU)")
     ap.add_argument("--pilot-allocations", type=int, default=1, help="[pilot] max_allocations of the kubelet (default 1)")
     ap.add_argument("--no-job-per-pod", action="store_true", help="leave out the job-per-pod kubelet and hpkctl run")
     ap.add_argument("--site", default="ci")
@@ -472,10 +482,10 @@ def main() -> int:
     jpp_cluster = None if args.no_job_per_pod else kb.Cluster(sub["jpp"], args, hpkctl)
     ip_profile = sub["inproc"] / "site.toml"
     ip_profile.write_text(f'extends = "{args.site}"\n\n[pods]\nstate_dir = "{sub["inproc"] / "state"}"\n'
-                          f'node_name = "bench-run-{tag}"\n\n[pilot]\n{pilot_toml(args, 4, 1)}\nidle_release = 600\n')
+                          f'node_name = "bench-run-{tag}"\n\n[pilot]\n{pilot_toml(args, 2, 1)}\nidle_release = 600\n')
     (sub["inproc"] / "state").mkdir()
     comments = {owner_comment("kubelet", f"bench-pilot-{tag}"), owner_comment("run", f"bench-run-{tag}")}
-    print(f"# pilot     kubelet --pilot, [pilot] {site_pilot.replace(chr(10), '; ')}; in-process: 4 CPUs; "
+    print(f"# pilot     kubelet --pilot, [pilot] {site_pilot.replace(chr(10), '; ')}; in-process: 2 CPUs; "
           f"sizes -n {args.n} --stream {args.stream} --pods {args.pods} --memory-pods "
           f"{args.memory_pods}", flush=True)
     comments.add(owner_comment("run", f"bench-steps-{tag}"))
