@@ -21,10 +21,11 @@ HEAVY = ("pydantic", "plumbum", "jinja2", "yaml", "asyncio", "kubernetes")
 LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$")
 
 
-def importtime(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], list[tuple[int, int, int, str]]]:
+def importtime(args: list[str], cwd: Path, *, path: str = "/usr/bin:/bin",
+               ) -> tuple[subprocess.CompletedProcess[str], list[tuple[int, int, int, str]]]:
     """Run ``python -X importtime ARGS``; its result and (self µs, cumulative µs, depth, module) per import."""
     r = subprocess.run([sys.executable, "-X", "importtime", *args], cwd=cwd, capture_output=True, text=True,
-                       timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(cwd)})
+                       timeout=120, env={"PATH": path, "PYTHONPATH": str(REPO), "HOME": str(cwd)})
     rows = [(int(m[1]), int(m[2]), len(m[3]) // 2, m[4]) for m in map(LINE.match, r.stderr.splitlines()) if m]
     return r, rows
 
@@ -48,6 +49,35 @@ def test_help_imports_no_heavy_library(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     report("hpkctl run --help", rows)
     assert not loaded(rows) & set(HEAVY), "hpkctl run --help imports " + ", ".join(sorted(loaded(rows) & set(HEAVY)))
+
+
+#: what ``hpkctl run --detach`` of a plain Pod never needs: the Kubernetes client, asyncio (exec/attach of
+#: steps), and the code of workloads (job arrays), pilot mode and the daemons
+NOT_FOR_A_POD = ("kubernetes", "asyncio", "hpkctl.kube", "hpkctl.kubelet", "hpkctl.scheduler", "hpkctl.controlplane",
+                 "hpkctl.pilot", "hpkctl.local.arrays", "hpkctl.local.workload", "hpkctl.local.pilotrun",
+                 "hpkctl.local.arrayfollow", "hpkctl.provider.pilotpod")
+
+
+def test_run_detach_of_a_pod_prints_the_slowest_imports(tmp_path: Path) -> None:
+    """``hpkctl run --detach`` of a one-container Pod, as bench/run times it, up to and after its sbatch (a
+    stand-in ``sbatch`` on PATH prints a job id, so no Slurm is needed): the slowest imports are printed;
+    asserted is that it submits once and loads none of ``NOT_FOR_A_POD``."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "imports"},
+           "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36", "command": ["true"]}]}}
+    (tmp_path / "pod.json").write_text(json.dumps(pod))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text('#!/bin/sh\necho "$@" >> "$HOME/sbatch.calls"\necho 4242\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    r, rows = importtime(["-m", "hpkctl", "run", "--detach", "-q", "-f", "pod.json", "--site", "ci"], tmp_path,
+                         path=f"{bin_dir}:/usr/bin:/bin")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "4242"
+    assert len((tmp_path / "sbatch.calls").read_text().splitlines()) == 1
+    report("hpkctl run --detach -f pod.json --site ci (a plain Pod)", rows, top=15)
+    modules = {m for _, _, _, m in rows}
+    pulled = sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in NOT_FOR_A_POD))
+    assert not pulled, f"hpkctl run --detach of a Pod imports {pulled}"
 
 
 def test_render_imports_print_the_slowest(tmp_path: Path) -> None:
