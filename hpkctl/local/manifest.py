@@ -13,20 +13,19 @@ import hashlib
 import json
 import secrets
 import sys
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hpkctl.errors import ManifestError
 from hpkctl.pod.objects import StaticObjects
 from hpkctl.pod.validation import describe, validate_object, validate_pod
 
-# libyaml's C parser when present: several times faster for a burst of manifests.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: JSON's own whitespace (RFC 8259), between the documents of a JSON stream
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 _TEMPLATE_KINDS = {
     "Job": ("spec", "template"),
@@ -125,18 +124,54 @@ def read_manifest_text(path: str | Path) -> str:
                             hint="save the manifest as UTF-8") from exc
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_space_end(text: str, i: int) -> int:
+    m = _JSON_SPACE.match(text, i)
+    return m.end() if m else i
+
+
+def _json_documents(text: str) -> list[Any] | None:
+    """The objects of a JSON manifest (one, or several one after another, as ``kubectl`` reads a stream
+    that starts with ``{``); None when ``text`` is not JSON, to be read as YAML. Read by ``json``, so a
+    JSON manifest never imports the YAML parser (issue 23.2): what it reads is what YAML would, except
+    where kubectl's JSON decoder and YAML 1.1 disagree (``1e3`` is a number, as kubectl reads it)."""
+    if not text.lstrip(" \t\r\n").startswith("{"):
+        return None
+    decoder = json.JSONDecoder(parse_constant=_not_json)  # NaN and Infinity: Python's, not JSON's
+    docs, i = [], 0
+    try:
+        while (i := _json_space_end(text, i)) < len(text):
+            doc, i = decoder.raw_decode(text, i)
+            docs.append(doc)
+    except ValueError:
+        return None  # YAML's flow style ({a: 1}), or broken: the YAML parser says where
+    return docs
+
+
+def _yaml_documents(text: str, path: str | Path) -> list[Any]:
+    """The documents of a YAML manifest; a syntax error names the file, line and column."""
+    import yaml  # here, not at import: a JSON manifest (bench/run's, a generated one) never needs it
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's C parser when present: several times faster
+    try:
+        return list(yaml.load_all(text, Loader=loader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ManifestError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}",
+                            hint="check indentation and quoting at that line") from exc
+
+
 def load_manifest(path: str | Path, *, dry_run: bool = False) -> Manifest:
     """The pods, objects and services of the file at ``path`` (``-``: stdin). Objects with only
     ``metadata.generateName`` get a name as the API server would give them (``dry_run``: a name
     derived from the object's content)."""
     text = read_manifest_text(path)
     try:
-        docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ManifestError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}",
-                            hint="check indentation and quoting at that line") from exc
+        docs = [d for d in _json_documents(text) or _yaml_documents(text, path) if d is not None]
     except RecursionError as exc:
         raise ManifestError(f"{path}: nested too deeply to be a Kubernetes object") from exc
     manifest = Manifest(path=str(path))

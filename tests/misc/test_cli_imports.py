@@ -52,8 +52,9 @@ def test_help_imports_no_heavy_library(tmp_path: Path) -> None:
 
 
 #: what ``hpkctl run --detach`` of a plain Pod never needs: the Kubernetes client, asyncio (exec/attach of
-#: steps), and the code of workloads (job arrays), pilot mode and the daemons
-NOT_FOR_A_POD = ("kubernetes", "asyncio", "hpkctl.kube", "hpkctl.kubelet", "hpkctl.scheduler", "hpkctl.controlplane",
+#: steps), the YAML parser (its manifest is JSON), and the code of workloads (job arrays), pilot mode and
+#: the daemons
+NOT_FOR_A_POD = ("kubernetes", "asyncio", "yaml", "hpkctl.kube", "hpkctl.kubelet", "hpkctl.scheduler", "hpkctl.controlplane",
                  "hpkctl.pilot", "hpkctl.local.arrays", "hpkctl.local.workload", "hpkctl.local.pilotrun",
                  "hpkctl.local.arrayfollow", "hpkctl.provider.pilotpod")
 
