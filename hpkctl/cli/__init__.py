@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from hpkctl import __version__
 from hpkctl.cli import build, cluster, controlplane, launch, local, pull, render, sites
@@ -29,13 +29,47 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Skipped:
+    """What a command that is not the one asked for gets instead of its parser: every call is accepted and
+    ignored (``add_argument``, ``set_defaults``, ``add_subparsers`` and what they return)."""
+
+    def __getattr__(self, _name: str) -> Any:
+        return lambda *_args, **_kwargs: self
+
+
+class _Only:
+    """The top-level subparsers, building only the parser of ``command``: argparse builds a whole parser
+    per command (and looks up message translations for each, ~60 file-system lookups in all), which
+    ``hpkctl run`` need not pay for the other 17 commands (issue 23.2). ``seen`` tells whether it was one."""
+
+    def __init__(self, sub: Any, command: str) -> None:
+        self.sub, self.command, self.seen = sub, command, False
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if name != self.command:
+            return _Skipped()
+        self.seen = True
+        return self.sub.add_parser(name, **kwargs)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """hpkctl's parser; with ``command``, only that command's parser is built below the top level (the
+    whole parser when no command has that name, so a typo gets argparse's list of them)."""
     parser = Parser(
         prog="hpkctl",
         description="High-Performance Kubernetes: run Kubernetes pods as Slurm jobs with Apptainer.",
     )
     parser.add_argument("--version", action="version", version=f"hpkctl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    if command is not None:
+        only = _Only(sub, command)
+        _register(only)
+        return parser if only.seen else build_parser()
+    _register(sub)
+    return parser
+
+
+def _register(sub: Any) -> None:
     render.register(sub)
     local.register(sub)
     pull.register(sub)
@@ -44,11 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     build.register(sub)
     launch.register(sub)
     controlplane.register(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # the command is the first word when nothing comes before it (``hpkctl -h run`` shows every command)
+    command = argv[0] if argv and not argv[0].startswith("-") else None
+    args = build_parser(command).parse_args(argv)
     try:
         return int(args.func(args))
     except HpkError as exc:
