@@ -111,20 +111,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hpkctl.cli.common import EXIT_ERROR
     from hpkctl.jobs import Slurm
     from hpkctl.local.follow import follow_run, result_line, settle
-    from hpkctl.provider.runrecords import forget_run
+    from hpkctl.provider.runrecords import RunRecords, forget_run
     from hpkctl.local.runs import NeverStarts, exit_status
     from hpkctl.local.signals import Interrupted, Interrupts
     from hpkctl.local.submit import prepare_run, submit_prepared
     from hpkctl.sites import load_site
-
-    from hpkctl.provider.pilotpod import run_provider
+    from hpkctl.provider.jobpod import JobPodProvider  # run_provider's, without pilot mode's code to import
 
     profile = load_site(site_of(args, announce=not args.quiet))
     out = sys.stderr
     slurm = Slurm(profile.slurm)
     if args.pilot or profile.pilot.enabled:
         return _run_pilot(args, profile, slurm)
-    provider = run_provider(slurm, profile, pilot=False)  # the run's status, logs and delete
+    provider = JobPodProvider(slurm=slurm, profile=profile, records=RunRecords(profile))  # status, logs, delete
     # SIGINT, SIGTERM (a batch system, `timeout`, `runuser`) and SIGHUP (a closing terminal) cancel
     # the job once; sbatch and the record of its job id are never interrupted (hpkctl.local.signals).
     interrupts = Interrupts().install()

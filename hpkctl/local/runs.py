@@ -14,7 +14,6 @@ from hpkctl.jobs.steps import StepProcess
 from hpkctl.pod.lifecycle import grace_period
 from hpkctl.pod.status import PodStatus
 from hpkctl.provider import PodRef, delete_and_wait
-from hpkctl.provider.pilotpod import PilotPodProvider, run_provider
 from hpkctl.provider.runrecords import SUBMITTING, RunRecord, forget_run
 from hpkctl.provider.runstatus import Unrecorded, fatal_exit, pid_alive, pod_jobs
 from hpkctl.provider.workloads import found_record
@@ -73,6 +72,10 @@ def stop_run(slurm: Slurm, profile: SiteProfile, rec: RunRecord, *, out: TextIO,
     are stopped so, then its whole array is cancelled. ``wait``: then wait for the job to end (its
     directory may go); ``step``: a pilot pod's srun, started by this process. True if a job was
     cancelled."""
+    # here, not at import: hpkctl run of a job-per-pod pod imports this module, and pilot mode's code
+    # (its pool, plans and step launch) is needed only to stop a run (tests/misc/test_cli_imports.py)
+    from hpkctl.provider.pilotpod import PilotPodProvider, run_provider
+
     provider = run_provider(slurm, profile, pilot=bool(rec.allocation))
     provider.know(rec)
     if step is not None and isinstance(provider, PilotPodProvider):
