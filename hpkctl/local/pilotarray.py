@@ -32,7 +32,7 @@ from hpkctl.pilot.pool import Pool
 from hpkctl.pilot.shared import place_and_start
 from hpkctl.pod import paths as f
 from hpkctl.pod.lifecycle import stop_wait
-from hpkctl.pod.paths import PodDir
+from hpkctl.pod.paths import POD_DELETING, PodDir
 from hpkctl.provider.pilotpod import pilot_run_provider
 from hpkctl.provider.runrecords import SUBMITTED, RunRecord, save_record
 from hpkctl.provider.slurmjobs import mark_deleting
@@ -122,7 +122,9 @@ class PilotArray:
             if self.array.exists("job.failed"):  # the Job failed: its other pods are stopped, no more start
                 self.todo.clear()
                 self._term(deleting=False)
-            while self.todo and len(self.running) < self.limit:
+            if self.array.exists(POD_DELETING):  # deleted from another process: it stops the running pods
+                self.todo.clear()
+            while self.todo and len(self.running) < self.limit and not self.array.exists(POD_DELETING):
                 self._start(self.todo.pop(0))
             st = self.status()
             line = f"{self.rec.kind.lower()} {self.rec.namespace}/{self.rec.name} (pilot): {st.phase}: {st.summary()}"

@@ -43,6 +43,7 @@ from hpkctl.provider.api import (Created, Deletion, ExecSession, Leftover, Outco
                                  Watched)
 from hpkctl.provider.jobpod import DELETE_CHECK, STOP_MARGIN, JobPodProvider
 from hpkctl.provider.jobstatus import final_report
+from hpkctl.provider.pilotworkload import PilotWorkloadStops
 from hpkctl.provider.records import STOPPED, SUBMITTING, PodRecord, RecordStore, Records
 from hpkctl.provider.runrecords import RunRecords
 from hpkctl.provider.slurmjobs import mark_deleting
@@ -98,6 +99,7 @@ class PilotPodProvider(JobPodProvider):
         self.pool = Pool(slurm, self.profile, owner=owner, node=node, state_dir=state_dir)
         self._pods: dict[str, PilotPod] = {}  # uid -> its state; under _plock
         self._plock = threading.Lock()
+        self.pilot_workloads = PilotWorkloadStops(slurm, margin=STOP_MARGIN)
 
     def _pod(self, uid: str) -> PilotPod:
         """The pod's state, made on first use (call with ``_plock`` held)."""
@@ -203,6 +205,13 @@ class PilotPodProvider(JobPodProvider):
 
     def delete(self, ref: PodRef, *, grace: float | None, pod: Mapping[str, Any], report: bool = True) -> Deletion:
         rec = self._rec(ref.uid)
+        if rec is not None and rec.is_array and rec.state != STOPPED and rec.pod_dir:  # hpkctl run --pilot of a Job
+            done, killing, cancelled = self.pilot_workloads.step(rec, grace=grace, now=time.monotonic())
+            if done:
+                rec.state, rec.stopped = STOPPED, time.time()
+                self._save(rec)
+            return Deletion(done=done, job_id=rec.job_id, recheck_after=DELETE_CHECK, killing=killing,
+                            cancelled=cancelled)
         if rec is None or rec.state == STOPPED or not rec.pod_dir:
             with self._plock:
                 self._pods.pop(ref.uid, None)

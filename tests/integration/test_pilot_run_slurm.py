@@ -255,3 +255,50 @@ def test_a_pod_whose_allocation_ends_says_so_not_deadline_exceeded(hpk: Hpk) -> 
             release(job)
         hpk.hpkctl("delete", name, "--site", site)
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_deleting_a_pilot_job_from_another_process_stops_its_steps(hpk: Hpk) -> None:
+    """``hpkctl delete`` of a Job that an ``hpkctl run --pilot`` still runs: each running pod (a step
+    the run process started) gets its stop sequence (its TERM trap runs), the pod not yet started
+    never starts, no step of the Job is left in the allocation, and the run process ends. Before, the
+    delete found no step in the Job's own directory and removed the directories under running steps."""
+    node = unique("pd")
+    site = _own_pool(hpk, node, cpus=2, memory="1G", max_allocations=1)
+    out = _out_dir()
+    name = unique("pdel")
+    script = ('i=$JOB_COMPLETION_INDEX; trap \'echo term >"/out/$i.term"; exit 0\' TERM; '
+              ': >"/out/$i.started"; while :; do sleep 0.2; done')
+    template = {"spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5, "containers": [
+        {**c("main", script, resources={"requests": {"cpu": "1", "memory": "100Mi"}}),
+         "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
+        "volumes": [{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}]}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+           "spec": {"completions": 3, "parallelism": 2, "completionMode": "Indexed", "template": template}}
+    path = hpk.manifest(job)
+    proc = subprocess.Popen(_hpkctl_argv(hpk, "run", "-f", str(path), "--site", site, "--pilot"),
+                            cwd=hpk.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    held = ""
+    try:
+        wait_for("two of the Job's pods running", lambda: (out / "0.started").exists()
+                 and (out / "1.started").exists(), timeout=180, every=0.5)
+        r = hpk.hpkctl("delete", name, "--site", site)
+        assert r.rc == 0, r.output
+        assert (out / "0.term").exists() and (out / "1.term").exists(), (r.output, sorted(os.listdir(out)))
+        proc.communicate(timeout=120)  # the run process ends with its Job
+        assert not (out / "2.started").exists(), sorted(os.listdir(out))
+        held = _allocation_of(node)
+        steps = as_hpk(["squeue", "--steps", "-h", "-j", held, "-o", "%i %j"], slurm_conf=SINGLE_CONF).stdout
+        assert held and name not in steps, steps
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if held or (held := _allocation_of(node)):
+            release(held)
+        hpk.hpkctl("delete", name, "--site", site)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _allocation_of(node: str) -> str:
+    """The id of the pilot allocation of a pool of its own (``_own_pool``), found by its comment."""
+    r = as_hpk(["squeue", "--me", "-h", "-o", "%i %k"], slurm_conf=SINGLE_CONF)
+    return next((ln.split()[0] for ln in r.stdout.splitlines() if ln.endswith(f" node={node}")), "")
