@@ -191,13 +191,8 @@ def test_a_jobs_pods_run_as_steps_with_parallelism_and_backoff_limit(hpk: Hpk) -
     # the first run of each index fails (no marker yet), the second succeeds
     script = ('if [ ! -e "/out/$JOB_COMPLETION_INDEX.ran" ]; then : >"/out/$JOB_COMPLETION_INDEX.ran"; exit 3; fi; '
               'echo "index $JOB_COMPLETION_INDEX ok"')
-    template = {"spec": {"restartPolicy": "Never", "containers": [
-        {**c("main", script, resources={"requests": {"cpu": "1", "memory": "100Mi"}}),
-         "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
-        "volumes": [{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}]}}
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-           "spec": {"completions": 3, "parallelism": 2, "completionMode": "Indexed", "backoffLimit": 3,
-                    "template": template}}
+    job = _indexed_job(name, script, out, backoffLimit=3)
+    template = job["spec"]["template"]
     held = ""
     try:
         refused = hpk.run(job, site=site, extra=("--pilot", "--detach"))
@@ -268,12 +263,7 @@ def test_deleting_a_pilot_job_from_another_process_stops_its_steps(hpk: Hpk) -> 
     name = unique("pdel")
     script = ('i=$JOB_COMPLETION_INDEX; trap \'echo term >"/out/$i.term"; exit 0\' TERM; '
               ': >"/out/$i.started"; while :; do sleep 0.2; done')
-    template = {"spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5, "containers": [
-        {**c("main", script, resources={"requests": {"cpu": "1", "memory": "100Mi"}}),
-         "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
-        "volumes": [{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}]}}
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-           "spec": {"completions": 3, "parallelism": 2, "completionMode": "Indexed", "template": template}}
+    job = _indexed_job(name, script, out, grace=5)
     path = hpk.manifest(job)
     proc = subprocess.Popen(_hpkctl_argv(hpk, "run", "-f", str(path), "--site", site, "--pilot"),
                             cwd=hpk.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -302,3 +292,13 @@ def _allocation_of(node: str) -> str:
     """The id of the pilot allocation of a pool of its own (``_own_pool``), found by its comment."""
     r = as_hpk(["squeue", "--me", "-h", "-o", "%i %k"], slurm_conf=SINGLE_CONF)
     return next((ln.split()[0] for ln in r.stdout.splitlines() if ln.endswith(f" node={node}")), "")
+
+
+def _indexed_job(name: str, script: str, out: Path, *, grace: int = 30, **spec: Any) -> dict[str, Any]:
+    """An Indexed Job of 3 one-CPU pods, 2 at a time, running ``script`` with ``out`` at /out."""
+    template = {"spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": grace, "containers": [
+        {**c("main", script, resources={"requests": {"cpu": "1", "memory": "100Mi"}}),
+         "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
+        "volumes": [{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}]}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"completions": 3, "parallelism": 2, "completionMode": "Indexed", "template": template, **spec}}
