@@ -170,10 +170,10 @@ class PilotPodProvider(JobPodProvider):
         why = unfit(need, self.pool.rules)
         if why:
             raise PodError("PilotTooLarge", why)
+        # books at most WAIT_FOR_ROOM old, whatever the pods (one squeue a second for all of them): an idle
+        # kubelet runs no status rounds, and an allocation that released itself meanwhile must not be chosen
+        self.pool.refresh(max_age=WAIT_FOR_ROOM)
         spot = self.pool.place(need)
-        if spot is None:  # at most one squeue a WAIT_FOR_ROOM for all the pods that wait for room
-            self.pool.refresh(max_age=WAIT_FOR_ROOM)
-            spot = self.pool.place(need)
         if spot is None:
             with self._plock:
                 state = self._pod(ref.uid)

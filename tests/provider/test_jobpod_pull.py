@@ -143,3 +143,40 @@ def test_pilot_pods_waiting_for_room_are_woken_when_a_step_ends(tmp_path: Path) 
         provider._pod("running").step = Ended()  # type: ignore[assignment]
     provider.statuses([])
     assert provider.pool.freed == ["running"] and woken == ["u-1"]  # type: ignore[attr-defined]
+
+
+def test_an_idle_pilot_kubelet_never_places_a_pod_in_an_allocation_that_ended(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle pilot kubelet runs no status rounds, so its books can still hold an allocation that
+    released itself meanwhile; a new pod's create asks Slurm first (at most one squeue a second for all
+    pods) and waits for room instead of starting a step in the dead allocation, which failed the pod."""
+    from hpkctl.provider import pilotpod
+
+    profile = load_site("ci")
+    profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
+    provider = pilotpod.PilotPodProvider(slurm=FakeSlurm(), profile=profile,  # type: ignore[arg-type]
+                                         records=Records(tmp_path / "kubelet"), node="n", state_dir=tmp_path)
+
+    class StaleBooks:  # allocation 41 released itself; the books know it once they ask Slurm
+        rules = provider.pool.rules
+        asked = False
+
+        def refresh(self, *, max_age: float = 0.0) -> list[str]:
+            assert max_age <= pilotpod.WAIT_FOR_ROOM
+            self.asked = True
+            return []
+
+        def place(self, need: Any) -> tuple[str, str] | None:
+            return None if self.asked else ("41", "vm")
+
+        def tick(self, pending: Any) -> None:
+            pass
+
+        def done(self, uid: str) -> None:
+            pass
+
+    started: list[Any] = []
+    monkeypatch.setattr(pilotpod, "start_pod_step", lambda *a: started.append(a))
+    provider.pool = StaleBooks()  # type: ignore[assignment]
+    assert provider.create(_pod("late", "u-1"), PodInputs()).outcome is Outcome.RETRY
+    assert started == []
