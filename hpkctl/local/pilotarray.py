@@ -31,11 +31,9 @@ from hpkctl.pilot.launch import need_of
 from hpkctl.pilot.pool import Pool
 from hpkctl.pilot.shared import place_and_start
 from hpkctl.pod import paths as f
-from hpkctl.pod.lifecycle import stop_wait
 from hpkctl.pod.paths import POD_DELETING, PodDir
 from hpkctl.provider.pilotpod import pilot_run_provider
 from hpkctl.provider.runrecords import SUBMITTED, RunRecord, save_record
-from hpkctl.provider.slurmjobs import mark_deleting
 
 PILOT_ELEMENT = "pilot"  # element ids in the status the array code reads: pilot_<index>
 
@@ -98,12 +96,11 @@ class PilotArray:
                 del self.running[i]
                 self.ended.add(i)
 
-    def _term(self, *, deleting: bool) -> None:
-        """TERM to every running element's step (its trap stops its pod with the pod's stop sequence)."""
-        for i, el in self.running.items():
+    def _term(self) -> None:
+        """TERM to every running element's step once the Job failed (its trap stops its pod with the
+        pod's stop sequence, and the pod says why: the Job's failure, not a delete)."""
+        for el in self.running.values():
             if not el.termed:
-                if deleting:
-                    mark_deleting(PodDir(Path(self.info.pods[i].dir)))
                 self.slurm.cancel_step(el.step, signal="TERM")
                 el.termed = True
 
@@ -121,7 +118,7 @@ class PilotArray:
             self._reap()
             if self.array.exists("job.failed"):  # the Job failed: its other pods are stopped, no more start
                 self.todo.clear()
-                self._term(deleting=False)
+                self._term()
             if self.array.exists(POD_DELETING):  # deleted from another process: it stops the running pods
                 self.todo.clear()
             while self.todo and len(self.running) < self.limit and not self.array.exists(POD_DELETING):
@@ -137,19 +134,15 @@ class PilotArray:
             logs.pump(st)
             sleep(FILE_POLL)
 
-    def stop(self, *, sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
-        """A delete of the workload: every running pod's stop sequence, then its step is cancelled."""
+    def stop(self) -> None:
+        """An interrupt of the run: the workload's delete, the provider's as from ``hpkctl delete``
+        (:mod:`hpkctl.provider.pilotworkload`: no more pods start, each running pod's stop sequence,
+        then its step is cancelled)."""
+        from hpkctl.local.runs import stop_run
+
         self.todo.clear()
-        self._term(deleting=True)
-        spec = self.prep.rendered.plan.grace
-        end = clock() + stop_wait({"terminationGracePeriodSeconds": spec})
-        while self.running and clock() < end:
-            if all(PodDir(Path(self.info.pods[i].dir)).exists(f.POD_DONE) for i in self.running):
-                break
-            sleep(0.2)
-            self._reap()
-        for el in self.running.values():
-            self.slurm.cancel_step(el.step)
+        if self.rec.allocation:  # a pod started: the record says where
+            stop_run(self.slurm, self.prep.profile, self.rec, out=self.out)
 
 
 __all__ = ["PilotArray"]

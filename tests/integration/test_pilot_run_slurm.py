@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.hpk import STANDIN, VENV_BIN, Hpk, pod, unique
+from tests.support.hpk import STANDIN, VENV_BIN, Hpk, hpkctl_pid, pod, unique
 from tests.support.slurm import SINGLE_CONF, as_hpk
 from tests.support.waiting import wait_for
 
@@ -252,11 +253,13 @@ def test_a_pod_whose_allocation_ends_says_so_not_deadline_exceeded(hpk: Hpk) -> 
         shutil.rmtree(out, ignore_errors=True)
 
 
-def test_deleting_a_pilot_job_from_another_process_stops_its_steps(hpk: Hpk) -> None:
-    """``hpkctl delete`` of a Job that an ``hpkctl run --pilot`` still runs: each running pod (a step
-    the run process started) gets its stop sequence (its TERM trap runs), the pod not yet started
-    never starts, no step of the Job is left in the allocation, and the run process ends. Before, the
-    delete found no step in the Job's own directory and removed the directories under running steps."""
+@pytest.mark.parametrize("how", ["hpkctl delete", "interrupt"])
+def test_deleting_a_pilot_job_from_another_process_stops_its_steps(hpk: Hpk, how: str) -> None:
+    """``hpkctl delete`` of a Job that an ``hpkctl run --pilot`` still runs, or an interrupt (SIGINT) of
+    that run: each running pod (a step the run process started) gets its stop sequence (its TERM trap
+    runs), the pod not yet started never starts, no step of the Job is left in the allocation, and the
+    run process ends. Both are the provider's delete of the workload. Before, the delete found no step
+    in the Job's own directory and removed the directories under running steps."""
     node = unique("pd")
     site = _own_pool(hpk, node, cpus=2, memory="1G", max_allocations=1)
     out = _out_dir()
@@ -271,10 +274,16 @@ def test_deleting_a_pilot_job_from_another_process_stops_its_steps(hpk: Hpk) -> 
     try:
         wait_for("two of the Job's pods running", lambda: (out / "0.started").exists()
                  and (out / "1.started").exists(), timeout=180, every=0.5)
-        r = hpk.hpkctl("delete", name, "--site", site)
-        assert r.rc == 0, r.output
-        assert (out / "0.term").exists() and (out / "1.term").exists(), (r.output, sorted(os.listdir(out)))
-        proc.communicate(timeout=120)  # the run process ends with its Job
+        if how == "interrupt":
+            os.kill(hpkctl_pid(proc), signal.SIGINT)
+            _, said = proc.communicate(timeout=120)
+            assert proc.returncode == 128 + signal.SIGINT and "stopping its running pods" in said, said
+        else:
+            r = hpk.hpkctl("delete", name, "--site", site)
+            assert r.rc == 0, r.output
+            said = r.output
+            proc.communicate(timeout=120)  # the run process ends with its Job
+        assert (out / "0.term").exists() and (out / "1.term").exists(), (said, sorted(os.listdir(out)))
         assert not (out / "2.started").exists(), sorted(os.listdir(out))
         held = _allocation_of(node)
         steps = as_hpk(["squeue", "--steps", "-h", "-j", held, "-o", "%i %j"], slurm_conf=SINGLE_CONF).stdout

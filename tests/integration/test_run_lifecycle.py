@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.ci import HPK_USER
-from tests.support.hpk import STANDIN, VENV_BIN, Hpk, pod, unique
+from tests.support.hpk import STANDIN, VENV_BIN, Hpk, hpkctl_pid, pod, unique
 from tests.support.launch import jobcomp_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
@@ -41,24 +41,6 @@ def argv_as_hpk(hpk: Hpk, *args: str, wrapper: tuple[str, ...] = ()) -> list[str
 def start(hpk: Hpk, *args: str, wrapper: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     return subprocess.Popen(argv_as_hpk(hpk, *args, wrapper=wrapper), cwd=hpk.workdir, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def hpkctl_pid(proc: subprocess.Popen[str]) -> int:
-    """The hpkctl process under ``proc`` (runuser's child when we are root)."""
-    pid = proc.pid
-    for _ in range(50):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except FileNotFoundError:
-            break
-        if b"hpkctl" in cmd and not cmd.startswith((b"runuser", b"timeout", b"env")):
-            return pid
-        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-        if not children:
-            time.sleep(0.1)
-            continue
-        pid = int(children[0])
-    raise AssertionError(f"no hpkctl process under {proc.pid}")
 
 
 def jobs_of(name: str) -> list[str]:

@@ -40,6 +40,7 @@ from tests.support.launch import (
     terminated,
     wait_status,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 
@@ -417,8 +418,13 @@ def test_090_liveness_kill_is_an_unhealthy_event(launched: Launched) -> None:
     c = launched.cluster
     try:
         _break_liveness(c, "vk090-unhealthy")
-        evs = events(c, "vk090-unhealthy", launched.uid("vk090-unhealthy"))
-        assert ("Warning", "Unhealthy", "Liveness probe failed: HTTP probe failed with statuscode: 404") in evs, evs
+        unhealthy = ("Warning", "Unhealthy", "Liveness probe failed: HTTP probe failed with statuscode: 404")
+        uid = launched.uid("vk090-unhealthy")
+        # events are posted on a thread of their own, after the status that shows the restart
+        try:
+            wait_for("the Unhealthy event", lambda: unhealthy in events(c, "vk090-unhealthy", uid), timeout=30, every=0.5)
+        except AssertionError:  # every event, whole (pytest would shorten the list)
+            raise AssertionError("\n".join(map(repr, events(c, "vk090-unhealthy", uid)))) from None
     finally:
         c.kubectl("delete", "pod", "vk090-unhealthy", "--wait=false", check=False)
 

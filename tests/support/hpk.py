@@ -7,6 +7,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,3 +83,21 @@ def require_standin() -> None:
         missing("bubblewrap is not installed")
     if not (STANDIN / "apptainer").is_file() or not (STORE / "busybox").exists():
         missing(f"the Apptainer stand-in or its image store {STORE} is missing")
+
+
+def hpkctl_pid(proc: subprocess.Popen[str]) -> int:
+    """The hpkctl process under ``proc`` (runuser's child when we are root)."""
+    pid = proc.pid
+    for _ in range(50):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            break
+        if b"hpkctl" in cmd and not cmd.startswith((b"runuser", b"timeout", b"env")):
+            return pid
+        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+        if not children:
+            time.sleep(0.1)
+            continue
+        pid = int(children[0])
+    raise AssertionError(f"no hpkctl process under {proc.pid}")
