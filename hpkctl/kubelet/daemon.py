@@ -38,6 +38,13 @@ from hpkctl.sites.schema import SiteProfile
 
 log = logging.getLogger("hpkctl.kubelet")
 
+#: The per-object ConfigMap/Secret watches (:mod:`hpkctl.kubelet.objwatch`) are off for now: a watch's
+#: LIST could run after the last pod naming its object had left the API server (a pod deleted before
+#: the kubelet heard of it), and the Node authorizer refuses that ("no relationship found"), as a real
+#: one does; seen once in two full test runs. Until a watch starts only for a pod a worker is about to
+#: render, the kubelet GETs each object as it did before.
+OBJECT_WATCHES = False
+
 CLEAN_EVERY = 60.0
 WATCH_TIMEOUT = 300  # seconds the server is asked to keep each pod watch open
 
@@ -78,7 +85,7 @@ class Kubelet:
         # events are posted on their own thread, through client-go's spam filter and aggregation
         self.recorder = EventBroadcaster(EventRecorder(self.kube, component="kubelet", host=opts.node_name),
                                          name="kubelet-events")
-        self.watches = ObjectWatches(lambda: self.kube.clone(pool_size=1))
+        self.watches = ObjectWatches(lambda: self.kube.clone(pool_size=1)) if OBJECT_WATCHES else None
         self.pods = PodManager(kube=self.kube, provider=self.provider, profile=profile, node_name=opts.node_name,
                                recorder=self.recorder, host_ip=self.address, watches=self.watches)
         self.server: KubeletServer | None = None
@@ -228,7 +235,8 @@ class Kubelet:
         self.stop.set()
         self.reflector.join(10)
         self.pods.queue.stop()
-        self.watches.close()
+        if self.watches is not None:
+            self.watches.close()
         self.provider.shutdown()
         if self.server is not None:
             self.server.stop()
