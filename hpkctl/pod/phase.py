@@ -45,8 +45,8 @@ def live_phase(containers: Sequence[ContainerStatus], *, restart_policy: str) ->
             stopped += 1
         else:
             waiting += 1
-    if failed_init and restart_policy == "Never":
-        return "Running"  # Failed: the job writes pod.failed (InitContainerFailed) at once
+    if failed_init:  # kubelet getPhase: not initialized; Never: Failed (the job writes pod.failed at once)
+        return "Running" if restart_policy == "Never" else "Pending"
     if pending_init or (pending_sidecars and not initialized) or waiting:
         return "Pending"
     if running or stopped:

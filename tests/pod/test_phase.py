@@ -112,3 +112,18 @@ def test_an_oom_killed_run_of_a_never_pod(tmp_path: Path) -> None:
     st = read_pod_status(tmp_path, CONTAINERS, JobInfo(job_id="7", state="OUT_OF_MEMORY", exit_code=137))
     assert (st.phase, st.reason) == ("Failed", "OOMKilled")
     assert st.as_k8s()["containerStatuses"][0]["state"]["terminated"]["reason"] == "OOMKilled"
+
+
+@pytest.mark.parametrize("policy", ["Always", "OnFailure"])
+def test_a_failed_init_container_keeps_the_pod_pending_whatever_the_other_containers_say(policy: str) -> None:
+    """getPhase: a regular init container that failed (terminated, or in its back-off after a failed
+    run) means the pod is not initialized: Pending under Always/OnFailure, even with a started
+    sidecar and a main container whose files already say something (a round between two runs)."""
+    from hpkctl.pod.phase import live_phase
+    from hpkctl.pod.status import ContainerStatus
+
+    sidecar = ContainerStatus("proxy", True, "running", started_at="t0", started=True, sidecar=True)
+    for setup in (ContainerStatus("setup", True, "terminated", exit_code=3),
+                  ContainerStatus("setup", True, "waiting", reason="CrashLoopBackOff", last_exit_code=3)):
+        main = ContainerStatus("main", False, "terminated", exit_code=0)
+        assert live_phase([sidecar, setup, main], restart_policy=policy) == "Pending"
