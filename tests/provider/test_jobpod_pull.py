@@ -70,12 +70,7 @@ def test_a_pod_parked_for_its_pull_is_rendered_once(tmp_path: Path, monkeypatch:
 
 def test_a_pilot_pod_waiting_for_room_is_rendered_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Pilot mode: a pod that waits (RETRY) for an allocation with room keeps its render too."""
-    from hpkctl.provider.pilotpod import PilotPodProvider
-
-    profile = load_site("ci")
-    profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
-    provider = PilotPodProvider(slurm=FakeSlurm(), profile=profile, records=Records(tmp_path / "kubelet"),  # type: ignore[arg-type]
-                                node="n", state_dir=tmp_path)
+    provider = _pilot_provider(tmp_path)
 
     class FullPool:
         rules = provider.pool.rules
@@ -106,12 +101,7 @@ def test_a_pilot_pod_waiting_for_room_is_rendered_once(tmp_path: Path, monkeypat
 def test_pilot_pods_waiting_for_room_are_woken_when_a_step_ends(tmp_path: Path) -> None:
     """A pod that waits for room (RETRY) is re-queued through its ``inputs.ready`` as soon as a status
     round frees a step's room, the longest waiting first, one per freed step; not after WAIT_FOR_ROOM."""
-    from hpkctl.provider.pilotpod import PilotPodProvider
-
-    profile = load_site("ci")
-    profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
-    provider = PilotPodProvider(slurm=FakeSlurm(), profile=profile, records=Records(tmp_path / "kubelet"),  # type: ignore[arg-type]
-                                node="n", state_dir=tmp_path)
+    provider = _pilot_provider(tmp_path)
 
     class FullPool:
         rules = provider.pool.rules
@@ -152,10 +142,7 @@ def test_an_idle_pilot_kubelet_never_places_a_pod_in_an_allocation_that_ended(tm
     pods) and waits for room instead of starting a step in the dead allocation, which failed the pod."""
     from hpkctl.provider import pilotpod
 
-    profile = load_site("ci")
-    profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
-    provider = pilotpod.PilotPodProvider(slurm=FakeSlurm(), profile=profile,  # type: ignore[arg-type]
-                                         records=Records(tmp_path / "kubelet"), node="n", state_dir=tmp_path)
+    provider = _pilot_provider(tmp_path)
 
     class StaleBooks:  # allocation 41 released itself; the books know it once they ask Slurm
         rules = provider.pool.rules
@@ -180,3 +167,13 @@ def test_an_idle_pilot_kubelet_never_places_a_pod_in_an_allocation_that_ended(tm
     provider.pool = StaleBooks()  # type: ignore[assignment]
     assert provider.create(_pod("late", "u-1"), PodInputs()).outcome is Outcome.RETRY
     assert started == []
+
+
+def _pilot_provider(tmp_path: Path) -> Any:
+    """A pilot provider of the ci profile with its state under ``tmp_path``, on a fake Slurm."""
+    from hpkctl.provider.pilotpod import PilotPodProvider
+
+    profile = load_site("ci")
+    profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
+    return PilotPodProvider(slurm=FakeSlurm(), profile=profile, records=Records(tmp_path / "kubelet"),  # type: ignore[arg-type]
+                            node="n", state_dir=tmp_path)
