@@ -12,7 +12,6 @@ mark is stopped too. Non-blocking, one step per call, as every provider ``delete
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from hpkctl.pod.lifecycle import stop_wait
 from hpkctl.pod.paths import JOB_ID, POD_DONE, PodDir
 from hpkctl.provider.runrecords import RunRecord
 from hpkctl.provider.slurmjobs import mark_deleting
-from hpkctl.provider.workloads import WorkloadFile
+from hpkctl.provider.workloads import WorkloadFile, pod_spec
 
 
 @dataclass
@@ -63,7 +62,7 @@ class PilotWorkloadStops:
         if stop is None:
             if not live:
                 return True, False, False
-            stop = self._stops[rec.uid] = _Stop(now, stop_wait(_spec(live[0][0]), grace=grace, margin=self.margin))
+            stop = self._stops[rec.uid] = _Stop(now, stop_wait(pod_spec(live[0][0]), grace=grace, margin=self.margin))
         killing = not stop.termed
         for pd, step in live:
             if step not in stop.termed:
@@ -76,14 +75,6 @@ class PilotWorkloadStops:
             self.slurm.cancel_step(step)
         del self._stops[rec.uid]
         return True, False, bool(live)
-
-
-def _spec(pd: PodDir) -> dict[str, object]:
-    try:
-        spec = json.loads(pd.pod_json.read_text()).get("spec")
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return spec if isinstance(spec, dict) else {}
 
 
 __all__ = ["PilotWorkloadStops", "live_steps"]

@@ -253,6 +253,16 @@ class _Stop:
     limit: float  # seconds their stop sequences may take
 
 
+def pod_spec(pd: PodDir) -> dict[str, Any]:
+    """The pod's spec as its directory keeps it (``job/pod.json``), for its grace period; ``{}`` when the
+    file is gone or unreadable (the stop then waits the default grace period)."""
+    try:
+        spec = json.loads(pd.pod_json.read_text()).get("spec")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
 class WorkloadStops:
     """A workload's delete, one non-blocking step per call as a pod's (``JobPodProvider.delete``): its
     running pods are marked deleted and every element's batch shell gets TERM alone (each stops its
@@ -280,10 +290,7 @@ class WorkloadStops:
             running = [int(j.rsplit("_", 1)[1]) for j, job in states.items() if job is not None and job.state == "RUNNING"]
             if info is not None and running:
                 dirs = [PodDir(Path(info.pods[i].dir)) for i in running]
-                try:
-                    spec = json.loads(dirs[0].pod_json.read_text()).get("spec") or {}
-                except (OSError, ValueError):
-                    spec = {}
+                spec = pod_spec(dirs[0])
                 for d in dirs:
                     mark_deleting(d)
                 # each running element's batch shell: `scancel --signal --batch` of the array's id waits
@@ -320,4 +327,5 @@ class WorkloadStops:
 
 
 __all__ = ["FAILED", "SUCCEEDED", "ArrayStatus", "WorkloadStops", "IndexStatus", "Member", "WorkloadFile", "array_status",
-           "element_ids", "find_member", "found_record", "member_of", "member_record", "never_ran", "write_workload_dir"]
+           "element_ids", "find_member", "found_record", "member_of", "member_record", "never_ran", "pod_spec",
+           "write_workload_dir"]
