@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 import time
 from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from hpkctl.kube.client import Kube, KubeError, KubeUnavailable, namespaced
-from hpkctl.kube.eventcache import LRU_ENTRIES, EventCorrelator, EventKey, Lru
+from hpkctl.kube.eventcache import LRU_ENTRIES, Correlated, EventCorrelator, EventKey, Lru
 
 log = logging.getLogger("hpkctl.kube.events")
 
@@ -34,6 +36,10 @@ MESSAGE_LIMIT = 1024
 #: client-go's recorder remembers this many distinct events for aggregation
 TRACKED = LRU_ENTRIES
 _NAME_LIMIT = 253
+#: client-go's recordToSink: tries per event while the API server cannot be reached, and the pause
+#: between them (maxTriesPerEvent, sleepDuration)
+MAX_TRIES = 12
+RETRY_PAUSE = 10.0
 
 
 def rfc3339(when: datetime | None = None) -> str:
@@ -119,15 +125,21 @@ class EventRecorder:
         self._posted: Lru[EventKey | tuple[str, ...], tuple[str, str]] = Lru(tracked)  # key -> (ns, name)
         #: events the spam filter dropped (client-go drops them silently; counted for tests and logs)
         self.dropped = 0
+        self._sleep: Callable[[float], object] = time.sleep
 
     def _key(self, obj: Obj, reason: str, message: str, type: str) -> EventKey:
         ref = involved_object(obj)
         return EventKey(self.component, self.host or "", ref["kind"], ref.get("namespace", ""), ref["name"],
                         ref.get("uid", ""), ref["apiVersion"], type, reason, _message(message))
 
-    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal") -> Obj | None:
+    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal", tries: int = 1) -> Obj | None:
         """Post the event, or bump the count of the same one posted before; the Event, or None if the
-        spam filter dropped it or the API server refused or could not be reached (logged)."""
+        spam filter dropped it or the API server refused or could not be reached (logged).
+
+        ``tries`` > 1 retries a server that could not be reached (a timeout under load, a restarting API
+        server), :data:`RETRY_PAUSE` apart, as client-go's ``recordToSink`` does (``maxTriesPerEvent``);
+        a refusal is never retried. Only a recorder on a thread of its own (the broadcaster's) asks for
+        it: the pause blocks the caller."""
         key = self._key(obj, reason, message, type)
         with self._lock:
             c = self.correlator.correlate(key)
@@ -137,26 +149,46 @@ class EventRecorder:
         if c.skip:
             log.debug("event %s %s about %s/%s dropped by the spam filter", type, reason, key.namespace, key.name)
             return None
-        try:
-            if posted is not None:
-                ns, name = posted
-                try:
-                    ev: Obj = self.kube.patch(namespaced("events", ns, name),
+        # built once: a retried POST whose first try reached the server meets AlreadyExists, not a twin
+        body = event_body(obj=obj, reason=reason, message=c.message, type=type, component=self.component,
+                          host=self.host)
+        for attempt in range(1, max(1, tries) + 1):
+            try:
+                return self._send(c, body, posted)
+            except KubeUnavailable as exc:
+                if attempt >= tries:
+                    log.warning("event %s %s about %s/%s not recorded after %d tries: %s", type, reason,
+                                key.namespace, key.name, attempt, exc)
+                    return None
+                log.info("event %s %s about %s/%s: %s; trying again", type, reason, key.namespace, key.name, exc)
+                # the first pause randomised (client-go: clients that lost the server do not retry in step)
+                self._sleep(RETRY_PAUSE * (random.random() if attempt == 1 else 1.0))
+            except KubeError as exc:
+                log.warning("event %s %s about %s/%s not recorded: %s", type, reason, key.namespace, key.name, exc)
+                return None
+        return None
+
+    def _send(self, c: Correlated, body: Obj, posted: tuple[str, str] | None) -> Obj:
+        if posted is not None:
+            ns, name = posted
+            try:
+                bumped: Obj = self.kube.patch(namespaced("events", ns, name),
                                               {"count": c.count, "lastTimestamp": rfc3339()})
-                    return ev
-                except KubeError as exc:
-                    if exc.code != 404:  # 404: expired (event TTL, 1 h by default): post it anew
-                        raise
-            ev = post_event(self.kube, obj=obj, reason=reason, message=c.message, type=type,
-                            component=self.component, host=self.host)
-            meta = ev.get("metadata") or {}
-            with self._lock:
-                self._posted.put(c.key, (str(meta.get("namespace") or ""), str(meta.get("name") or "")))
-                self.correlator.posted(c.key)
-            return ev
-        except (KubeError, KubeUnavailable) as exc:
-            log.warning("event %s %s about %s/%s not recorded: %s", type, reason, key.namespace, key.name, exc)
-            return None
+                return bumped
+            except KubeError as exc:
+                if exc.code != 404:  # 404: expired (event TTL, 1 h by default): post it anew
+                    raise
+        meta = body["metadata"]
+        try:
+            ev: Obj = self.kube.post(namespaced("events", meta["namespace"]), body)
+        except KubeError as exc:
+            if exc.code != 409:
+                raise
+            ev = body  # AlreadyExists: an earlier try that timed out had created it
+        with self._lock:
+            self._posted.put(c.key, (str(meta["namespace"]), str(meta["name"])))
+            self.correlator.posted(c.key)
+        return ev
 
     def forget(self, uid: str) -> None:
         """Drop what is remembered about one object (it was deleted): its events are not bumped again."""
@@ -169,10 +201,15 @@ class EventBroadcaster:
     """Records events on a thread of its own, as client-go's broadcaster does, so the work an event
     is about (a bind, a pod's sync) never waits for the event's POST. Best effort like client-go's:
     a full buffer (``size`` events behind) drops the new event with a warning rather than blocking
-    the caller. :meth:`close` posts what is still queued, up to ``timeout`` seconds."""
+    the caller. :meth:`close` posts what is still queued, up to ``timeout`` seconds. An event the API
+    server could not take (a timeout on a loaded machine, a restart) is tried again ``tries`` times
+    before the next one, as client-go's ``recordToSink``: dropping it lost a pod's Unhealthy event
+    once while the BackOff after it got through."""
 
-    def __init__(self, recorder: EventRecorder, *, size: int = 1000, name: str = "events") -> None:
+    def __init__(self, recorder: EventRecorder, *, size: int = 1000, name: str = "events",
+                 tries: int = MAX_TRIES) -> None:
         self.recorder = recorder
+        self.tries = tries
         self._queue: queue.Queue[tuple[Obj, str, str, str] | str | threading.Event | None] = queue.Queue(maxsize=size)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -203,7 +240,7 @@ class EventBroadcaster:
                 self.recorder.forget(item)
             else:
                 obj, reason, message, type = item
-                self.recorder.record(obj, reason=reason, message=message, type=type)
+                self.recorder.record(obj, reason=reason, message=message, type=type, tries=self.tries)
 
     def close(self, timeout: float = 5.0) -> bool:
         """Stop after the queued events; False if they were not all posted within ``timeout``."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hpkctl.kube import Kube, namespaced, pod_path
+from hpkctl.kube import Kube, KubeUnavailable, namespaced, pod_path
 from hpkctl.kube.events import EventBroadcaster, EventRecorder, event_body, post_event
 from tests.support.kubeapi import KubeApi, pod, require_kubectl, start
 from tests.support.waiting import wait_for
@@ -129,7 +129,7 @@ class Held(EventRecorder):
         self.release = threading.Event()
         self.got: list[str] = []
 
-    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal") -> Obj | None:
+    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal", tries: int = 1) -> Obj | None:
         assert self.release.wait(10), "the test never released the recorder"
         self.got.append(message)
         return None
@@ -151,3 +151,38 @@ def test_broadcaster_returns_before_the_post_drops_when_full_and_flushes_on_clos
     held.release.set()
     assert b.close(10)
     assert held.got == ["m0", "m1", "m2", "m3"]
+
+
+@pytest.mark.standin
+def test_the_broadcaster_tries_again_an_event_the_api_server_did_not_take(api: KubeApi, kube: Kube,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A POST that could not reach the server (a timeout on a loaded machine, a restarting API server) is
+    tried again before the next event, as client-go's recordToSink does, with the same Event: a try whose
+    answer was lost after the server created it ends in AlreadyExists, not in a twin. The broadcaster used
+    to drop it and post the next one: a pod's Unhealthy was missing while the BackOff after it was there."""
+    p = make_pod(api, "ev-retry")
+    flaky = kube.clone(pool_size=1)
+    real = flaky.post
+    names: list[str] = []
+
+    def post(path: str, body: Any, **kw: Any) -> Any:
+        names.append(body["metadata"]["name"])
+        if len(names) == 1:
+            raise KubeUnavailable("connection refused")  # never reached the server
+        if len(names) == 2:
+            real(path, body, **kw)
+            raise KubeUnavailable("read timed out")  # created, the answer lost
+        return real(path, body, **kw)
+    monkeypatch.setattr(flaky, "post", post)
+    recorder = EventRecorder(flaky, component="kubelet", host="hpk")
+    pauses: list[float] = []
+    recorder._sleep = pauses.append
+    b = EventBroadcaster(recorder)
+    b.record(p, reason="Unhealthy", message="Liveness probe failed: HTTP probe failed with statuscode: 404",
+             type="Warning")
+    b.record(p, reason="BackOff", message="Back-off restarting failed container", type="Warning")
+    assert b.close(10)
+    got = [(e["reason"], e["count"]) for e in events_about(api, p["metadata"]["uid"])]
+    assert sorted(got) == [("BackOff", 1), ("Unhealthy", 1)], got
+    assert names[0] == names[1] == names[2] != names[3]  # one Event, tried three times; then the BackOff
+    assert len(pauses) == 2 and 0 <= pauses[0] <= pauses[1] == 10.0  # the first pause randomised
