@@ -42,7 +42,7 @@ from hpkctl.kube.address import node_hosts
 from hpkctl.runtime.supervise import Supervisor
 from hpkctl.sites.schema import ControlPlaneSection, SiteProfile
 from tests.support.ci import REPO, missing
-from tests.support.kubeapi import free_port, require_kubectl, require_modules
+from tests.support.kubeapi import listen_port, require_kubectl, require_modules
 from tests.support.waiting import wait_for
 
 STANDIN = REPO / "ci" / "standin"
@@ -332,7 +332,7 @@ def _ports() -> dict[str, int]:
              "coredns_ready_port")
     ports: dict[str, int] = {}
     while len(set(ports.values())) < len(names):
-        ports = {n: free_port() for n in names}
+        ports = {n: listen_port() for n in names}
     return ports
 
 

@@ -33,8 +33,8 @@ from hpkctl.kube.address import host_address
 from tests.support.ci import HPK_USER, REPO, missing
 from tests.support.cluster import make_root, remove_root
 from tests.support.hpk import STANDIN, VENV_BIN, require_standin
-from tests.support.kubeapi import HELM, free_port, require_kubectl, require_modules
-from tests.support.slurm import SINGLE_CONF, require_cluster
+from tests.support.kubeapi import HELM, listen_port, require_kubectl, require_modules
+from tests.support.slurm import SINGLE_CONF, node_load, pod_summary, require_cluster
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
@@ -47,7 +47,7 @@ JOBCOMP = Path("/var/log/slurm/jobcomp.log")
 def _ports(n: int) -> list[int]:
     ports: set[int] = set()
     while len(ports) < n:
-        ports.add(free_port())
+        ports.add(listen_port())
     return sorted(ports)
 
 
@@ -238,11 +238,22 @@ def _pod(name: str, command: str) -> dict[str, Any]:
 
 
 def _wait_pod(site: Site, name: str, phase: str, timeout: float = 120) -> dict[str, Any]:
+    """The pod once in ``phase``; a timeout says where the pod is (its phase, message, Slurm job) and who
+    holds the node's CPUs: on a node shared with other clusters and benchmarks, a pod whose Slurm job is
+    pending for Resources/Priority waited for capacity, which the failure must tell from a stuck kubelet."""
+    seen: dict[str, Any] = {}
+
     def probe() -> dict[str, Any] | None:
         r = site.kubectl("get", "pod", name, "-o", "json", check=False)
         doc = json.loads(r.stdout) if r.returncode == 0 else {}
+        seen["pod"] = doc
         return doc if doc.get("status", {}).get("phase") == phase else None
-    return wait_for(f"pod {name} {phase}", probe, timeout=timeout, every=1)
+    try:
+        return wait_for(f"pod {name} {phase}", probe, timeout=timeout, every=1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- pod {name}: {pod_summary(seen.get('pod'))}\n"
+                             f"--- node {site.kubectl('get', 'nodes', '--no-headers', check=False).stdout.strip()}"
+                             f"\n{node_load()}") from None
 
 
 def _started(site: Site) -> tuple[str, str]:

@@ -19,7 +19,7 @@ import pytest
 
 from hpkctl.kube import Kube, pod_path
 from hpkctl.kube.reflect import Backoff, ObjectCache, Reflector
-from tests.support.kubeapi import KubeApi, free_port, pod, start
+from tests.support.kubeapi import KubeApi, listen_port, pod, start
 from tests.support.waiting import wait_for
 
 Obj = dict[str, Any]
@@ -183,7 +183,7 @@ def test_server_restart_gap_deletes_are_synthesised(tmp_path: Path, stop: thread
     """The reflector is held inside a callback while the API server restarts and a pod is deleted
     and another created: no watch can show those, only the re-list after the 410 (a restart
     jumps the revision), and ObjectCache turns the difference into DELETED/ADDED."""
-    a = start(tmp_path / "state", port=free_port())
+    a = start(tmp_path / "state", port=listen_port())
     try:
         for n in ("keep", "goes"):
             create_pod(a, "default", n)
@@ -217,7 +217,7 @@ def test_server_restart_gap_deletes_are_synthesised(tmp_path: Path, stop: thread
 
 @pytest.mark.standin
 def test_unreachable_server_is_retried_with_back_off(tmp_path: Path, stop: threading.Event) -> None:
-    a = start(tmp_path / "state", port=free_port())
+    a = start(tmp_path / "state", port=listen_port())
     try:
         kube = CountingKube(str(a.kubeconfig))
         seen = Seen()

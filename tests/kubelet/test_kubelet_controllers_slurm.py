@@ -29,6 +29,7 @@ from tests.support.cluster import make_root, remove_root, running_cluster, wait_
 from tests.support.hpk import STANDIN, VENV_BIN
 from tests.support.kubeapi import HELM, KUBECTL
 from tests.support.launch import jobcomp_states
+from tests.support.slurm import node_load
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 
@@ -170,7 +171,9 @@ class Kube:
         try:
             return wait_for(what, probe, timeout=timeout, every=1)
         except AssertionError as e:
-            raise AssertionError(f"{e}\n--- pods:\n{self.kubectl('get', 'pods', '-o', 'wide', check=False).stdout}")
+            # pods ContainerCreating are Slurm jobs not started yet: node_load says whether for capacity
+            raise AssertionError(f"{e}\n--- pods:\n{self.kubectl('get', 'pods', '-o', 'wide', check=False).stdout}"
+                                 f"{node_load()}") from None
 
 
 def _start_site(root: Path) -> Iterator[Kube]:

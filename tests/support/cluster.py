@@ -20,8 +20,8 @@ from typing import Any
 
 from tests.support.ci import HPK_USER
 from tests.support.hpk import STANDIN, VENV_BIN, require_standin
-from tests.support.kubeapi import KubeApi, free_port, require_kubectl, require_modules
-from tests.support.slurm import SINGLE_CONF, require_cluster
+from tests.support.kubeapi import KubeApi, listen_port, require_kubectl, require_modules
+from tests.support.slurm import SINGLE_CONF, node_load, pod_summary, require_cluster
 from tests.support.waiting import wait_for
 
 
@@ -52,7 +52,7 @@ def _group_below_runuser(leader: int) -> list[int]:
 class Cluster:
     def __init__(self, root: Path, *, profile_extra: str = "") -> None:
         self.root = root
-        self.api = KubeApi(root / "api", free_port(), ("--kubeconfig-owner", HPK_USER))
+        self.api = KubeApi(root / "api", listen_port(), ("--kubeconfig-owner", HPK_USER))
         self.profile = root / "site.toml"
         self.profile.write_text(f'extends = "ci"\n\n[pods]\nstate_dir = "{root / "hpk-state"}"\n'
                                 f'restart_backoff = 1\n\n[kubelet]\nslurm_poll = 1.0\nstatus_audit = 2.0\nkeep_pod_dirs = 0\nauthz_denied_ttl = 1.0\n'
@@ -94,7 +94,7 @@ class Cluster:
         log = open(self.root / "controllers.log", "ab")
         self.controllers = subprocess.Popen(
             [str(STANDIN / "kube-controller-manager"), "--kubeconfig", str(self.api.kubeconfig),
-             "--bind-address", "127.0.0.1", "--secure-port", str(free_port())],
+             "--bind-address", "127.0.0.1", "--secure-port", str(listen_port())],
             stdout=log, stderr=log, start_new_session=True, env={**os.environ, "HPK_VENV": str(VENV_BIN.parent)})
 
     def start_scheduler(self) -> None:
@@ -164,8 +164,9 @@ class Cluster:
         try:
             return wait_for(f"pod {name} to be {'/'.join(phases)}", probe, timeout=timeout)
         except AssertionError:
-            raise AssertionError(f"pod {name} is not {phases}: {self.pod(name, namespace)}\n--- kubelet log:\n"
-                                 f"{self.log('kubelet')[-4000:]}") from None
+            pod = self.pod(name, namespace)
+            raise AssertionError(f"pod {name} is not {phases}: {pod_summary(pod)}\n{node_load()}\n--- pod: {pod}\n"
+                                 f"--- kubelet log:\n{self.log('kubelet')[-4000:]}") from None
 
     def events(self, name: str, namespace: str = "default") -> list[dict[str, Any]]:
         code, body = self.api.get(f"/api/v1/namespaces/{namespace}/events",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -48,6 +49,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def listen_port() -> int:
+    """A free port for a server that binds it later and again after restarts (a test cluster's
+    profile): outside the kernel's ephemeral range (``ip_local_port_range``), which :func:`free_port`
+    draws from and every outgoing connection on the machine takes its source port from. Such a port,
+    free when picked, was taken minutes later by some client's connection ("coredns: TCP port 55949 ...
+    is in use on this node", seen once in a loaded run). Random below that range, checked free on all
+    addresses (the API server binds 0.0.0.0)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    while True:
+        port = random.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        return port
 
 
 @dataclass

@@ -6,6 +6,7 @@ import os
 import pwd
 import shutil
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 from tests.support import lanes
@@ -48,3 +49,35 @@ def require_cluster(conf: str, min_nodes: int) -> None:
           and not state.startswith(NODE_NOT_USABLE)}
     if r.returncode != 0 or len(up) < min_nodes:
         missing(f"the cluster of {conf} is not up ({r.stdout.strip()}{r.stderr.strip()})")
+
+
+def node_load(conf: str = SINGLE_CONF) -> str:
+    """Who holds the cluster's CPUs now, for a failed wait on a pod: ``sinfo``'s allocated/idle CPUs
+    and every job in the queue (all users: other engineers' and benchmarks' jobs fill the same node)
+    with its CPUs and, for a pending one, Slurm's reason. A pod whose job is pending for ``Resources``
+    or ``Priority`` waited for capacity, not for a bug."""
+    env = {**os.environ, "SLURM_CONF": conf}
+    node = subprocess.run(["sinfo", "--noheader", "-O", "CPUsState,AllocMem,Memory"], capture_output=True,
+                          text=True, timeout=30, check=False, env=env).stdout.split()
+    queue = subprocess.run(["squeue", "--noheader", "--all", "--format=%i %u %T %C %r %j"],
+                           capture_output=True, text=True, timeout=30, check=False, env=env).stdout.splitlines()
+    running = [line for line in queue if " RUNNING " in line]
+    pending = [line.split() for line in queue if " PENDING " in line]
+    reasons = Counter(f[4] for f in pending if len(f) > 4)
+    return "\n".join([f"--- Slurm CPUs allocated/idle/other/total, memory allocated of total (MB): {node}; running (id user state cpus reason name):",
+                      *running, f"--- {len(pending)} pending, by reason: {dict(reasons)}; the first:",
+                      *(" ".join(f) for f in pending[:5])])
+
+
+def pod_summary(pod: dict[str, object] | None) -> str:
+    """A pod's phase, message, Slurm job and container states in one line (what a failed wait reports)."""
+    if not pod:
+        return "pod not found"
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    assert isinstance(meta, dict) and isinstance(status, dict)
+    states = {c.get("name"): c.get("state") for c in status.get("containerStatuses") or []}
+    return (f"phase {status.get('phase')!r}, message {status.get('message')!r}, Slurm job "
+            f"{(meta.get('annotations') or {}).get('hpk.io/slurm-job-id')}, node {(pod.get('spec') or {}).get('nodeName')!r}"
+            f" (pod conditions {[(c.get('type'), c.get('status')) for c in status.get('conditions') or []]}),"
+            f" containers {states}")
