@@ -11,7 +11,8 @@ The work is split by responsibility; this class only ties it to one profile:
 * :mod:`~hpkctl.jobs.step`: ``srun --overlap --jobid``, a command in a running job (the kubelet's exec).
 * :mod:`~hpkctl.jobs.poll`: the one polling loop, used by ``wait_for``.
 * :mod:`~hpkctl.jobs.alloc` and :mod:`~hpkctl.jobs.steps`: pilot mode's held allocations and the
-  pods' steps in them (``srun --jobid J --exact``, ``squeue --steps``, ``scancel J.S``).
+  pods' steps in them (``srun --jobid J --exact``, ``squeue --steps``, ``scancel J.S``); ``alloc`` is
+  imported by the methods that use it, so a job-per-pod ``hpkctl run`` does not load it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpkctl.jobs import alloc, steps
-from hpkctl.jobs.alloc import AllocationInfo
+from hpkctl.jobs import steps
 from hpkctl.jobs.cancel import scancel, shorten
 from hpkctl.jobs.command import Commands
 from hpkctl.jobs.config import job_partition, partition_limit, show_config
@@ -37,6 +37,7 @@ from hpkctl.jobs.submit import sbatch, sbatch_test_only
 from hpkctl.sites.schema import SlurmSection
 
 if TYPE_CHECKING:  # asyncio and the pty machinery only when a step is started (exec, attach)
+    from hpkctl.jobs.alloc import AllocationInfo
     from hpkctl.jobs.step import Step
 
 Snapshot = Mapping[str, JobInfo | None]
@@ -163,11 +164,15 @@ class Slurm:
     def hold(self, script: Path, *, args: Sequence[str], script_args: Sequence[str] = ()) -> str:
         """Submit a pilot allocation's holder ``script`` with sbatch options ``args`` (made by
         :func:`hpkctl.jobs.alloc.hold_args`); the job id. Refusals raise as for :meth:`submit`."""
+        from hpkctl.jobs import alloc
+
         return alloc.hold(self._commands, script, args=args, script_args=script_args)
 
     def allocation(self, job_id: str) -> AllocationInfo | None:
         """A held allocation's state, end and each node's CPUs/memory/GPUs (``scontrol show job -d``);
         ``None`` once Slurm forgot it."""
+        from hpkctl.jobs import alloc
+
         return alloc.allocation(self._commands, job_id)
 
     def steps(self) -> list[StepInfo]:
