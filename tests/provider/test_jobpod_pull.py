@@ -4,6 +4,8 @@ a second time; a delete or a give-up drops what was kept."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -135,6 +137,68 @@ def test_pilot_pods_waiting_for_room_are_woken_when_a_step_ends(tmp_path: Path) 
     assert provider.pool.freed == ["running"] and woken == ["u-1"]  # type: ignore[attr-defined]
 
 
+def test_a_pilot_step_that_ends_frees_its_room_and_wakes_a_waiting_pod_without_a_status_round(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The srun of a step is waited for on a thread of its own: when it ends, its room is free and the
+    pod that waited longest is re-queued at once, not at the next status round (up to status_poll
+    later: bench/run pilot's backlog left each slot idle that long). A pod being deleted is left to
+    its delete."""
+    from hpkctl.provider import pilotpod
+
+    provider = _pilot_provider(tmp_path)
+
+    class OneSlot:  # an allocation with room for one pod
+        rules = provider.pool.rules
+        taken: str | None = None
+        freed: list[str] = []
+
+        def place(self, need: Any) -> tuple[str, str] | None:
+            if self.taken is not None:
+                return None
+            self.taken = need.uid
+            return ("41", "vm")
+
+        def refresh(self, *, max_age: float = 0.0) -> list[str]:
+            return []
+
+        def tick(self, pending: Any) -> None:
+            pass
+
+        def done(self, uid: str) -> None:
+            self.freed.append(uid)
+            if self.taken == uid:
+                self.taken = None
+
+    class Step:  # an srun that runs until the test ends it
+        def __init__(self) -> None:
+            self.ended = threading.Event()
+
+        def wait(self, timeout: float | None = None) -> int:
+            self.ended.wait()
+            return 0
+
+        def poll(self) -> int | None:
+            return 0 if self.ended.is_set() else None
+
+    steps: list[Step] = []
+    monkeypatch.setattr(pilotpod, "start_pod_step", lambda *a: steps.append(Step()) or steps[-1])
+    provider.pool = OneSlot()  # type: ignore[assignment]
+    woken = threading.Event()
+    assert provider.create(_pod("a", "u-1"), PodInputs()).outcome is Outcome.SUBMITTED
+    assert provider.create(_pod("b", "u-2"), PodInputs(ready=lambda uid: woken.set())).outcome is Outcome.RETRY
+    assert not woken.is_set()
+    steps[0].ended.set()
+    assert woken.wait(30), "the waiting pod was not woken when the step's srun ended"
+    assert provider.pool.freed == ["u-1"]  # type: ignore[attr-defined]
+    assert provider.create(_pod("b", "u-2"), PodInputs()).outcome is Outcome.SUBMITTED
+    provider.delete(PodRef.of(_pod("b", "u-2")), grace=0, pod=_pod("b", "u-2"))  # its delete owns the step now
+    steps[1].ended.set()
+    deadline = time.monotonic() + 30
+    while any(t.name == "pilot-step-b" for t in threading.enumerate()) and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    assert provider.pool.freed == ["u-1"]  # type: ignore[attr-defined]
+
+
 def test_an_idle_pilot_kubelet_never_places_a_pod_in_an_allocation_that_ended(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """An idle pilot kubelet runs no status rounds, so its books can still hold an allocation that
@@ -149,7 +213,7 @@ def test_an_idle_pilot_kubelet_never_places_a_pod_in_an_allocation_that_ended(tm
         asked = False
 
         def refresh(self, *, max_age: float = 0.0) -> list[str]:
-            assert max_age <= pilotpod.WAIT_FOR_ROOM
+            assert max_age <= provider.profile.kubelet.slurm_poll  # books last asked about long ago
             self.asked = True
             return []
 
@@ -167,6 +231,40 @@ def test_an_idle_pilot_kubelet_never_places_a_pod_in_an_allocation_that_ended(tm
     provider.pool = StaleBooks()  # type: ignore[assignment]
     assert provider.create(_pod("late", "u-1"), PodInputs()).outcome is Outcome.RETRY
     assert started == []
+
+
+@pytest.mark.parametrize("room", [True, False])
+def test_a_pilot_pod_soon_after_another_costs_no_squeue_unless_it_finds_no_room(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, room: bool) -> None:
+    """Books younger than [kubelet] slurm_poll (what a status round's answer may be) are trusted for a
+    pod that fits: its step is its one Slurm call. A pod that finds no room asks Slurm once they are
+    over WAIT_FOR_ROOM old (an allocation may have started meanwhile)."""
+    from hpkctl.provider import pilotpod
+
+    provider = _pilot_provider(tmp_path)
+    age = (pilotpod.WAIT_FOR_ROOM + provider.profile.kubelet.slurm_poll) / 2  # between the two
+
+    class Books:
+        rules = provider.pool.rules
+        asked = 0
+
+        def refresh(self, *, max_age: float = 0.0) -> list[str]:
+            self.asked += age >= max_age
+            return []
+
+        def place(self, need: Any) -> tuple[str, str] | None:
+            return ("41", "vm") if room else None
+
+        def tick(self, pending: Any) -> None:
+            pass
+
+        def done(self, uid: str) -> None:
+            pass
+
+    monkeypatch.setattr(pilotpod, "start_pod_step", lambda *a: None)
+    provider.pool = Books()  # type: ignore[assignment]
+    outcome = provider.create(_pod("next", "u-1"), PodInputs()).outcome
+    assert (outcome, provider.pool.asked) == ((Outcome.SUBMITTED, 0) if room else (Outcome.RETRY, 1))  # type: ignore[attr-defined]
 
 
 def _pilot_provider(tmp_path: Path) -> Any:
