@@ -468,7 +468,7 @@ class Cluster:
         """When the kubelet's sbatch for pod ``uid`` returned: the mtime of its record, rewritten
         with the job id right then (and not again until the pod is deleted). The job id annotation
         comes later, with the pod's first status patch, at the API server's pace."""
-        p = self.state / "kubelet" / "hpk" / "pods" / f"{uid}.json"
+        p = self.state / "kubelet" / self.node / "pods" / f"{uid}.json"
         try:
             rec = json.loads(p.read_text())
         except (OSError, ValueError):
@@ -661,6 +661,8 @@ class Bench:
         for key, at in (("bound", seen.bound), ("annotated", seen.annotated), ("running", seen.phases.get("Running")),
                         ("succeeded", seen.phases.get("Succeeded"))):
             times[key] = None if at is None else at - t0
+        at = self.cluster.submitted_at(uid)  # the kubelet's sbatch/srun returned (its record's rewrite)
+        times["srun"] = None if at is None else at - t0
         phase = seen.terminal()
         if not ok or phase != "Succeeded":
             log(f"pod {name} (job {seen.job_id or '?'}) ended as {phase or 'nothing'}; kubelet log tail:\n"
@@ -669,7 +671,7 @@ class Bench:
         counted = self.calls.take()
         _, cl = self.delete([name], 60)
         # "running" may be missed if the pod ended within one status round: then it is absent
-        needed = [k for k in times if k != "running"]
+        needed = [k for k in times if k not in ("running", "srun")]
         return ({"name": name, "job": seen.job_id, "ok": phase == "Succeeded" and all(times[k] is not None
                                                                                        for k in needed),
                  "t": times}, counted, cl)

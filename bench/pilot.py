@@ -23,6 +23,8 @@ in-process pool of ``hpkctl.pilot`` (what ``hpkctl run --pilot`` uses). Sections
    pilot 50 pods/s or more.
 4. **Memory**: ``--memory-pods K`` pods (``sleep 3600``) given to the pilot kubelet at once (most wait
    for room); its VmRSS, and its Slurm commands over ``--window`` seconds with them all tracked.
+5. **Burst** (``--burst N``, off by default): N pods POSTed back to back with the scheduler running, to
+   the last ``Succeeded``, and the kubelet's most VmRSS meanwhile (``--burst 1000``: issue 23's burst).
 
 Slurm commands are counted by ``bench/kubelet.py``'s logging shims (the product's only; the
 benchmark's own waits use the real binaries). Goals from issue 23 are printed next to each figure.
@@ -40,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -52,7 +55,7 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
 import kubelet as kb  # noqa: E402
-from pod_start import TERMINAL, Latency as RunLatency, Side, environment, p90, wait_files  # noqa: E402
+from pod_start import TERMINAL, Latency as RunLatency, Side, environment, mtime, p90, wait_files  # noqa: E402
 
 from hpkctl.jobs import Slurm  # noqa: E402
 from hpkctl.local.pilotrun import run_pool  # noqa: E402
@@ -246,12 +249,14 @@ def latency_lines(lat: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         failed = sum(1 for s in sides[key] if not s["ok"])
         if failed:
             out.append(f"    ({failed} failed sample(s) excluded)")
-    steps = (("POST -> bound (scheduler)", "", "bound"), ("bound -> job id annotated", "bound", "annotated"),
-             ("annotated -> job script started", "annotated", "job_started"),
-             ("job script started -> c.started", "job_started", "c_started"),
-             ("c.started -> workload ran", "c_started", "ran"))
-    out.append("  where the time goes through the API (median of each sample's step; annotated = the kubelet's "
-               "sbatch/srun returned and the annotation patch was seen)")
+    steps = (("POST -> bound (scheduler)", "", "bound"),
+             ("bound -> sbatch/srun returned (kubelet: watch, queue, render, pod dir)", "bound", "srun"),
+             ("sbatch/srun returned -> job script started (Slurm)", "srun", "job_started"),
+             ("job script started -> c.started (the runtime's set-up)", "job_started", "c_started"),
+             ("c.started -> phase Running seen (status round, patch, watch)", "c_started", "running"),
+             ("c.started -> workload ran (the container)", "c_started", "ran"))
+    out.append("  where the time goes through the API (median of each sample's step; sbatch/srun returned = the "
+               "kubelet's record rewritten with the job id)")
     out.append(f"  {'step':58} {'job per pod':>11} {'pilot':>7}")
     for label, a, b in steps:
         vals = []
@@ -315,10 +320,11 @@ def backlog(bench: kb.Bench, n: int) -> dict[str, Any]:
     names = [f"backlog-{tag}-{i}" for i in range(n)]
     w, cluster = bench.watch, bench.cluster
     cluster.stop_scheduler()
+    uids = []
     try:
         posted = time.time()
         for nm in names:
-            bench.create(kb.pod_body(nm, ["true"]))
+            uids.append(bench.create(kb.pod_body(nm, ["true"])))
         posted = time.time() - posted
     finally:
         bench.calls.take()
@@ -337,8 +343,32 @@ def backlog(bench: kb.Bench, n: int) -> dict[str, Any]:
     t = {"bound": last([x.bound for x in seen]), "annotated": last([x.annotated for x in seen]),
          "succeeded": last([x.phases.get("Succeeded") for x in seen])}
     ok = sum(1 for x in seen if x.terminal() == "Succeeded")
+    occupancy = steps_at_once(cluster, uids)
     bench.delete(names, 1800)
-    return {"n": n, "ok": ok, "posts_s": posted, "t": t, "calls": dict(timed), "cpu_s": cpu}
+    return {"n": n, "ok": ok, "posts_s": posted, "t": t, "calls": dict(timed), "cpu_s": cpu, "steps": occupancy}
+
+
+def steps_at_once(cluster: kb.Cluster, uids: list[str]) -> dict[str, Any]:
+    """What bounds a backlog: each pod's job script started -> ``pod.done`` (its step's busy time), the
+    most steps that ran at once, and the mean (the steps' busy time over the span from the first start
+    to the last end): a mean below the allocation's CPUs is room left idle between steps."""
+    spans = []
+    for uid in uids:
+        st = cluster.pod_dir(uid) / "status"
+        a, b = mtime(st / "job.started"), mtime(st / "pod.done")
+        if a is not None and b is not None:
+            spans.append((a, b))
+    if not spans:
+        return {}
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    most = now = 0
+    for _, d in edges:
+        now += d
+        most = max(most, now)
+    window = max(b for _, b in spans) - min(a for a, _ in spans)
+    busy = [b - a for a, b in spans]
+    return {"n": len(spans), "busy_median": statistics.median(busy), "busy_p90": p90(busy), "most": most,
+            "mean": sum(busy) / window if window > 0 else float("nan")}
 
 
 def backlog_lines(n: int, res: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -372,7 +402,57 @@ def backlog_lines(n: int, res: dict[str, Any]) -> tuple[list[str], dict[str, Any
         if r is not None:
             out.append(f"  {key}: Slurm commands per pod {kb.per(Counter(r['calls']), n)}; CPU seconds "
                        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(r["cpu_s"].items())))
+            out += occupancy_lines(r.get("steps") or {})
     return out, summary
+
+
+def occupancy_lines(s: dict[str, Any]) -> list[str]:
+    if not s:
+        return []
+    return [f"    what bounds it: a pod's job script started -> pod.done median {s['busy_median']:.2f} s "
+            f"(p90 {s['busy_p90']:.2f}); pods running at once: at most {s['most']}, on average {s['mean']:.2f}"]
+
+
+# ---------------------------------------------------------------------------- 5: a burst to Succeeded
+
+
+def burst(bench: kb.Bench, n: int) -> dict[str, Any]:
+    """``n`` pods (``true``) POSTed back to back with the scheduler running (``bench/kubelet.py``'s
+    burst), to the last seen ``Succeeded``; the kubelet's VmRSS read every 0.5 s meanwhile (its most
+    is the figure: the pods are deleted at the end, untimed)."""
+    before = bench.cluster.memory().get("VmRSS") or 0
+    most = [before]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.5):
+            most.append(bench.cluster.memory().get("VmRSS") or 0)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        res = bench.burst_hpk(n)
+    finally:
+        stop.set()
+        t.join()
+    res["rss_kb"] = {"before": before, "most": max(most)}
+    return res
+
+
+def burst_lines(r: dict[str, Any]) -> list[str]:
+    t = r["t"]
+    done = t.get("succeeded")
+    rate = r["n"] / done if done else float("nan")
+    mb = {k: v * 1024 / 1e6 for k, v in r["rss_kb"].items()}
+    return [f"5. burst: {r['n']} pods ('true') POSTed back to back to the pilot kubelet (scheduler running): "
+            f"{r['ok']} Succeeded; all POSTed {t['submitted']:.1f} s, all bound {t['bound'] or 0:.1f} s, all Succeeded "
+            f"{done or 0:.1f} s: {rate:.1f} pods/s   goal (the backlog's): {GOALS['backlog'][1]}: "
+            f"{'met' if rate >= BACKLOG_GOAL else 'MISSED'}",
+            f"  a pod's job script started -> pod.done median {r['job_duration_median'] or 0:.2f} s; Slurm commands "
+            f"per pod {kb.per(Counter(r['calls']), r['n'])}; CPU seconds "
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(r["cpu_s"].items())),
+            f"  kubelet VmRSS: {mb['before']:.1f} MB before, at most {mb['most']:.1f} MB during the burst   goal "
+            f"(kubelet.py's): <= {kb.RSS_GOAL_MB:.0f} MB: {'met' if mb['most'] <= kb.RSS_GOAL_MB else 'MISSED'}"]
 
 
 # ---------------------------------------------------------------------------- 4: memory with many pods
@@ -447,6 +527,8 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=10, help="latency samples per side, after a warm-up round (default 10)")
     ap.add_argument("--stream", type=int, default=16, help="pods in the allocation-use stream (0 skips; default 16)")
     ap.add_argument("--pods", type=int, default=200, help="pods in the backlog (0 skips; default 200)")
+    ap.add_argument("--burst", type=int, default=0, help="pods POSTed back to back to the pilot kubelet, to all "
+                    "Succeeded, with its most VmRSS meanwhile (0 skips, the default: 1000 takes ~5 min here)")
     ap.add_argument("--memory-pods", type=int, default=1000, help="pods for the memory section (0 skips; default 1000)")
     ap.add_argument("--window", type=float, default=20, help="seconds Slurm commands are counted with the memory "
                     "section's pods tracked (default 20)")
@@ -486,7 +568,7 @@ def main() -> int:
     (sub["inproc"] / "state").mkdir()
     comments = {owner_comment("kubelet", f"bench-pilot-{tag}"), owner_comment("run", f"bench-run-{tag}")}
     print(f"# pilot     kubelet --pilot, [pilot] {site_pilot.replace(chr(10), '; ')}; in-process: 2 CPUs; "
-          f"sizes -n {args.n} --stream {args.stream} --pods {args.pods} --memory-pods "
+          f"sizes -n {args.n} --stream {args.stream} --pods {args.pods} --burst {args.burst} --memory-pods "
           f"{args.memory_pods}", flush=True)
     comments.add(owner_comment("run", f"bench-steps-{tag}"))
     ip: list[InProcess] = []
@@ -552,6 +634,10 @@ def run(args: argparse.Namespace, root: Path, calls: kb.Calls, made: list[kb.Ben
         lines, summary["backlog"] = backlog_lines(args.pods, res)
         print("\n".join(lines), flush=True)
         results["backlog"] = res
+    if args.burst:
+        b = burst(pil, args.burst)
+        print("\n".join(burst_lines(b)), flush=True)
+        results["burst"] = b
     if args.memory_pods:
         m = many(pil, args.memory_pods, args.window)
         print("\n".join(many_lines(m)), flush=True)
