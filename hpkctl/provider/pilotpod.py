@@ -309,7 +309,7 @@ class PilotPodProvider(JobPodProvider):
         allocations' CPUs at most), blocked in ``waitpid``: no Slurm call, no file read. A pod being
         deleted is left to its delete, which waits for this srun too."""
         try:
-            proc.wait()
+            rc = proc.wait()
         except Exception:  # noqa: BLE001 - the status rounds reap it instead
             log.debug("pilot: waiting for the srun of pod %s failed", uid, exc_info=True)
             return
@@ -320,6 +320,7 @@ class PilotPodProvider(JobPodProvider):
                 del self._pods[uid]
         if mine:
             self.pool.done(uid)
+            log.info("pilot: the step of pod uid %s ended (srun exit status %s): its room is free", uid, rc)
             self._wake(1)
 
     def _wake(self, n: int) -> None:
