@@ -367,8 +367,13 @@ def steps_at_once(cluster: kb.Cluster, uids: list[str]) -> dict[str, Any]:
         most = max(most, now)
     window = max(b for _, b in spans) - min(a for a, _ in spans)
     busy = [b - a for a, b in spans]
+    # room idle between steps: each start after the first wave, from the last pod.done before it (that
+    # pod's srun ending, the kubelet's create, Slurm's step launch)
+    dones = sorted(b for _, b in spans)
+    gaps = [a - max(d for d in dones if d <= a) for a, _ in sorted(spans)[most:] if dones[0] <= a]
     return {"n": len(spans), "busy_median": statistics.median(busy), "busy_p90": p90(busy), "most": most,
-            "mean": sum(busy) / window if window > 0 else float("nan")}
+            "mean": sum(busy) / window if window > 0 else float("nan"),
+            "gap_median": statistics.median(gaps) if gaps else None}
 
 
 def backlog_lines(n: int, res: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -410,7 +415,9 @@ def occupancy_lines(s: dict[str, Any]) -> list[str]:
     if not s:
         return []
     return [f"    what bounds it: a pod's job script started -> pod.done median {s['busy_median']:.2f} s "
-            f"(p90 {s['busy_p90']:.2f}); pods running at once: at most {s['most']}, on average {s['mean']:.2f}"]
+            f"(p90 {s['busy_p90']:.2f}); pods running at once: at most {s['most']}, on average {s['mean']:.2f}; "
+            f"a step's start after the last pod.done before it: median "
+            + (f"{s['gap_median']:.2f} s" if s.get("gap_median") is not None else "-")]
 
 
 # ---------------------------------------------------------------------------- 5: a burst to Succeeded
