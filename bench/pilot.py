@@ -60,7 +60,7 @@ from pod_start import TERMINAL, Latency as RunLatency, Side, environment, mtime,
 from hpkctl.jobs import Slurm  # noqa: E402
 from hpkctl.local.pilotrun import run_pool  # noqa: E402
 from hpkctl.pilot.launch import find_spot, need_of, start_pod_step  # noqa: E402
-from hpkctl.pilot.pool import owner_comment  # noqa: E402
+from hpkctl.pilot.pool import comment_owner  # noqa: E402
 from hpkctl.pod import render_pod, write_pod_dir  # noqa: E402
 from hpkctl.provider.pilotpod import pilot_enabled  # noqa: E402
 from hpkctl.sites import load_site  # noqa: E402
@@ -516,12 +516,12 @@ class CountedCalls:
         return getattr(self._calls, name)
 
 
-def sweep(calls: kb.Calls, comments: set[str], jobs: list[str]) -> None:
+def sweep(calls: kb.Calls, comments: set[tuple[str, str]], jobs: list[str]) -> None:
     """Cancel this run's allocations (by their job comment) and bare jobs still there (real scancel)."""
     r = subprocess.run([calls.real["squeue"] or "squeue", "--noheader", "--me", "--format=%i|%k"],
                        capture_output=True, text=True, check=False)
     left = [jid for line in r.stdout.splitlines() for jid, _, comment in [line.strip().partition("|")]
-            if comment.strip() in comments]
+            if comment_owner(comment.strip()) in comments]
     st = calls.states(jobs) if jobs else {}
     left += [j for j, s in st.items() if s not in TERMINAL]
     if left:
@@ -573,11 +573,11 @@ def main() -> int:
     ip_profile.write_text(f'extends = "{args.site}"\n\n[pods]\nstate_dir = "{sub["inproc"] / "state"}"\n'
                           f'node_name = "bench-run-{tag}"\n\n[pilot]\n{pilot_toml(args, 2, 1)}\nidle_release = 600\n')
     (sub["inproc"] / "state").mkdir()
-    comments = {owner_comment("kubelet", f"bench-pilot-{tag}"), owner_comment("run", f"bench-run-{tag}")}
+    comments = {("kubelet", f"bench-pilot-{tag}"), ("run", f"bench-run-{tag}")}  # (owner, node), any state dir
     print(f"# pilot     kubelet --pilot, [pilot] {site_pilot.replace(chr(10), '; ')}; in-process: 2 CPUs; "
           f"sizes -n {args.n} --stream {args.stream} --pods {args.pods} --burst {args.burst} --memory-pods "
           f"{args.memory_pods}", flush=True)
-    comments.add(owner_comment("run", f"bench-steps-{tag}"))
+    comments.add(("run", f"bench-steps-{tag}"))
     ip: list[InProcess] = []
     try:
         with contextlib.ExitStack() as stack:  # each cluster: log tail on failure, sweep, stop

@@ -1,21 +1,23 @@
 """``hpkctl run --pilot``: the prepared pod as a step of an allocation this user holds (pilot mode).
 
 The allocations are this user's ``hpkctl run`` pool for the profile's node (comment ``hpk-pilot
-kubelet=run node=<[pods] node_name>``): a run adopts the ones an earlier run left, requests one when
-none has room, and leaves it held when it ends; the allocation's own script gives it back once no
-step ran for twice ``[pilot] idle_release`` (``sbatch/pilot-holder.sh``). The run follows the pod's
-files as ``hpkctl run`` does (the step's srun is this process's child, in a session of its own); an
-interrupt deletes the pod through the pilot provider (``hpkctl.local.runs.stop_run``: ``pod.deleting``,
-then TERM to the step's task alone, the grace period, the step killed) and waits for it. Concurrent runs share the allocations and see each other's steps in Slurm
-(:mod:`hpkctl.pilot.shared`); a pod with no room waits Pending. ``--detach`` returns once the step
-runs. A workload's pods run as steps from this process (:mod:`hpkctl.local.pilotarray`).
+kubelet=run state=<[pods] state_dir's mark> node=<[pods] node_name>``): a run adopts the ones an
+earlier run of the same state directory left, requests one when none has room, and leaves it held
+when it ends; the allocation's own script gives it back once no step ran for twice ``[pilot]
+idle_release`` (``sbatch/pilot-holder.sh``). The step's start and the record are the provider's
+(:mod:`hpkctl.provider.pilotelements`). The run follows the pod's files as ``hpkctl run`` does (the
+step's srun is this process's child, in a session of its own); an interrupt deletes the pod through
+the pilot provider (``hpkctl.local.runs.stop_run``: ``pod.deleting``, then TERM to the step's task
+alone, the grace period, the step killed) and waits for it. Concurrent runs share the allocations and
+see each other's steps in Slurm (:mod:`hpkctl.pilot.shared`); a pod with no room waits Pending.
+``--detach`` returns once the step runs. A workload's pods run as steps from this process
+(:mod:`hpkctl.local.pilotarray`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TextIO
 
 from hpkctl.errors import HpkError, PodError
@@ -23,21 +25,22 @@ from hpkctl.jobs import Slurm
 from hpkctl.jobs.poll import poll
 from hpkctl.jobs.steps import StepProcess
 from hpkctl.local.follow import FILE_POLL, LogTail, describe
-from hpkctl.provider.runrecords import SUBMITTED, RunRecord, forget_run, save_record
+from hpkctl.provider.runrecords import SUBMITTED, RunRecord, forget_run
 from hpkctl.local.signals import Interrupts
 from hpkctl.local.submit import PreparedRun, prepare_run
-from hpkctl.pilot.launch import need_of, start_pod_step
+from hpkctl.pilot.launch import need_of
 from hpkctl.pilot.pool import Pool
-from hpkctl.pilot.shared import place_and_start
 from hpkctl.local.runs import stop_run
 from hpkctl.pod.status import PodStatus, containers_of
 from hpkctl.provider import PodProvider, PodRef
-from hpkctl.provider.pilotpod import RUN_OWNER
+from hpkctl.provider.pilotelements import start_run_pod
+from hpkctl.provider.pilotpod import pilot_run_provider
 from hpkctl.sites.schema import SiteProfile
 
+
 def run_pool(slurm: Slurm, profile: SiteProfile) -> Pool:
-    pool = Pool(slurm, profile, owner=RUN_OWNER, node=profile.pods.node_name,
-                state_dir=Path(profile.pods.state_dir).expanduser())
+    """This user's run pool, the allocations earlier runs left adopted (bench/pilot.py drives one)."""
+    pool = pilot_run_provider(slurm, profile).pool
     pool.adopt()
     return pool
 
@@ -66,8 +69,7 @@ def run_pilot_workload(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, 
     workload = workload_of(loaded, select_pod(loaded, pod_name), now=now)
     count = workload.count if workload is not None else 1
     parallelism = (workload.parallelism if workload is not None else None) or count
-    array = PilotArray(slurm, run_pool(slurm, prep.profile), prep, interrupts, parallelism=parallelism, out=out,
-                       quiet=quiet)
+    array = PilotArray(slurm, prep, interrupts, parallelism=parallelism, out=out, quiet=quiet)
     try:
         st = array.run(log_out=log_out)
     except BaseException:
@@ -81,30 +83,20 @@ def run_pilot_workload(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, 
 
 def start_pilot(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, *, out: TextIO,
                 quiet: bool = False) -> tuple[RunRecord, StepProcess]:
-    """Place the prepared pod, seeing the steps of every run, and start its step; the record then names
-    the allocation. While no allocation has room the pod is Pending: the record says why (``hpkctl
-    status``), and so does a line on ``out``. A signal once the step started stops it again (the
-    pod's stop sequence) before it is raised: the caller never saw the step."""
+    """Place the prepared pod, seeing the steps of every run, and start its step (the provider's
+    :func:`~hpkctl.provider.pilotelements.start_run_pod`; the record then names the allocation). While
+    no allocation has room the pod is Pending: the record says why (``hpkctl status``), and so does a
+    line on ``out``. A signal once the step started stops it again (the pod's stop sequence) before it
+    is raised: the caller never saw the step."""
     profile, rec = prep.profile, prep.record
 
     def waiting(message: str) -> None:
-        rec.waiting = message
-        save_record(profile, rec)
         if not quiet:
             print(f"pod {rec.namespace}/{rec.name}: Pending: {message}", file=out)
 
-    def start(spot: tuple[str, str]) -> StepProcess:
-        with interrupts.deferred():
-            proc = start_pod_step(slurm, prep.rendered, spot, need)
-            rec.job_id, rec.allocation, rec.state, rec.waiting = "", spot[0], SUBMITTED, ""
-            save_record(profile, rec)
-        return proc
-
     try:
-        need = need_of(prep.rendered)
-        pool = run_pool(slurm, profile)
-        spot, proc = place_and_start(pool, need, Path(rec.pod_dir), start, on_wait=waiting,
-                                     immediate=profile.slurm.command_timeout)
+        spot, proc = start_run_pod(pilot_run_provider(slurm, profile), rec, prep.rendered, on_wait=waiting,
+                                   guard=interrupts.deferred)
     except BaseException as exc:
         if rec.state == SUBMITTED and isinstance(exc, KeyboardInterrupt):
             stop_run(slurm, profile, rec, out=out)  # the step started: its delete (provider); the record stays
@@ -112,6 +104,7 @@ def start_pilot(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, *, out:
             forget_run(profile, rec)  # nothing ran (a refused step never started its script)
         raise
     if not quiet:
+        need = need_of(prep.rendered)
         print(f"pod {rec.namespace}/{rec.name}: started as a step of pilot allocation {spot[0]} on {spot[1]} "
               f"({need.cpus} CPUs, {need.memory_mb} MB; pod directory {rec.pod_dir})", file=out)
     return rec, proc

@@ -1,15 +1,17 @@
 """The held allocations of one pilot-mode kubelet (or ``hpkctl run --pilot``), on the books and in Slurm.
 
 The books are the allocations this owner holds (found again after a restart by their job comment,
-``hpk-pilot kubelet=<owner> node=<node>``) and the pods placed in each. Decisions come from
-:mod:`hpkctl.pilot.plan`; this class only asks Slurm and acts: ``sbatch`` of the holder, ``scancel``
+``hpk-pilot kubelet=<owner> state=<its state directory's mark> node=<node>``) and the pods placed in
+each. Decisions come from :mod:`hpkctl.pilot.plan`; this class only asks Slurm and acts: ``sbatch`` of the holder, ``scancel``
 of an allocation to release, one ``scontrol show job -d`` per allocation until it runs (its nodes'
 shares), one ``squeue`` for all of them per :meth:`refresh`. Thread-safe: one lock around the books.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,9 +30,23 @@ log = logging.getLogger(__name__)
 COMMENT_PREFIX = "hpk-pilot"
 
 
-def owner_comment(owner: str, node: str) -> str:
-    """The job comment of this owner's allocations (words without spaces: kubelet and node names)."""
-    return f"{COMMENT_PREFIX} kubelet={owner} node={node}"
+def owner_comment(owner: str, node: str, state_dir: Path) -> str:
+    """The job comment of this owner's allocations: words without spaces, the kubelet's (or ``run``'s)
+    and the node's names and ``state=``, 12 hex digits of the sha256 of the owner's state directory.
+    Two owners of one node name with state directories of their own (two clusters, two profiles) so
+    never adopt, fill or release each other's allocations; runs that share a state directory share its
+    allocations, with its placement lock and lease (:mod:`hpkctl.pilot.shared`)."""
+    mark = hashlib.sha256(os.path.abspath(os.path.expanduser(state_dir)).encode()).hexdigest()[:12]
+    return f"{COMMENT_PREFIX} kubelet={owner} state={mark} node={node}"
+
+
+def comment_owner(comment: str) -> tuple[str, str]:
+    """(owner, node) named by a pilot allocation's job comment; ("", "") for any other comment."""
+    words = comment.split()
+    if not words or words[0] != COMMENT_PREFIX:
+        return "", ""
+    named = dict(w.partition("=")[::2] for w in words[1:])
+    return named.get("kubelet", ""), named.get("node", "")
 
 
 def rules_for(profile: SiteProfile, *, node_share: NodeShare | None = None) -> Rules:
@@ -58,7 +74,7 @@ class Pool:
                  clock: Callable[[], float] = time.time) -> None:
         self.slurm = slurm
         self.profile = profile
-        self.comment = owner_comment(owner, node)
+        self.comment = owner_comment(owner, node, state_dir)
         self.name = f"hpk_pilot_{node}"  # '_': never a pod's job name
         self.state_dir = state_dir
         self.clock = clock

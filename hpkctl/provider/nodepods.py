@@ -34,7 +34,7 @@ def node_provider(slurm: Slurm, profile: SiteProfile, node: str) -> JobPodProvid
     from hpkctl.provider.pilotpod import PILOT_OWNER, PilotPodProvider
 
     state = node_state_dir(profile, node)
-    comment = owner_comment(PILOT_OWNER, node)
+    comment = owner_comment(PILOT_OWNER, node, state)
     if profile.pilot.enabled or any(j.comment == comment and j.state not in TERMINAL_STATES
                                     for j in slurm.user_jobs()):
         return PilotPodProvider.for_pilot_node(slurm=slurm, profile=profile, node_state=state, node=node)

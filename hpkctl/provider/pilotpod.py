@@ -53,7 +53,7 @@ from hpkctl.sites.schema import SiteProfile
 
 log = logging.getLogger("hpkctl.provider.pilotpod")
 SRUN_EXIT_WAIT = 30.0  # seconds a cancelled step's srun has to end before it is killed
-PILOT_OWNER = "kubelet"  # the owner in a pilot kubelet's allocation comments (hpk-pilot kubelet=kubelet node=N)
+PILOT_OWNER = "kubelet"  # the owner in a pilot kubelet's allocation comments (hpk-pilot kubelet=kubelet state=S node=N)
 WAIT_FOR_ROOM = 1.0  # seconds before create is asked again while an allocation is being requested
 
 
@@ -338,8 +338,8 @@ class PilotPodProvider(JobPodProvider):
 
     # ------------------------------------------------------------------ what a kubelet left (stop --all)
     def owns_job(self, uid: str, comment: str) -> bool:
-        """A pilot pod's recorded job is this kubelet's allocation (its comment names the kubelet and
-        node, never a pod): the pod's step in it is in the pod directory."""
+        """A pilot pod's recorded job is this kubelet's allocation (its comment names the kubelet, its
+        state directory and node, never a pod): the pod's step in it is in the pod directory."""
         return comment == self.pool.comment
 
     def stoppable(self, uid: str, job: JobInfo | None) -> str:

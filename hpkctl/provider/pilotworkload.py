@@ -2,7 +2,7 @@
 
 Job-per-pod, a workload is a job array and :class:`~hpkctl.provider.workloads.WorkloadStops` signals its
 elements' batch shells. In pilot mode the elements are steps that the ``hpkctl run`` process starts
-(:mod:`hpkctl.local.pilotarray`), so a delete from another process (``hpkctl delete``) finds them by
+(:mod:`hpkctl.provider.pilotelements`), so a delete from another process (``hpkctl delete``) finds them by
 the step id each member's directory holds (``job.id``, ``J.S``). The workload's own directory is
 marked deleted first, so the run process starts no more of its pods; each running pod is marked
 deleted and its step gets TERM (the pod's stop sequence: preStop, SIGTERM, the grace period); once

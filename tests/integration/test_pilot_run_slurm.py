@@ -56,7 +56,8 @@ def test_a_pod_runs_as_a_bounded_step_and_the_next_run_reuses_the_allocation(hpk
         assert second.rc == 0, second.output
         assert ALLOCATION.search(second.stderr).group(1) == job  # type: ignore[union-attr]  # adopted, held
         held = as_hpk(["squeue", "--noheader", f"--jobs={job}", "--format=%T|%k"], slurm_conf=SINGLE_CONF)
-        assert held.stdout.strip() == "RUNNING|hpk-pilot kubelet=run node=hpk", held.stdout
+        assert re.fullmatch(r"RUNNING\|hpk-pilot kubelet=run state=[0-9a-f]{12} node=hpk", held.stdout.strip()), \
+            held.stdout
     finally:
         release(job)
 

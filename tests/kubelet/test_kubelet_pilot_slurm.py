@@ -5,6 +5,7 @@ their own."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -74,7 +75,7 @@ def test_a_pod_runs_as_a_step_of_the_kubelet_s_allocation(cluster: Cluster) -> N
     [init] = p["status"]["initContainerStatuses"]
     assert init["state"]["terminated"]["exitCode"] == 0
     line = squeue(f"--jobs={job}", "--format=%j|%T|%k").strip()
-    assert line == "hpk_pilot_hpk|RUNNING|hpk-pilot kubelet=kubelet node=hpk", line
+    assert re.fullmatch(r"hpk_pilot_hpk\|RUNNING\|hpk-pilot kubelet=kubelet state=[0-9a-f]{12} node=hpk", line), line
     logs = cluster.kubectl("logs", "pilot-hello", "-c", "c")
     assert logs.stdout == "main ran\n", logs.stdout + logs.stderr
 

@@ -232,3 +232,47 @@ def test_an_interrupted_or_deleted_run_is_deleted_through_the_provider(tmp_path:
     pending = RunRecord(name="q", namespace="default", uid="v", job_id="43", pod_dir=str(pod_dir), site="t", submitted=0)
     assert stop_run(slurm, profile, pending, out=io.StringIO())  # type: ignore[arg-type]
     assert slurm.cancelled[-1] == ("43", None)  # a pending job has nothing to stop: cancelled at once
+
+
+def test_logs_follow_of_a_pilot_run_asks_slurm_about_no_empty_job_id(fp, profile: SiteProfile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``hpkctl logs -f`` of a pod that ``hpkctl run --pilot`` started: its record names the allocation
+    and no job id (the pod is a step). Following it reads the files and asks Slurm about no job: before,
+    it ran ``squeue --jobs=`` with an empty id at the first Slurm poll, which hpkctl's query refused
+    ("'' is not a Slurm job id") with a traceback. No Slurm command is registered here: any is a failure."""
+    from hpkctl.local.follow import follow_logs
+
+    pod_dir = tmp_path / "pod"
+    for d in ("job", "status", "logs"):
+        (pod_dir / d).mkdir(parents=True)
+    (pod_dir / "job" / "pod.json").write_text(json.dumps(POD))
+    (pod_dir / "status" / "job.started").write_text("2026-11-26T10:00:00Z\n")
+    (pod_dir / "status" / "c.started").write_text("2026-11-26T10:00:01Z\n")
+    (pod_dir / "logs" / "c.log").write_text("one\n")
+    rec = RunRecord(name="p", namespace="default", uid="u", job_id="", pod_dir=str(pod_dir), site="t", submitted=0,
+                    state="submitted", allocation="42")
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:  # the container writes a line, and ends after 25 s (past two Slurm polls)
+        now[0] += seconds
+        if now[0] >= 25 and not (pod_dir / "status" / "c.exitcode").exists():
+            with open(pod_dir / "logs" / "c.log", "a") as log:
+                log.write("two\n")
+            (pod_dir / "status" / "c.exitcode").write_text("0\n")
+            (pod_dir / "status" / "pod.done").write_text("0\n")
+
+    asked: list[list[str]] = []
+
+    class Asked(Slurm):
+        def query(self, job_ids):  # type: ignore[no-untyped-def]
+            asked.append(list(job_ids))
+            return super().query(job_ids)
+
+    from hpkctl.provider.pilotpod import run_provider
+
+    provider = run_provider(Asked(profile.slurm), profile, pilot=False)  # as cmd_logs makes it
+    provider.know(rec)
+    out = io.StringIO()
+    follow_logs(provider, rec, "c", out=out, slurm_poll=10.0, sleep=sleep, clock=lambda: now[0])
+    assert out.getvalue() == "one\ntwo\n"
+    assert 25 <= now[0] < 26
+    assert asked == [] and len(fp.calls) == 0, (asked, list(fp.calls))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from hpkctl.jobs import JobInfo
+from hpkctl.jobs import JobInfo, UserJob
 from hpkctl.pilot.plan import Need
 from hpkctl.pilot.pool import Pool
 from hpkctl.sites import load_site
@@ -64,3 +64,37 @@ def test_an_allocation_released_while_slurm_is_asked_stays_released(tmp_path: Pa
     slurm.during_query.append(pool)
     assert pool.refresh() == []  # no KeyError: the allocation left the books meanwhile
     assert pool.helds() == []
+
+
+class Owners(FakeSlurm):
+    """This user's jobs: one allocation of a pool's, the rest of Slurm as FakeSlurm."""
+
+    def __init__(self, comment: str) -> None:
+        super().__init__()
+        self.comment = comment
+        self.cancelled: list[str] = []
+
+    def user_jobs(self) -> list[UserJob]:
+        return [UserJob("77", "RUNNING", self.comment)]
+
+    def cancel(self, job_id: str) -> None:
+        self.cancelled.append(job_id)
+
+
+def test_an_owner_adopts_and_releases_only_the_allocations_of_its_own_state_directory(tmp_path: Path) -> None:
+    """Two kubelets (or runs) of one node name with state directories of their own (two clusters of one
+    user, two profiles) hold allocations apart: the other's is neither adopted nor, idle on its books,
+    released (that killed the other's pods), nor cancelled by ``release_all`` (``hpkctl stop --all``).
+    Owners of one state directory still find theirs. Before, the comment named only owner and node."""
+    ours, theirs = tmp_path / "a", tmp_path / "b"
+    profile = load_site("ci")
+    slurm, clock = Owners(Pool(FakeSlurm(), profile, owner="kubelet", node="n", state_dir=theirs).comment), Clock()  # type: ignore[arg-type]
+    pool = Pool(slurm, profile, owner="kubelet", node="n", state_dir=ours, clock=clock)  # type: ignore[arg-type]
+    assert pool.adopt() == [] and pool.helds() == []
+    clock.now += 10 * profile.pilot.idle_release
+    pool.tick([])
+    pool.release_all()
+    assert slurm.cancelled == []
+    same = Pool(slurm, profile, owner="kubelet", node="n", state_dir=theirs, clock=clock)  # type: ignore[arg-type]
+    assert same.adopt() == ["77"]
+    assert Pool(slurm, profile, owner="run", node="n", state_dir=theirs).adopt() == []  # type: ignore[arg-type]
