@@ -87,7 +87,8 @@ class Kubelet:
                                          name="kubelet-events")
         self.watches = ObjectWatches(lambda: self.kube.clone(pool_size=1)) if OBJECT_WATCHES else None
         self.pods = PodManager(kube=self.kube, provider=self.provider, profile=profile, node_name=opts.node_name,
-                               recorder=self.recorder, host_ip=self.address, watches=self.watches)
+                               recorder=self.recorder, host_ip=self.address, watches=self.watches,
+                               prefetch=self.kube.clone(pool_size=4))
         self.server: KubeletServer | None = None
         self.node_state = NodeState(name=opts.node_name, address=self.address, port=opts.port, site=profile.name,
                                     runtime_version=apptainer_version(profile.apptainer.binary))
@@ -235,6 +236,8 @@ class Kubelet:
         self.stop.set()
         self.reflector.join(10)
         self.pods.queue.stop()
+        if self.pods.prefetch is not None:
+            self.pods.prefetch.close()
         if self.watches is not None:
             self.watches.close()
         self.provider.shutdown()

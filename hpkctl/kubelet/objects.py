@@ -5,13 +5,21 @@ each object from the kubelet's per-object watches (:mod:`hpkctl.kubelet.objwatch
 only when no watch holds it yet, and takes tokens from the kubelet's token cache
 (:mod:`hpkctl.kubelet.tokencache`). What was missing is remembered, so the kubelet can raise
 ``Optional…NotFound`` / ``Mandatory…NotFound`` events as virtual-kubelet does.
+
+Without watches, a GET serves every pod the kubelet first saw before the GET was sent
+(:class:`FreshObjects`), as the real kubelet's cache-based object manager
+(``pkg/kubelet/util/manager/cache_based_manager.go``, strategy ``Cache``): registering a pod
+invalidates the cached copies of the objects it names, so a pod never reads an object older than its
+own registration, and readers of one object wait for one fetch instead of each sending a GET (a burst
+of 200 pods read ``kube-root-ca.crt`` with a GET each, one API round trip of every create).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,28 +30,91 @@ from hpkctl.pod.objects import configmap_data, secret_data
 from hpkctl.provider.tokens import TOKEN_SECONDS
 
 
+READ_WAIT = 60.0  # seconds a reader waits for another's GET in flight before it sends its own
+PRUNE_ABOVE, PRUNE_AGE = 512, 60.0  # reads kept before old ones are dropped; how old is old (seconds)
+
+
+def get_object(kube: Kube, plural: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+    """One GET of a namespaced object; ``None`` for a 404."""
+    try:
+        obj = kube.get(namespaced(plural, namespace, name))
+    except KubeError as exc:
+        if exc.code != 404:
+            raise
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+@dataclass
+class _Read:
+    sent: float  # the clock when its GET went out
+    done: threading.Event = field(default_factory=threading.Event)
+    obj: Mapping[str, Any] | None = None
+    found: bool = False  # only an object found is shared: a 404 or an error is each reader's own
+
+
+class FreshObjects:
+    """ConfigMaps and Secrets by GET, one GET serving every reader registered before it was sent
+    (``since``: when the kubelet first saw the reader's pod, or when the pod's retry began)."""
+
+    def __init__(self, kube: Kube, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.kube = kube
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._reads: dict[tuple[str, str, str], _Read] = {}
+        self.gets = 0  # GETs sent (tests, bench)
+
+    def get(self, plural: str, namespace: str, name: str, *, since: float) -> Mapping[str, Any] | None:
+        """The object (``None``: not found) as a GET sent at or after ``since`` saw it; raises the
+        API's errors as a GET does."""
+        key = (plural, namespace, name)
+        with self._lock:
+            read = self._reads.get(key)
+            if read is not None and read.sent >= since and not (read.done.is_set() and not read.found):
+                joined = read
+            else:
+                joined, read = None, _Read(sent=self.clock())
+                self._reads[key] = read
+                if len(self._reads) > PRUNE_ABOVE:
+                    old = self.clock() - PRUNE_AGE
+                    for k in [k for k, r in self._reads.items() if r.done.is_set() and r.sent < old]:
+                        del self._reads[k]
+        if joined is not None:
+            if joined.done.wait(READ_WAIT) and joined.found:
+                return joined.obj
+            self.gets += 1
+            return get_object(self.kube, *key)  # its GET found nothing or failed: this reader's own
+        try:
+            self.gets += 1
+            read.obj = get_object(self.kube, *key)
+            read.found = read.obj is not None
+            return read.obj
+        finally:
+            read.done.set()
+
+
 class ApiObjects:
     """An :class:`~hpkctl.pod.ObjectSource` for one pod's translation (``watches``, ``tokens``: the
-    kubelet's caches; without them every object is a GET and every token a TokenRequest)."""
+    kubelet's caches; without them every object is a GET and every token a TokenRequest; ``fresh``:
+    GETs shared by the pods registered before them, this pod's registration at ``since``)."""
 
     def __init__(self, kube: Kube, *, pod: Mapping[str, Any], watches: ObjectWatches | None = None,
-                 tokens: TokenCache | None = None) -> None:
+                 tokens: TokenCache | None = None, fresh: FreshObjects | None = None, since: float = 0.0) -> None:
         self.kube = kube
         self.pod = pod
         self.watches = watches
         self.tokens = tokens
+        self.fresh = fresh
+        self.since = since
         self.missing: list[tuple[str, str]] = []  # ("ConfigMap"|"Secret", name)
         self.token_expiry: float | None = None
 
     def _get(self, plural: str, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
-        cached, obj = self.watches.get(plural, namespace, name) if self.watches is not None else (False, None)
+        cached, watched = self.watches.get(plural, namespace, name) if self.watches is not None else (False, None)
+        obj: Mapping[str, Any] | None = watched
         if not cached:
-            try:
-                obj = self.kube.get(namespaced(plural, namespace, name))
-            except KubeError as exc:
-                if exc.code != 404:
-                    raise
-                obj = None
+            obj = get_object(self.kube, plural, namespace, name) if self.fresh is None else \
+                self.fresh.get(plural, namespace, name, since=self.since)
         if obj is None:  # not there: a 404, or the watch holds no such object
             if (kind, name) not in self.missing:
                 self.missing.append((kind, name))

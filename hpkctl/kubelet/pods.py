@@ -35,6 +35,7 @@ from hpkctl.kube.events import EventSink
 from hpkctl.kube.workqueue import WorkQueue
 from hpkctl.kubelet.objects import ApiObjects, ServiceCache
 from hpkctl.kubelet.objwatch import ObjectWatches
+from hpkctl.kubelet.prefetch import Prefetch
 from hpkctl.kubelet.podevents import PodEvents
 from hpkctl.kubelet.podstate import Phase
 from hpkctl.kubelet.podstatus import reported_starts
@@ -56,7 +57,7 @@ def _meta(pod: dict[str, Any]) -> dict[str, Any]:
 class PodManager:
     def __init__(self, *, kube: Kube, provider: PodProvider, profile: SiteProfile, node_name: str,
                  recorder: EventSink, host_ip: str = "", table: PodTable | None = None,
-                 watches: ObjectWatches | None = None) -> None:
+                 watches: ObjectWatches | None = None, prefetch: Kube | None = None) -> None:
         self.kube = kube
         self.provider = provider
         self.profile = profile
@@ -69,6 +70,8 @@ class PodManager:
         self.services = ServiceCache(kube)
         self.watches = watches  # the ConfigMaps and Secrets of the pods to start, watched (None: GETs)
         self.tokens = TokenCache()
+        # a new pod's objects and tokens read ahead on threads of their own (None: by its worker)
+        self.prefetch = Prefetch(prefetch, self.tokens) if prefetch is not None else None
         self._left: dict[str, Leftover] = {}  # what the previous kubelet left, by uid
         self._gone: set[str] = set()  # uids whose API object no longer exists
         self.status = StatusManager(kube=kube, events=self.events, host_ip=host_ip)
@@ -97,6 +100,8 @@ class PodManager:
                 elif left.job_id:
                     t.state.phase = Phase.SUBMITTED
             self.table.put(t)
+            if self.prefetch is not None and not t.job_id and not t.state.final and not meta.get("deletionTimestamp"):
+                self.prefetch.register(pod, since=t.seen)
         else:
             t.pod = pod
         if self.watches is not None and not t.job_id and not t.state.final:
@@ -276,8 +281,10 @@ class PodManager:
         if (due := refresh_after(t.pod)) is not None and created.outcome == Outcome.SUBMITTED:
             t.state.token_due = time.time() + due
 
-    def _objects(self, t: Tracked) -> ApiObjects:
-        return ApiObjects(self.kube, pod=t.pod, watches=self.watches, tokens=self.tokens)
+    def _objects(self, t: Tracked) -> ApiObjects:  # a first create may read what was read since the pod was seen
+        since = t.seen if t.state.phase is Phase.NEW else time.monotonic()
+        return ApiObjects(self.kube, pod=t.pod, watches=self.watches, tokens=self.tokens, since=since,
+                          fresh=self.prefetch.objects if self.prefetch is not None else None)
 
     def _submitted(self, t: Tracked, created: Created) -> None:
         t.job_id = created.job_id
@@ -310,10 +317,7 @@ class PodManager:
                   "containerStatuses": waiting_containers(t.pod, reason, message[:1000])}
         if not t.job_id:
             self.provider.give_up(PodRef(t.uid, t.namespace, t.name))
-        self._send(t, status)
-
-    def _send(self, t: Tracked, status: dict[str, Any]) -> bool:
-        return self.status.send(t, status)
+        self.status.send(t, status)
 
     # ------------------------------------------------------------------ delete
     def _stop(self, t: Tracked, *, final_delete: bool) -> None:

@@ -11,6 +11,7 @@ loop read them, through :meth:`PodTable.by_name` and :meth:`PodTable.snapshot`.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ class Tracked:
     deleting: bool = False  # the stop sequence has begun
     error: str = ""  # a reason the pod could not be submitted (it has a Failed/Pending status saying so)
     state: PodState = field(default_factory=PodState)
+    seen: float = field(default_factory=time.monotonic)  # when this kubelet first saw it (its registration)
 
     @property
     def key(self) -> str:

@@ -27,6 +27,7 @@ from hpkctl.provider.tokens import REFRESH_AT, TokenSource, refresh_after
 log = logging.getLogger("hpkctl.kubelet.tokens")
 
 MAX_TTL = 24 * 3600.0  # the real token manager refreshes any token older than this
+FLIGHT_WAIT = 60.0  # seconds a reader waits for another's request in flight before it asks itself
 
 
 def token_key(namespace: str, service_account: str, spec: Mapping[str, Any]) -> str:
@@ -42,6 +43,7 @@ class TokenCache:
         self.clock = clock
         self._lock = threading.Lock()
         self._tokens: dict[str, tuple[bytes, float, float, str]] = {}  # key -> (token, issued, expiry, pod uid)
+        self._flights: dict[str, threading.Event] = {}  # key -> set when its request in flight ended
         self.requests = 0  # TokenRequests sent through the cache (tests)
 
     def _fresh(self, issued: float, expiry: float, now: float) -> bool:
@@ -50,20 +52,38 @@ class TokenCache:
 
     def get(self, key: str, pod_uid: str, request: Callable[[], tuple[bytes, float] | None]) -> tuple[bytes, float] | None:
         """(token, expiry time) for ``key``: the cached one while fresh, else a new one from
-        ``request()`` (which answers (token, lifetime in seconds), or ``None``), cached."""
-        now = self.clock()
+        ``request()`` (which answers (token, lifetime in seconds), or ``None``), cached. A request for
+        ``key`` already in flight (the kubelet's prefetch, :mod:`hpkctl.kubelet.prefetch`) is waited
+        for instead of sent twice; if it brought nothing, this caller asks itself."""
         with self._lock:
             hit = self._tokens.get(key)
-        if hit is not None and self._fresh(hit[1], hit[2], now):
-            return hit[0], hit[2]
-        self.requests += 1
-        got = request()
-        if got is None:
-            return None
-        token, expiry = got[0], now + got[1]
-        with self._lock:
-            self._tokens[key] = (token, now, expiry, pod_uid)
-        return token, expiry
+            if hit is not None and self._fresh(hit[1], hit[2], self.clock()):
+                return hit[0], hit[2]
+            flight = self._flights.get(key)
+            mine = flight is None
+            if flight is None:
+                flight = self._flights[key] = threading.Event()
+        if not mine:
+            flight.wait(FLIGHT_WAIT)
+            with self._lock:
+                hit = self._tokens.get(key)
+            if hit is not None and self._fresh(hit[1], hit[2], self.clock()):
+                return hit[0], hit[2]
+        try:
+            now = self.clock()
+            self.requests += 1
+            got = request()
+            if got is None:
+                return None
+            token, expiry = got[0], now + got[1]
+            with self._lock:
+                self._tokens[key] = (token, now, expiry, pod_uid)
+            return token, expiry
+        finally:
+            if mine:
+                with self._lock:
+                    self._flights.pop(key, None)
+                flight.set()
 
     def forget_pod(self, pod_uid: str) -> None:
         """``DeleteServiceAccountToken``: the pod left the node; also drops expired tokens."""

@@ -85,7 +85,14 @@ class RecordStore(Protocol):
 
 
 class Records:
-    """The record files of one node. Writes are atomic (temporary file, fsync, rename)."""
+    """The record files of one node. Writes are atomic (temporary file, rename); a record's intent
+    (``submitting``) and its end (``failed``, ``stopped``) are flushed to disk before the rename
+    (fsync), its ``submitted`` state with the job id is not: that write follows every ``sbatch`` and
+    was half the records' cost on a create's path, and losing it cannot run anything twice. After a
+    crash (even a power cut) that loses it, the pod's record says ``submitting`` again, or is
+    unreadable and skipped (``load_all``), and either way the job is looked up by the pod's uid
+    (``status/job.id``, ``squeue``, ``sacct``: :mod:`hpkctl.provider.adopt`) and adopted, exactly as
+    for a kubelet killed between ``sbatch`` and that write."""
 
     def __init__(self, root: Path) -> None:
         self.root = private_dirs(root / "pods")
@@ -96,7 +103,8 @@ class Records:
         return self.root / f"{uid}.json"
 
     def save(self, rec: PodRecord) -> None:
-        write_atomic(self.path(rec.uid), json.dumps(asdict(rec), indent=1).encode(), mode=0o600)
+        write_atomic(self.path(rec.uid), json.dumps(asdict(rec), indent=1).encode(), mode=0o600,
+                     sync=rec.state != SUBMITTED)
 
     def remove(self, uid: str) -> None:
         self.path(uid).unlink(missing_ok=True)
