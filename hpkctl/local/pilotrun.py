@@ -129,7 +129,7 @@ def follow_pilot(provider: PodProvider, rec: RunRecord, proc: StepProcess, *, ou
         return rec.dir_missing
 
     def status() -> PodStatus:
-        st = provider.pod_statuses([ref])[rec.uid]  # a step: no Slurm query, its files say everything
+        st = provider.pod_statuses([ref], fresh=False)[rec.uid]  # its files: this process's srun says its end
         assert isinstance(st, PodStatus)
         return st
 

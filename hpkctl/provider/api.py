@@ -284,7 +284,9 @@ class PodProvider(Protocol):
         (``hpkctl status``, following a run, ``hpkctl logs -f``): each pod's status now, read from its
         files, with ONE Slurm query for all their jobs (one ``squeue``; sacct/scontrol only for jobs
         that left the queue), never one per pod; a workload run as a job array (``hpkctl run`` of a
-        Job...) answers its ``ArrayStatus``. ``fresh=False``: Slurm's last answer while it is at most
+        Job...) answers its ``ArrayStatus``; a pilot pod whose files say it runs is also looked for among
+        Slurm's running steps (one ``squeue --steps`` for all, only when ``fresh``): a step killed before its
+        script's last word fails the pod, as a vanished job does. ``fresh=False``: Slurm's last answer while it is at most
         ``slurm_poll`` old (``now``: the caller's clock), so a caller reading the files every tick asks
         Slurm at that pace. A pod with no record here is a ``KeyError``; one odd record shows its own
         problem as its status, never hides the others."""

@@ -329,7 +329,7 @@ class JobPodProvider:
     def pod_statuses(self, refs: Sequence[PodRef], *, fresh: bool = True,
                      now: float | None = None) -> dict[str, PodStatus | ArrayStatus]:
         recs = [self._known(r.uid) for r in refs]
-        got = run_statuses(self.slurm, recs, workloads_of(recs),
+        got = run_statuses(self.slurm, recs, workloads_of(recs), steps=fresh,
                            ask=lambda ids: self.jobs.states(ids, fresh=fresh, now=now))
         return {r.uid: st for r, st in zip(recs, got)}
 

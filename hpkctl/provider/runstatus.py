@@ -14,16 +14,20 @@ the uid in their comment) are listed too (moved here from ``hpkctl.local``, issu
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hpkctl.errors import HpkError
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError, SlurmUnavailable, UserJob
+from hpkctl.jobs.steps import is_step_id
 from hpkctl.pod.lifecycle import grace_period
 from hpkctl.pod.flags import uid_from_comment
+from hpkctl.pod.paths import JOB_ID, POD_DONE, PodDir
 from hpkctl.pod.status import PodStatus, apptainer_fatal, containers_of, read_pod_status
 from hpkctl.provider.records import node_record_uids
 from hpkctl.provider.runrecords import SUBMITTED, SUBMITTING, RunRecord, save_record
@@ -90,9 +94,42 @@ def problem_status(rec: RunRecord, error: Exception) -> PodStatus:
                      f"the run", None, None, None, None)
 
 
+def _live_step(rec: RunRecord) -> str:
+    """A pilot pod's step (``J.S``) while its files say it has not ended; "" for any other record."""
+    if not rec.allocation or rec.is_array or rec.state != SUBMITTED or not rec.pod_dir:
+        return ""
+    pd = PodDir(Path(rec.pod_dir))
+    step = (pd.read(JOB_ID) or "").strip()
+    return step if is_step_id(step) and not pd.exists(POD_DONE) else ""
+
+
+def lost_steps(records: Sequence[RunRecord], running: Callable[[], set[str]] | None) -> dict[str, str]:
+    """uid -> step of the pilot pods whose step Slurm no longer runs (``running``: the running steps'
+    ids, one ``squeue --steps``; ``None``: not asked now) though the pod never wrote ``pod.done``: the
+    step was killed (``scancel`` of it, its node or allocation failed) before its script could say
+    how the pod ended. The files are read again after Slurm answered: a pod writes ``pod.done``
+    before its step ends, so one that ended meanwhile is not taken for lost."""
+    live = {r.uid: s for r in records if (s := _live_step(r))}
+    if not live or running is None:
+        return {}
+    steps = running()
+    by_uid = {r.uid: r for r in records}
+    return {uid: step for uid, step in live.items() if step not in steps and _live_step(by_uid[uid])}
+
+
+def step_lost(rec: RunRecord, step: str) -> PodStatus:
+    """The status of a pilot pod whose step ended without its script's last word (:func:`lost_steps`)."""
+    st = read_pod_status(rec.dir.root, containers_of(rec.pod()), JobInfo(step, "CANCELLED"))
+    return dataclasses.replace(st, message=f"its pilot step {step} ended before the pod's script said how the pod "
+                               "ended: the step was cancelled, or its node or allocation failed")
+
+
 def run_statuses(slurm: Slurm, records: Sequence[RunRecord], arrays: Mapping[str, WorkloadFile], *,
-                 ask: Callable[[list[str]], Mapping[str, JobInfo | None]] | None = None) -> list[PodStatus | ArrayStatus]:
-    """The status of each record, in order (``arrays``: the workloads' ``job/workload.json`` by uid)."""
+                 ask: Callable[[list[str]], Mapping[str, JobInfo | None]] | None = None,
+                 steps: bool = False) -> list[PodStatus | ArrayStatus]:
+    """The status of each record, in order (``arrays``: the workloads' ``job/workload.json`` by uid;
+    ``steps``: ask Slurm which steps run, one ``squeue --steps``, when a pilot pod's files say it runs;
+    never from an older answer, which a step started since would be missing from)."""
     ask = ask or (lambda ids: job_states(slurm, ids))
     problems: dict[str, Exception] = {}
     jobs: dict[str, JobInfo | None]
@@ -107,11 +144,18 @@ def run_statuses(slurm: Slurm, records: Sequence[RunRecord], arrays: Mapping[str
                 jobs.update(ask(_ids(r, arrays)))
             except _PROBLEMS as exc:
                 problems[r.uid] = exc
+    try:
+        lost = lost_steps(records, (lambda: {s.step_id for s in slurm.steps()}) if steps else None)
+    except SlurmError:  # the pods' files still say the rest
+        lost = {}
     out: list[PodStatus | ArrayStatus] = []
     for r in records:
         try:
             if r.uid in problems:
                 raise problems[r.uid]
+            if r.uid in lost:
+                out.append(step_lost(r, lost[r.uid]))
+                continue
             out.append(array_status(r, jobs, info=arrays[r.uid]) if r.uid in arrays else run_status(r, jobs.get(r.job_id), job_known=r.job_id in jobs))
         except _PROBLEMS as exc:
             out.append(problem_status(r, exc))

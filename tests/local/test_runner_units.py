@@ -276,3 +276,49 @@ def test_logs_follow_of_a_pilot_run_asks_slurm_about_no_empty_job_id(fp, profile
     assert out.getvalue() == "one\ntwo\n"
     assert 25 <= now[0] < 26
     assert asked == [] and len(fp.calls) == 0, (asked, list(fp.calls))
+
+
+def test_a_pilot_pod_whose_step_was_killed_is_failed_not_running_for_ever(fp, profile: SiteProfile, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A pilot pod's step killed before its script's last word (``scancel --signal=KILL J.S``, its node
+    lost): its files say Running for ever. ``hpkctl status`` and ``hpkctl logs -f`` look for the step
+    among Slurm's running steps (one ``squeue --steps``) and fail the pod Cancelled, naming the step;
+    a step Slurm still runs, or a pod that wrote ``pod.done``, is left to its files. Before, the pod
+    stayed Running and ``logs -f`` never returned (seen on the real Slurm)."""
+    from hpkctl.local.follow import follow_logs
+
+    pod_dir = tmp_path / "pod"
+    for d in ("job", "status", "logs"):
+        (pod_dir / d).mkdir(parents=True)
+    (pod_dir / "job" / "pod.json").write_text(json.dumps(POD))
+    for name, text in (("job.started", "2026-11-26T10:00:00Z"), ("c.started", "2026-11-26T10:00:01Z"),
+                       ("job.id", "42.3")):
+        (pod_dir / "status" / name).write_text(text + "\n")
+    rec = RunRecord(name="p", namespace="default", uid="u", job_id="", pod_dir=str(pod_dir), site="t", submitted=0,
+                    state="submitted", allocation="42")
+    steps = ["/fake/bin/squeue", fp.any()]
+    fp.register(steps, stdout="42.3|vm|2026-11-26T10:00:00|p\n")  # still running
+    provider = _provider(profile, rec)
+    assert provider.pod_statuses([_ref(rec)])["u"].phase == "Running"
+    assert provider.pod_statuses([_ref(rec)], fresh=False)["u"].phase == "Running"  # no query: files only
+    assert fp.call_count(steps) == 1
+    fp.register(steps, stdout="")  # gone
+    st = provider.pod_statuses([_ref(rec)])["u"]
+    assert (st.phase, st.reason) == ("Failed", "Cancelled") and "pilot step 42.3 ended" in st.message, st
+    fp.register(steps, stdout="", occurrences=5)
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    follow_logs(provider, rec, "c", out=io.StringIO(), slurm_poll=10.0, sleep=sleep, clock=lambda: now[0])
+    assert now[0] < 1  # the first Slurm poll found the step gone
+    (pod_dir / "status" / "pod.done").write_text("0\n")
+    (pod_dir / "status" / "c.exitcode").write_text("0\n")
+    assert provider.pod_statuses([_ref(rec)])["u"].phase == "Succeeded"  # its files said it all: no query
+    assert fp.call_count(steps) == 3
+
+
+def _ref(rec: RunRecord) -> Any:
+    from hpkctl.provider import PodRef
+
+    return PodRef(rec.uid, rec.namespace, rec.name)
