@@ -123,7 +123,9 @@ hpk_array_main() {
     fi
     if [ "$HPK_RETRIES" -eq 0 ] || [ -n "$HPK_A_STOPPING" ] || [ -e "$HPK_ARRAY_STATUS/job.failed" ]; then
       hpk_a_put "index.$i" Failed
-      if [ -e "$pod/status/pod.deleting" ]; then  # deleted: wait for the scancel that follows
+      # deleted: wait for the scancel that follows (not in pilot mode: nobody cancels a step whose pod
+      # ended, as hpk_linger in runtime.sh; the step would hold its CPUs in the allocation for 60 s)
+      if [ -e "$pod/status/pod.deleting" ] && [ -z "${HPK_PILOT:-}" ]; then
         trap - TERM INT
         sleep 60 &
         wait "$!"

@@ -107,10 +107,11 @@ def _phase(hpk: Hpk, name: str) -> str:
 
 def _own_pool(hpk: Hpk, node: str, **pilot: Any) -> str:
     """A profile whose run allocations are its own (comment ``node=<node>``): other tests' pilot runs
-    of user hpk never share them. Returns its path for --site."""
+    of user hpk never share them. A failed pod runs again after 1 s, not the default 10 s: these tests
+    prove what runs again, not how long the back-off is. Returns its path for --site."""
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in pilot.items())
     path = hpk.workdir / f"{node}.toml"
-    path.write_text(f'extends = "ci"\n\n[pods]\nnode_name = "{node}"\n\n[pilot]\n{extra}')
+    path.write_text(f'extends = "ci"\n\n[pods]\nnode_name = "{node}"\nrestart_backoff = 1\n\n[pilot]\n{extra}')
     path.chmod(0o644)
     return str(path)
 

@@ -171,7 +171,7 @@ def _fake_pods(tmp: Path, codes: list[str]) -> list[str]:
 
 
 def _element(tmp: Path, plan: ArrayPlan, index: int, *, env: dict[str, str] | None = None,
-             wait: bool = True) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
+             wait: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str] | subprocess.Popen[str]:
     script = tmp / "array.sh"
     script.write_text(render_array(plan))
     bin_dir = tmp / "bin"
@@ -182,7 +182,8 @@ def _element(tmp: Path, plan: ArrayPlan, index: int, *, env: dict[str, str] | No
             "SLURM_JOB_NAME": "train", **(env or {})}
     if not wait:
         return subprocess.Popen(["bash", str(script)], env=full, text=True, stderr=subprocess.PIPE)
-    return subprocess.run(["bash", str(script)], env=full, capture_output=True, text=True, check=False, timeout=60)
+    return subprocess.run(["bash", str(script)], env=full, capture_output=True, text=True, check=False,
+                          timeout=timeout)
 
 
 def _status(plan: ArrayPlan, name: str) -> str:
@@ -273,6 +274,25 @@ def test_term_is_passed_on_to_the_pod(tmp_path: Path) -> None:
     assert proc.wait(timeout=20) == 143
     assert (Path(plan.pod_dirs[0]) / "stopped").read_text() == "stopped\n"
     assert _status(plan, "index.0") == "Failed"  # stopped, not retried
+
+
+def test_a_deleted_pilot_element_ends_with_its_pod(tmp_path: Path) -> None:
+    """A deleted pod's element waits (TERM untrapped, up to 60 s) for the scancel that follows a job
+    array's delete; in pilot mode (``HPK_PILOT=1``) nobody cancels a step whose pod ended, so it ends
+    with its pod and gives the allocation its CPUs back (before, the step stayed 60 s)."""
+    plan = _fast(_plan(tmp_path, 1, retries=True, backoff_limit=6))
+    plan.pod_dirs = _fake_pods(tmp_path, ["0"])
+    pod = Path(plan.pod_dirs[0])
+    (pod / "job" / "job.sh").write_text('d=$(dirname "$(dirname "$0")"); trap \'exit 143\' TERM\n'
+                                        ': >"$d/trapped"; sleep 30 & wait\n')
+    proc = _element(tmp_path, plan, 0, env={"HPK_PILOT": "1"}, wait=False)
+    assert isinstance(proc, subprocess.Popen)
+    wait_for("the pod's TERM trap", (pod / "trapped").exists, timeout=20, every=0.05)
+    (pod / "status").mkdir()
+    (pod / "status" / "pod.deleting").write_text("now\n")  # the delete marks the pod, then TERM
+    proc.terminate()
+    assert proc.wait(timeout=30) == 143  # the 60 s linger would outlast this
+    assert _status(plan, "index.0") == "Failed"
 
 
 def test_an_element_the_failed_job_cancels_says_its_job_stopped_it(tmp_path: Path) -> None:
