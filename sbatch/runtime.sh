@@ -13,6 +13,18 @@ hpk_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 HPK_MPI_ENV='. "$HPK_RUNTIME" && hpk_rank "$@"'
 export HPK_RUNTIME
 
+# hpk_pilot_srun SRUN-ARGS...: pilot mode's MPI launch, in the container's own subshell (its exec
+# is the container). This script is a one-task step of an allocation; the ranks are a step of their
+# own there, with the pod's geometry (the script's words) on the nodes hpkctl placed the pod on
+# (HPK_RANKS_NODES). This step's SLURM_* variables (one task, one node) would tell srun otherwise.
+hpk_pilot_srun() {
+  local v job=${SLURM_JOB_ID:-}
+  for v in ${!SLURM_@}; do
+    [ "$v" = SLURM_CONF ] || unset "$v"
+  done
+  exec setsid srun --jobid="$job" ${HPK_RANKS_NODES:+"--nodelist=$HPK_RANKS_NODES"} "$@"
+}
+
 # The kubelet's change log: after a status write the job drops a marker named after the pod's
 # uid (its directory's name) into <state_dir>/changes/, a directory the kubelet creates, which
 # reads that one directory per round instead of every pod's (hpkctl/pod/paths.py, CHANGES_DIR).

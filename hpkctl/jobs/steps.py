@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hpkctl.jobs.command import Commands, failure
+from hpkctl.jobs.alloc import expand_hostlist
 from hpkctl.jobs.errors import SlurmUnavailable
 from hpkctl.jobs.info import parse_nodes, parse_time
 from hpkctl.jobs.query import check_id
@@ -82,7 +83,8 @@ def list_steps(commands: Commands) -> list[StepInfo]:
 
 @dataclass(frozen=True)
 class StepShare:
-    """A running numbered step with what it holds: its node, CPUs, memory (MB) and GPUs, and its name."""
+    """A running numbered step with what it holds: its node(s) (``n1,n2``), CPUs, memory (MB) and GPUs on
+    each, and its name."""
 
     step_id: str
     job_id: str
@@ -105,18 +107,23 @@ def _tres_mb(value: str) -> int:
 
 def parse_step_shares(text: str) -> list[StepShare]:
     """``scontrol show step -o`` lines → numbered steps with their resources (``TRES=cpu=2,mem=300M,
-    node=1,gres/gpu=1``); ``batch``/``extern`` and steps on more than one node are left out."""
+    node=1,gres/gpu=1``); ``batch``/``extern`` are left out. A step on several nodes (an MPI pod's
+    ranks) is one share per node, ``node`` the nodes comma-separated and the figures each node's (Slurm
+    gives the totals: an even split)."""
     out: list[StepShare] = []
     for line in text.splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
         m = _STEP_ID.match(fields.get("StepId", ""))
-        if not m or fields.get("State", "RUNNING") != "RUNNING" or fields.get("Nodes", "1") != "1":
+        if not m or fields.get("State", "RUNNING") != "RUNNING":
             continue
+        nodes = expand_hostlist(fields.get("NodeList", "")) or [""]
+        n = len(nodes)
         tres = dict(t.split("=", 1) for t in fields.get("TRES", "").split(",") if "=" in t)
         gpus = sum(int(v) for k, v in tres.items() if k.startswith("gres/gpu") and ":" not in k and v.isdigit())
-        out.append(StepShare(step_id=m.group(0), job_id=m.group(1), node=fields.get("NodeList", ""),
-                             cpus=int(tres.get("cpu") or fields.get("CPUs") or 0),
-                             memory_mb=_tres_mb(tres.get("mem", "0")), gpus=gpus, name=fields.get("Name", "")))
+        cpus = int(tres.get("cpu") or fields.get("CPUs") or 0)
+        out.append(StepShare(step_id=m.group(0), job_id=m.group(1), node=",".join(nodes), cpus=math.ceil(cpus / n),
+                             memory_mb=math.ceil(_tres_mb(tres.get("mem", "0")) / n), gpus=math.ceil(gpus / n),
+                             name=fields.get("Name", "")))
     return out
 
 
@@ -155,8 +162,10 @@ class StepProcess:
 
 
 def step_args(job_id: str, *, name: str, node: str, cpus: int, memory_mb: int, gpus: int = 0,
-              gres_name: str = "gpu", output: Path, workdir: Path, immediate: int) -> list[str]:
-    """srun's options for one resource-bounded task on ``node`` of allocation ``job_id``."""
+              gres_name: str = "gpu", output: Path, workdir: Path, immediate: int, overlap: bool = False) -> list[str]:
+    """srun's options for one resource-bounded task on ``node`` of allocation ``job_id``; ``overlap``:
+    Slurm counts none of its resources against other steps (``--overlap``: an MPI pod's script, whose
+    ranks are a step of their own that holds the pod's room)."""
     check_id(job_id)
     if cpus < 1 or memory_mb < 1:
         raise ValueError("a step needs at least one CPU and some memory (else it takes the whole allocation's)")
@@ -165,6 +174,8 @@ def step_args(job_id: str, *, name: str, node: str, cpus: int, memory_mb: int, g
             f"--output={output}", f"--error={output}", f"--chdir={workdir}", "--input=none"]
     if node:
         args.append(f"--nodelist={node}")
+    if overlap:
+        args.append("--overlap")
     if gpus > 0:
         args.append(f"--gres={gres_name}:{gpus}")
     return args
@@ -172,7 +183,7 @@ def step_args(job_id: str, *, name: str, node: str, cpus: int, memory_mb: int, g
 
 def start_step(commands: Commands, job_id: str, argv: Sequence[str], *, name: str, node: str, cpus: int,
                memory_mb: int, gpus: int = 0, gres_name: str = "gpu", output: Path, workdir: Path,
-               srun_log: Path) -> StepProcess:
+               srun_log: Path, overlap: bool = False) -> StepProcess:
     """Start ``argv`` as a step of ``job_id`` and return at once (srun keeps running, in its own
     session, as long as the step does; its own messages are appended to ``srun_log``)."""
     if not argv:
@@ -180,7 +191,8 @@ def start_step(commands: Commands, job_id: str, argv: Sequence[str], *, name: st
     srun = commands.executable("srun")
     immediate = max(1, math.ceil(commands.config.command_timeout))
     args = [*step_args(job_id, name=name, node=node, cpus=cpus, memory_mb=memory_mb, gpus=gpus,
-                       gres_name=gres_name, output=output, workdir=workdir, immediate=immediate), *argv]
+                       gres_name=gres_name, output=output, workdir=workdir, immediate=immediate,
+                       overlap=overlap), *argv]
     fd = os.open(srun_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         proc = subprocess.Popen([srun, *args], env=commands.env(), start_new_session=True, stdin=subprocess.DEVNULL,

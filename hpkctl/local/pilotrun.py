@@ -106,7 +106,7 @@ def start_pilot(slurm: Slurm, prep: PreparedRun, interrupts: Interrupts, *, out:
     if not quiet:
         need = need_of(prep.rendered)
         print(f"pod {rec.namespace}/{rec.name}: started as a step of pilot allocation {spot[0]} on {spot[1]} "
-              f"({need.cpus} CPUs, {need.memory_mb} MB; pod directory {rec.pod_dir})", file=out)
+              f"({need.room()}; pod directory {rec.pod_dir})", file=out)
     return rec, proc
 
 

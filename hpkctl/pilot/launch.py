@@ -4,7 +4,9 @@ The pod's directory and script are the job-per-pod ones (``render_pod`` with ``[
 no ``#SBATCH`` lines, ``HPK_PILOT=1`` for the runtime), so init order, probes, hooks, logs, exec,
 restart policy and the stop sequence are the same code. The step runs ``bash job/job.sh`` with the
 pod's CPUs and memory (``srun --exact``); its output goes to ``logs/slurm.out`` as a job's does, and
-srun's own words to ``logs/srun.log``.
+srun's own words to ``logs/srun.log``. An MPI pod (or one of several tasks or nodes) is placed on as
+many nodes as its ranks need; its script's step only supervises, and its main container starts the
+ranks as a step of their own there (:mod:`hpkctl.pod.ranks`), as in a job of its own.
 """
 
 from __future__ import annotations
@@ -19,25 +21,33 @@ from hpkctl.jobs.steps import StepProcess
 from hpkctl.pilot.plan import Need, unfit
 from hpkctl.pilot.pool import Pool
 from hpkctl.pod import RenderedPod
+from hpkctl.pod.ranks import ranks_of
 from hpkctl.sites.pilot import mem_mb
 
 
 def need_of(rendered: RenderedPod) -> Need:
     """The pod's step: its CPUs, memory (else ``[pilot] step_memory``), GPUs, and the time it must be
     able to run (activeDeadlineSeconds + grace + 10 s). ``[pods] default_memory`` (a Kubernetes
-    quantity, ``2Gi``) is in ``mem_mib`` already: the render applies it to a pod that requests none."""
+    quantity, ``2Gi``) is in ``mem_mib`` already: the render applies it to a pod that requests none.
+    An MPI pod (or one of several tasks or nodes) needs its ranks' room on each of their nodes
+    (:func:`hpkctl.pod.ranks.ranks_of`: the tasks one node gets, times their CPUs, and the memory
+    per node), as its job of its own would hold."""
     plan = rendered.plan
     profile = plan.profile
-    if plan.mpi_flags:
-        raise PodError("PilotUnsupported", "an MPI pod (annotation slurm-job.hpk.io/mpi-flags) starts its ranks "
-                       "with srun across its own job's nodes, which a pod run as a step of a pilot allocation cannot: "
-                       "run it as a job of its own ('hpkctl run' without --pilot, or on a kubelet without pilot mode: "
-                       "[pilot] enabled = false and no --pilot)")
     res = plan.resources
-    memory = res.mem_mib or mem_mb(profile.pilot.step_memory)
     gpus = sum(n for name, n in res.gres.items() if name.split(":")[0] == profile.gpu.gres_name)
     runtime = plan.active_deadline + plan.grace + 10 if plan.active_deadline else 0
+    if is_mpi(rendered):
+        r = ranks_of(plan, gpus=gpus)
+        return Need(uid=plan.uid, cpus=r.tasks_per_node * r.cpus_per_task, memory_mb=r.memory_mb, gpus=r.gpus,
+                    runtime=runtime, nodes=r.nodes)
+    memory = res.mem_mib or mem_mb(profile.pilot.step_memory)
     return Need(uid=plan.uid, cpus=max(res.cpus, 1), memory_mb=memory, gpus=gpus, runtime=runtime)
+
+
+def is_mpi(rendered: RenderedPod) -> bool:
+    """The pod's main container is an MPI launch: its script's step only supervises the ranks' step."""
+    return any(c.mpi for c in rendered.plan.containers)
 
 
 def find_spot(pool: Pool, need: Need, *, timeout: float, sleep: Callable[[float], None] = time.sleep,
@@ -66,10 +76,21 @@ def find_spot(pool: Pool, need: Need, *, timeout: float, sleep: Callable[[float]
         pause = min(pause * 2, 1.0)
 
 
+def step_launch(mpi: bool, spot: tuple[str, str], argv: list[str]) -> tuple[str, bool, list[str]]:
+    """Where and how a pod's script runs as a step of ``spot``: (node, overlap, argv). An MPI pod's
+    script runs on the first of its nodes, overlapping (``srun --overlap``: Slurm counts none of its
+    resources, as it counts none of a batch script's) the ranks' step, which holds the pod's room on
+    every node (``HPK_RANKS_NODES``, read by the runtime's ``hpk_pilot_srun``)."""
+    if not mpi:
+        return spot[1], False, argv
+    return spot[1].split(",")[0], True, ["/usr/bin/env", f"HPK_RANKS_NODES={spot[1]}", *argv]
+
+
 def start_pod_step(slurm: Slurm, rendered: RenderedPod, spot: tuple[str, str], need: Need) -> StepProcess:
     """Start the pod's script as a step on ``spot`` (allocation, node); returns once srun runs."""
     root = Path(rendered.plan.pod_dir)
-    return slurm.start_step(spot[0], ["/bin/bash", str(root / "job" / "job.sh")], name=rendered.plan.name,
-                            node=spot[1], cpus=need.cpus, memory_mb=need.memory_mb, gpus=need.gpus,
+    node, overlap, argv = step_launch(is_mpi(rendered), spot, ["/bin/bash", str(root / "job" / "job.sh")])
+    return slurm.start_step(spot[0], argv, name=rendered.plan.name, node=node, cpus=need.cpus,
+                            memory_mb=need.memory_mb, gpus=need.gpus,
                             gres_name=rendered.plan.profile.gpu.gres_name, output=root / "logs" / "slurm.out",
-                            workdir=root, srun_log=root / "logs" / "srun.log")
+                            workdir=root, srun_log=root / "logs" / "srun.log", overlap=overlap)

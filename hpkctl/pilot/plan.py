@@ -27,17 +27,24 @@ WAITING = ("PENDING", "CONFIGURING", "REQUEUED")
 
 @dataclass(frozen=True)
 class Need:
-    """One pod's step: whole CPUs, memory (MB), GPUs, and the seconds it must be able to run
-    (``activeDeadlineSeconds`` + grace; 0: no deadline, the renewal margin applies)."""
+    """One pod's step: whole CPUs, memory (MB), GPUs on each of its ``nodes`` nodes (an MPI pod's
+    ranks may span several), and the seconds it must be able to run (``activeDeadlineSeconds`` +
+    grace; 0: no deadline, the renewal margin applies)."""
 
     uid: str
     cpus: int
     memory_mb: int
     gpus: int = 0
     runtime: int = 0
+    nodes: int = 1
 
     def share(self) -> NodeShare:
         return NodeShare(self.cpus, self.memory_mb, self.gpus)
+
+    def room(self, cpus: str = "CPUs") -> str:
+        """``2 CPUs, 300 MB`` (with GPUs, and ``on each of N nodes``): the room it needs, for messages."""
+        return (f"{self.cpus} {cpus}, {self.memory_mb} MB" + (f", {self.gpus} GPU(s)" if self.gpus else "")
+                + (f" on each of {self.nodes} nodes" if self.nodes > 1 else ""))
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,7 @@ class Rules:
 @dataclass
 class Held:
     """An allocation on the books: Slurm's state and end, each node's share (empty until it runs),
-    and the pods placed in it (uid → node, need)."""
+    and the pods placed in it (uid → node, need; a pod on several nodes: ``n1,n2``, its need on each)."""
 
     job_id: str
     state: str
@@ -72,7 +79,7 @@ class Held:
     def used(self, node: str) -> NodeShare:
         cpus = mem = gpus = 0
         for where, need in self.pods.values():
-            if where == node:
+            if node in where.split(","):
                 cpus, mem, gpus = cpus + need.cpus, mem + need.memory_mb, gpus + need.gpus
         return NodeShare(cpus, mem, gpus)
 
@@ -104,7 +111,11 @@ def required(need: Need, rules: Rules) -> int:
 
 def unfit(need: Need, rules: Rules) -> str:
     """Why no allocation of the profile's shape could ever hold ``need`` ("" when one could)."""
-    node = rules.shape.per_node
+    node, count = rules.shape.per_node, max(rules.shape.nodes, 1)
+    if need.nodes > count:
+        return (f"the pod's tasks need {need.nodes} nodes (--nodes/--ntasks in its slurm-job.hpk.io/flags "
+                f"annotation); a pilot allocation spans {count}: set [pilot] nodes = {need.nodes} or more "
+                "(whole nodes) in the site profile, or run the pod as a job of its own (without --pilot)")
     if not _fits(node, need):
         return (f"the pod needs {need.cpus} CPUs, {need.memory_mb} MB and {need.gpus} GPUs on one node; a pilot "
                 f"allocation's node holds {node.cpus} CPUs, {node.memory_mb} MB and {node.gpus} GPUs: ask for less, "
@@ -116,18 +127,20 @@ def unfit(need: Need, rules: Rules) -> str:
 
 
 def place(helds: Iterable[Held], need: Need, now: float, rules: Rules) -> tuple[str, str] | None:
-    """(allocation, node) for ``need`` among the running allocations, or None."""
+    """(allocation, node) for ``need`` among the running allocations, or None; a need of several nodes
+    gets as many, comma-separated (``n1,n2``: an srun ``--nodelist``)."""
     best: tuple[tuple[int, int, float], str, str] | None = None
     for held in helds:
         if held.state != RUNNING or held.left(now) < required(need, rules):
             continue
-        for node in sorted(held.nodes):
-            free = held.free(node)
-            if _fits(free, need):
-                # most pods first, then the tightest node, then the allocation that lasts longest
-                key = (-len(held.pods), free.cpus - need.cpus, -held.left(now))
-                if best is None or key < best[0]:
-                    best = (key, held.job_id, node)
+        # the tightest nodes that hold it (an MPI pod's ranks: its number of them, each with room)
+        room = sorted((held.free(node).cpus - need.cpus, node) for node in held.nodes if _fits(held.free(node), need))
+        if len(room) >= need.nodes:
+            chosen = room[:need.nodes]
+            # most pods first, then the tightest nodes, then the allocation that lasts longest
+            key = (-len(held.pods), sum(left for left, _ in chosen), -held.left(now))
+            if best is None or key < best[0]:
+                best = (key, held.job_id, ",".join(sorted(node for _, node in chosen)))
     return (best[1], best[2]) if best else None
 
 

@@ -134,7 +134,8 @@ class Pool:
                 held.pods.clear()
             for s in shares:
                 if s.job_id in self._helds:
-                    self._helds[s.job_id].pods[s.step_id] = (s.node, Need(s.step_id, s.cpus, s.memory_mb, s.gpus))
+                    self._helds[s.job_id].pods[s.step_id] = (s.node, Need(s.step_id, s.cpus, s.memory_mb, s.gpus,
+                                                                          nodes=s.node.count(",") + 1))
             for held in self._helds.values():
                 if held.pods:
                     held.idle_since = None

@@ -35,7 +35,7 @@ def waiting_message(pool: Pool, need: Need, decision: Plan) -> str:
     """Why ``need`` has no place now, in the words of an unschedulable pod's condition."""
     helds = pool.helds()
     queued = [h for h in helds if h.state != RUNNING]
-    want = f"{need.cpus} CPU(s), {need.memory_mb} MB" + (f", {need.gpus} GPU(s)" if need.gpus else "")
+    want = need.room("CPU(s)")
     if queued or decision.request:
         ids = ", ".join(f"{h.job_id} ({h.state})" for h in queued) or "requested now"
         return f"waiting for a pilot allocation to start for {want}: {ids}"

@@ -22,6 +22,7 @@ from hpkctl.pod.lifecycle import device_binds, hook_command, message_bound, mess
 from hpkctl.errors import PodError
 from hpkctl.pod.paths import SECRETS_FILE, inside
 from hpkctl.pod.probes import ProbePlan
+from hpkctl.pod.ranks import launch_words
 from hpkctl.pod.runtimefile import current_runtime, install_runtime, runtime_for
 from hpkctl.pod.template import environment
 from hpkctl.pod.shell import RuntimeRef, SecretText, Shell, Value, concat, env_file_line, literal, quote, shell_word
@@ -133,9 +134,8 @@ def container_command(words: ScriptWords, c: ContainerPlan) -> Shell:
     lines: list[list[str]] = []
     if c.mpi:
         # each rank runs hpk_rank (the runtime, through HPK_MPI_ENV): srun's per-task SLURM_*/PMI*
-        # variables, the pod's memory directory on the rank's node
-        lines.append(["exec", "setsid", "srun", *(quote(f) for f in plan.mpi_flags), "/bin/bash", "-c",
-                      '"$HPK_MPI_ENV"', "hpk-mpi"])
+        # variables, the pod's memory directory on the rank's node; pilot mode: pod/ranks.py
+        lines.append([*launch_words(plan), "/bin/bash", "-c", '"$HPK_MPI_ENV"', "hpk-mpi"])
         lines += _apptainer_lines(words, c, c.verb)
     else:
         lines += _apptainer_lines(words, c, c.verb)

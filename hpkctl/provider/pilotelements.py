@@ -24,7 +24,7 @@ from pathlib import Path
 
 from hpkctl.jobs import JobInfo
 from hpkctl.jobs.steps import StepProcess
-from hpkctl.pilot.launch import need_of, start_pod_step
+from hpkctl.pilot.launch import is_mpi, need_of, start_pod_step, step_launch
 from hpkctl.pilot.shared import place_and_start
 from hpkctl.pod import RenderedPod
 from hpkctl.pod.paths import JOB_ID, POD_DELETING, PodDir
@@ -84,6 +84,7 @@ class PilotElements:
         self.provider, self.rec, self.guard = provider, rec, guard  # guard: no signal while a step starts
         self.info = WorkloadFile.read(rec.pod_dir)
         self.need = need_of(rendered)  # the pods of one template need the same
+        self.mpi = is_mpi(rendered)  # an MPI template: each element's ranks are a step of their own
         self.array = PodDir(Path(rec.pod_dir))
         self.running: dict[int, _Element] = {}
         self.ended: set[int] = set()
@@ -103,13 +104,13 @@ class PilotElements:
         profile = self.provider.profile
 
         def start(spot: Spot) -> StepProcess:
+            node, overlap, argv = step_launch(self.mpi, spot, ["/usr/bin/env", f"SLURM_ARRAY_TASK_ID={index}",
+                                                                "HPK_PILOT=1", "/bin/bash", str(root / "job" / "job.sh")])
             with self.guard():
                 proc = self.provider.slurm.start_step(
-                    spot[0], ["/usr/bin/env", f"SLURM_ARRAY_TASK_ID={index}", "HPK_PILOT=1", "/bin/bash",
-                              str(root / "job" / "job.sh")],
-                    name=member.name, node=spot[1], cpus=self.need.cpus, memory_mb=self.need.memory_mb,
-                    gpus=self.need.gpus, gres_name=profile.gpu.gres_name,
-                    output=root / "logs" / f"element-{index}.out", workdir=pod_dir, srun_log=pod_dir / "logs" / "srun.log")
+                    spot[0], argv, name=member.name, node=node, cpus=self.need.cpus, memory_mb=self.need.memory_mb,
+                    gpus=self.need.gpus, gres_name=profile.gpu.gres_name, output=root / "logs" / f"element-{index}.out",
+                    workdir=pod_dir, srun_log=pod_dir / "logs" / "srun.log", overlap=overlap)
                 if self.rec.state != SUBMITTED:
                     self.rec.allocation, self.rec.state = spot[0], SUBMITTED
                     self.provider.records.save(self.rec)

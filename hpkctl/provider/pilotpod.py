@@ -215,9 +215,9 @@ class PilotPodProvider(JobPodProvider):
         t_srun = time.monotonic()
         notes = self._submitted(ref, rec, spot[0])
         # the create path's stages (bench/run pilot's "where the time goes" splits the rest)
-        log.info("pod %s: step of pilot allocation %s on %s (%d CPUs, %d MB) in %.3f s: render %.3f, place %.3f, "
-                 "record and pod directory %.3f, srun %.3f, record %.3f", ref.key, spot[0], spot[1], need.cpus,
-                 need.memory_mb, time.monotonic() - t0, t_render - t0, t_place - t_render, t_dir - t_place,
+        log.info("pod %s: step of pilot allocation %s on %s (%s) in %.3f s: render %.3f, place %.3f, "
+                 "record and pod directory %.3f, srun %.3f, record %.3f", ref.key, spot[0], spot[1], need.room(),
+                 time.monotonic() - t0, t_render - t0, t_place - t_render, t_dir - t_place,
                  t_srun - t_dir, time.monotonic() - t_srun)
         return Created(Outcome.SUBMITTED, job_id=spot[0], notes=notes, warnings=tuple(rendered.warnings))
 

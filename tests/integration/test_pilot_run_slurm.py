@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.hpk import STANDIN, VENV_BIN, Hpk, hpkctl_pid, pod, unique
-from tests.support.slurm import SINGLE_CONF, as_hpk
+from tests.support.slurm import MULTI_CONF, SINGLE_CONF, as_hpk
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
@@ -105,13 +105,13 @@ def _phase(hpk: Hpk, name: str) -> str:
     return str(json.loads(r.stdout)[0]["status"].get("phase", ""))
 
 
-def _own_pool(hpk: Hpk, node: str, **pilot: Any) -> str:
+def _own_pool(hpk: Hpk, node: str, base: str = "ci", **pilot: Any) -> str:
     """A profile whose run allocations are its own (comment ``node=<node>``): other tests' pilot runs
     of user hpk never share them. A failed pod runs again after 1 s, not the default 10 s: these tests
     prove what runs again, not how long the back-off is. Returns its path for --site."""
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in pilot.items())
     path = hpk.workdir / f"{node}.toml"
-    path.write_text(f'extends = "ci"\n\n[pods]\nnode_name = "{node}"\nrestart_backoff = 1\n\n[pilot]\n{extra}')
+    path.write_text(f'extends = "{base}"\n\n[pods]\nnode_name = "{node}"\nrestart_backoff = 1\n\n[pilot]\n{extra}')
     path.chmod(0o644)
     return str(path)
 
@@ -317,3 +317,33 @@ def _indexed_job(name: str, script: str, out: Path, *, grace: int = 30, **spec: 
         "volumes": [{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}]}}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
             "spec": {"completions": 3, "parallelism": 2, "completionMode": "Indexed", "template": template, **spec}}
+
+
+def test_an_mpi_pods_ranks_span_two_nodes_and_a_two_task_pod_gets_two_tasks(hpk_multi: Hpk) -> None:
+    """On the 3-node Slurm, allocations of two whole nodes: the MPI pod's script is a step on one node
+    and its ranks a step of their own on both (srun --mpi=pmi2 in the allocation, as in a job of its
+    own: PMI tells each rank its rank and the size); a pod of --ntasks=2 without the MPI annotation
+    gets its two tasks, in the same allocation."""
+    site = _own_pool(hpk_multi, unique("pm"), base="ci-multi", nodes=2, max_allocations=1,
+                     time_limit="00:10:00", idle_release=10)
+    rank = 'echo "rank=$PMI_RANK size=$PMI_SIZE task=$SLURM_PROCID/$SLURM_NTASKS node=$SLURMD_NODENAME"'
+    mpi = pod(unique("pilot-mpi"), [c("ranks", rank)], annotations={
+        "slurm-job.hpk.io/flags": "--nodes=2 --ntasks=2", "slurm-job.hpk.io/mpi-flags": "--mpi=pmi2"})
+    job = ""
+    try:
+        r = hpk_multi.run(mpi, site=site, extra=("--pilot",))
+        found = ALLOCATION.search(r.stderr)
+        job = found.group(1) if found else ""
+        assert r.rc == 0, r.output
+        assert found and found.group(2) in ("n1,n2", "n1,n3", "n2,n3"), r.stderr  # its two nodes
+        lines = sorted(r.stdout.splitlines())
+        assert [ln.rsplit(" ", 1)[0] for ln in lines] == ["rank=0 size=2 task=0/2", "rank=1 size=2 task=1/2"], lines
+        assert {ln.rsplit("node=", 1)[1] for ln in lines} == set(found.group(2).split(",")), lines
+        tasks = hpk_multi.run(pod(unique("pilot-tasks"), [c("tasks", 'echo "task=$SLURM_PROCID/$SLURM_NTASKS"')],
+                                  annotations={"slurm-job.hpk.io/flags": "--ntasks=2"}), site=site, extra=("--pilot",))
+        assert tasks.rc == 0, tasks.output
+        assert sorted(tasks.stdout.splitlines()) == ["task=0/2", "task=1/2"], tasks.output
+        assert ALLOCATION.search(tasks.stderr).group(1) == job  # type: ignore[union-attr]  # the held one
+    finally:
+        if job:
+            as_hpk(["scancel", job], slurm_conf=MULTI_CONF)

@@ -65,7 +65,8 @@ def test_holder_options_whole_nodes_or_a_share() -> None:
 
 def test_step_shares_from_scontrol_show_step() -> None:
     """``scontrol show step -o`` (Slurm 22.05, as measured): numbered steps with their node, CPUs,
-    memory and GPUs; the batch step, and a step across nodes, are not a pod's."""
+    memory and GPUs; the batch step is not a pod's; a step across nodes (an MPI pod's ranks) holds an
+    even share of Slurm's totals on each of its nodes."""
     from hpkctl.jobs.steps import StepShare, parse_step_shares
 
     text = (
@@ -79,4 +80,5 @@ def test_step_shares_from_scontrol_show_step() -> None:
         "Partition=debug NodeList=n2 Nodes=1 CPUs=4 Tasks=1 Name=g TRES=cpu=4,mem=2G,node=1,gres/gpu=2\n"
         "StepId=41.0 UserId=1001 State=RUNNING NodeList=n[1-2] Nodes=2 CPUs=8 Name=wide TRES=cpu=8,mem=1G,node=2\n")
     assert parse_step_shares(text) == [StepShare("32296.0", "32296", "vm", 1, 200, 0, "my"),
-                                       StepShare("40.3", "40", "n2", 4, 2048, 2, "g")]
+                                       StepShare("40.3", "40", "n2", 4, 2048, 2, "g"),
+                                       StepShare("41.0", "41", "n1,n2", 4, 512, 0, "wide")]

@@ -69,3 +69,26 @@ def test_idle_allocations_are_released_after_the_idle_time_or_at_once_when_too_s
     ending = running("3", left=500)
     busy = running("4", left=500, p=("n1", need("p", runtime=100)))
     assert plan([idle, fresh, ending, busy], [], NOW, RULES).release == ("1", "3")
+
+
+def test_a_pod_of_several_nodes_gets_as_many_nodes_each_with_its_room() -> None:
+    """An MPI pod's ranks on 2 nodes: 2 distinct nodes of one allocation, each with the room free
+    (the tightest ones), never one node twice; its books count it on both."""
+    nodes = {"n1": NodeShare(8, 8192), "n2": NodeShare(8, 8192), "n3": NodeShare(8, 8192)}
+    rules = Rules(Shape(nodes=3, per_node=NodeShare(8, 8192), seconds=3600), 3, 300, 600)
+    busy = running("1", nodes=nodes, q=("n2", need("q", 6)))
+    mpi = Need("m", 4, 1000, nodes=2)
+    assert place([busy], mpi, NOW, rules) == ("1", "n1,n3")  # n2 has 2 CPUs left, not 4
+    busy.pods["m"] = ("n1,n3", mpi)
+    assert (busy.free("n1").cpus, busy.free("n2").cpus, busy.free("n3").cpus) == (4, 2, 4)
+    assert place([busy], Need("m2", 4, 1000, nodes=3), NOW, rules) is None  # only 2 nodes have 4 free
+    assert place([running("2")], mpi, NOW, RULES) is None  # a one-node allocation never holds it
+
+
+def test_a_pod_of_more_nodes_than_the_shape_says_which_profile_field_to_change() -> None:
+    why = unfit(Need("m", 1, 100, nodes=2), RULES)
+    assert "need 2 nodes" in why and "[pilot] nodes = 2" in why and "without --pilot" in why
+    rules = Rules(Shape(nodes=2, per_node=NodeShare(8, 8192), seconds=3600), 3, 300, 600)
+    assert unfit(Need("m", 8, 100, nodes=2), rules) == ""
+    assert plan([], [Need("m", 1, 100, nodes=2)], NOW, RULES) == Plan()  # requests nothing for it
+    assert plan([], [Need("m", 1, 100, nodes=2)], NOW, rules).request == 1  # a 2-node allocation holds it

@@ -24,7 +24,11 @@ PROFILES = {
     "host": make_profile(),
     "cni": make_profile(apptainer={"network": "cni", "cni_network": "none", "parent_image": "docker://hpk-parent"},
                         pods={"dns_server": "10.96.0.10"}),
+    # pilot mode: the script is a step of a held allocation; an MPI pod's ranks are a step of their own
+    "pilot": make_profile(pilot={"enabled": True}),
 }
+PAIRS = [pytest.param(mode, case, id=f"{mode}-{case}") for case in CASES for mode in ("host", "cni")]
+PAIRS += [pytest.param("pilot", "mpi.yaml", id="pilot-mpi.yaml")]
 
 
 class ShellSnapshot(SingleFileSnapshotExtension):
@@ -48,8 +52,7 @@ RUNTIME = current_runtime()
 SHA_MARK = "<sha256 of sbatch/runtime.sh>"
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("mode", ["host", "cni"])
+@pytest.mark.parametrize(("mode", "case"), PAIRS)
 def test_golden_script(case: str, mode: str, snapshot_sh) -> None:  # type: ignore[no-untyped-def]
     # The script names the runtime (sbatch/runtime.sh, reviewed once) by its hash: the golden file
     # shows a mark instead, so an edit of the runtime changes no golden file.
@@ -69,8 +72,7 @@ def _shellcheck() -> str:
     return exe
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("mode", ["host", "cni"])
+@pytest.mark.parametrize(("mode", "case"), PAIRS)
 def test_rendered_script_passes_bash_n_and_shellcheck(case: str, mode: str, tmp_path: Path) -> None:
     # as Slurm stores it (sourcing the runtime), then as bash runs it: the runtime where it is sourced
     script = tmp_path / "job.sh"

@@ -21,7 +21,7 @@ from typing import Any
 from tests.support.ci import HPK_USER
 from tests.support.hpk import STANDIN, VENV_BIN, require_standin
 from tests.support.kubeapi import KubeApi, listen_port, require_kubectl, require_modules
-from tests.support.slurm import SINGLE_CONF, node_load, pod_summary, require_cluster
+from tests.support.slurm import MULTI_CONF, SINGLE_CONF, node_load, pod_summary, require_cluster
 from tests.support.waiting import wait_for
 
 
@@ -50,11 +50,11 @@ def _group_below_runuser(leader: int) -> list[int]:
 
 
 class Cluster:
-    def __init__(self, root: Path, *, profile_extra: str = "") -> None:
+    def __init__(self, root: Path, *, profile_extra: str = "", base: str = "ci") -> None:
         self.root = root
         self.api = KubeApi(root / "api", listen_port(), ("--kubeconfig-owner", HPK_USER))
         self.profile = root / "site.toml"
-        self.profile.write_text(f'extends = "ci"\n\n[pods]\nstate_dir = "{root / "hpk-state"}"\n'
+        self.profile.write_text(f'extends = "{base}"\n\n[pods]\nstate_dir = "{root / "hpk-state"}"\n'
                                 f'restart_backoff = 1\n\n[kubelet]\nslurm_poll = 1.0\nstatus_audit = 2.0\nkeep_pod_dirs = 0\nauthz_denied_ttl = 1.0\n'
                                 f'{profile_extra}')
         self.profile.chmod(0o644)
@@ -194,15 +194,16 @@ def remove_root(root: Path) -> None:
 
 
 def running_cluster(profile_extra: Callable[[Path], str] | None = None, *,
-                    controllers: bool = False) -> Iterator[Cluster]:
+                    controllers: bool = False, multi: bool = False) -> Iterator[Cluster]:
     """A test module's mini cloud on the single-node Slurm: started, handed out, then checked that
     the kubelet was never refused by the API's Node authorizer, stopped and removed.
     ``profile_extra(root)``: more site profile text, which may name paths under the cluster's root.
-    ``controllers``: the kube-controller-manager stand-in runs too (Jobs, Deployments... make pods)."""
-    require_cluster(SINGLE_CONF, 1)
+    ``controllers``: the kube-controller-manager stand-in runs too (Jobs, Deployments... make pods).
+    ``multi``: the kubelet's pods go to the 3-node Slurm (its profile extends ``ci-multi``)."""
+    require_cluster(MULTI_CONF if multi else SINGLE_CONF, 2 if multi else 1)
     require_standin()
     root = make_root()
-    c = Cluster(root, profile_extra=profile_extra(root) if profile_extra else "")
+    c = Cluster(root, profile_extra=profile_extra(root) if profile_extra else "", base="ci-multi" if multi else "ci")
     try:
         c.start()
         if controllers:

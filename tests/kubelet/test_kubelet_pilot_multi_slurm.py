@@ -1,0 +1,68 @@
+"""The pilot kubelet's pods of several tasks and nodes on the 3-node Slurm (``ci-multi``): an MPI
+pod's ranks are a step of their own across two nodes of an allocation the kubelet holds, as a job of
+its own runs them (``srun --mpi=...``); a pod of two tasks gets two; a pod of more nodes than the
+profile's allocations span fails with a reason and an event that name the profile field."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import Cluster, running_cluster
+from tests.support.slurm import MULTI_CONF, as_hpk
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    # allocations of two whole nodes of the three (8 CPUs each), given back soon after the test
+    for c in running_cluster(lambda root: "\n[pilot]\nenabled = true\nnodes = 2\nmax_allocations = 1\n"
+                             "time_limit = \"00:10:00\"\nidle_release = 10\n", multi=True):
+        try:
+            yield c
+        finally:
+            job = c.job_id("pilot-mpi")
+            if job:  # the holder would give it back itself after 2 x idle_release
+                as_hpk(["scancel", job], slurm_conf=MULTI_CONF)
+
+
+def tasks_pod(name: str, flags: str, script: str, **annotations: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": {"slurm-job.hpk.io/flags": flags, **annotations}},
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", script]}]}}
+
+
+RANK = 'echo "rank=$PMI_RANK size=$PMI_SIZE task=$SLURM_PROCID/$SLURM_NTASKS node=$SLURMD_NODENAME"'
+
+
+def test_an_mpi_pod_and_a_two_task_pod_run_their_tasks_as_steps_of_a_held_allocation(cluster: Cluster) -> None:
+    cluster.create(tasks_pod("pilot-mpi", "--nodes=2 --ntasks=2", RANK, **{"slurm-job.hpk.io/mpi-flags": "--mpi=pmi2"}))
+    cluster.create(tasks_pod("pilot-tasks", "--ntasks=2", 'echo "task=$SLURM_PROCID/$SLURM_NTASKS"'))
+    for name in ("pilot-mpi", "pilot-tasks"):
+        p = cluster.wait_phase(name, "Succeeded", "Failed", timeout=180)
+        assert p["status"]["phase"] == "Succeeded", p["status"]
+    job = cluster.job_id("pilot-mpi")
+    assert job and cluster.job_id("pilot-tasks") == job  # both packed into the one allocation
+    logs = cluster.kubectl("logs", "pilot-mpi", "-c", "c").stdout.splitlines()
+    ranks = sorted(line.rsplit(" ", 1)[0] for line in logs)
+    # PMI (srun --mpi=pmi2) tells each rank its rank and the size, as it tells a job's ranks
+    assert ranks == ["rank=0 size=2 task=0/2", "rank=1 size=2 task=1/2"], logs
+    assert len({line.rsplit("node=", 1)[1] for line in logs}) == 2, logs  # one rank on each of two nodes
+    tasks = cluster.kubectl("logs", "pilot-tasks", "-c", "c").stdout.splitlines()
+    assert sorted(tasks) == ["task=0/2", "task=1/2"], tasks
+
+
+def test_a_pod_of_more_nodes_than_an_allocation_spans_fails_naming_the_profile_field(cluster: Cluster) -> None:
+    cluster.create(tasks_pod("pilot-wide", "--nodes=3 --ntasks=3", "true"))
+    p = cluster.wait_phase("pilot-wide", "Failed", timeout=60)
+    assert p["status"]["reason"] == "PilotTooLarge", p["status"]
+    assert "[pilot] nodes = 3" in p["status"]["message"], p["status"]
+    # events are posted on a thread of their own, after the status
+    event = wait_for("the pod's Failed event", lambda: next((e for e in cluster.events("pilot-wide")
+                                                              if e["reason"] == "Failed"), None), timeout=30)
+    assert event["message"].startswith("PilotTooLarge: ") and "[pilot] nodes = 3" in event["message"], event
