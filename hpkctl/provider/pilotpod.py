@@ -253,7 +253,10 @@ class PilotPodProvider(JobPodProvider):
             if now - sent < stop_wait(pod.get("spec") or {}, grace=grace, margin=STOP_MARGIN):
                 return Deletion(done=False, job_id=rec.job_id, recheck_after=DELETE_CHECK, killing=killing)
         if state.cancelled is None:
-            if is_step_id(step):
+            # a pod whose files say it finished, and whose srun (when this process has it) ended, has no
+            # step left to kill: no scancel (one Slurm call per deleted pod, for nothing)
+            finished = pd.exists(POD_DONE) and (proc is None or proc.poll() is not None)
+            if is_step_id(step) and not finished:
                 self.slurm.cancel_step(step)
             with self._plock:
                 state.cancelled = now

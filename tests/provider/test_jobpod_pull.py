@@ -190,13 +190,20 @@ def test_a_pilot_step_that_ends_frees_its_room_and_wakes_a_waiting_pod_without_a
     steps[0].ended.set()
     assert woken.wait(30), "the waiting pod was not woken when the step's srun ended"
     assert provider.pool.freed == ["u-1"]  # type: ignore[attr-defined]
+    cancels: list[tuple[str, str | None]] = []
+    provider.slurm.cancel_step = lambda step, signal=None: cancels.append((step, signal))
+    status = tmp_path / "pods" / "u-1" / "status"  # the finished pod's files: its step, its end
+    (status / "job.id").write_text("41.3\n")
+    (status / "pod.done").write_text("0\n")
+    gone = provider.delete(PodRef.of(_pod("a", "u-1")), grace=0, pod=_pod("a", "u-1"))
+    assert gone.done and cancels == []  # its step ended with its srun: nothing to cancel
     assert provider.create(_pod("b", "u-2"), PodInputs()).outcome is Outcome.SUBMITTED
     provider.delete(PodRef.of(_pod("b", "u-2")), grace=0, pod=_pod("b", "u-2"))  # its delete owns the step now
     steps[1].ended.set()
     deadline = time.monotonic() + 30
     while any(t.name == "pilot-step-b" for t in threading.enumerate()) and time.monotonic() < deadline:
         threading.Event().wait(0.01)
-    assert provider.pool.freed == ["u-1"]  # type: ignore[attr-defined]
+    assert "u-2" not in provider.pool.freed  # type: ignore[attr-defined]
 
 
 def test_an_idle_pilot_kubelet_never_places_a_pod_in_an_allocation_that_ended(tmp_path: Path,
