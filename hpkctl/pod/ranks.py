@@ -88,7 +88,9 @@ def launch_words(plan: PodPlan) -> list[str]:
     mpi = [quote(f) for f in plan.mpi_flags]
     if not plan.profile.pilot.enabled:
         return ["exec", "setsid", "srun", *mpi]
-    return ["hpk_pilot_srun", *(quote(w) for w in ranks_of(plan).srun_words()), *mpi]
+    # the ranks' step is named after the pod too (squeue --steps: NAME-ranks beside the script's NAME)
+    return ["hpk_pilot_srun", quote(f"--job-name={plan.name}-ranks"), *(quote(w) for w in ranks_of(plan).srun_words()),
+            *mpi]
 
 
 __all__ = ["Ranks", "launch_words", "ranks_of"]

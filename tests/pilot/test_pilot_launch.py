@@ -62,7 +62,7 @@ def test_an_mpi_pods_step_needs_its_ranks_room_on_each_of_its_nodes() -> None:
     assert ranks_of(rendered.plan).srun_words() == ["--exact", "--nodes=2", "--ntasks=4", "--cpus-per-task=2",
                                                     "--mem=512M"]
     # the script's step starts the ranks with them, the mpi-flags after, on the nodes it was placed on
-    assert ("hpk_pilot_srun --exact --nodes=2 --ntasks=4 --cpus-per-task=2 --mem=512M --mpi=pmi2 /bin/bash -c "
+    assert ("hpk_pilot_srun --job-name=p-ranks --exact --nodes=2 --ntasks=4 --cpus-per-task=2 --mem=512M --mpi=pmi2 /bin/bash -c "
             '"$HPK_MPI_ENV" hpk-mpi') in rendered.script
     assert step_launch(True, ("7", "n1,n2"), ["job.sh"]) == ("n1", True, ["/usr/bin/env", "HPK_RANKS_NODES=n1,n2",
                                                                           "job.sh"])

@@ -56,7 +56,7 @@ HPK_MAIN=(ranks Never hpk_main_0)
 
 # main container ranks, image docker.io/library/debian:bookworm
 hpk_main_0() {
-  hpk_pilot_srun --exact --nodes=2 --ntasks=4 --cpus-per-task=1 --mem=512M --mpi=pmix --label /bin/bash -c "$HPK_MPI_ENV" hpk-mpi \
+  hpk_pilot_srun --job-name=mpi-hello-ranks --exact --nodes=2 --ntasks=4 --cpus-per-task=1 --mem=512M --mpi=pmix --label /bin/bash -c "$HPK_MPI_ENV" hpk-mpi \
     "$HPK_APPTAINER" exec --cleanenv --no-eval --contain --no-mount home,cwd,tmp \
     --writable-tmpfs \
     --env-file "$HPK_POD_DIR"/env/ranks.env \
