@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 # plumbum asks `uname -p` (platform.uname) when it is first imported, and the product imports it at
-# its first image pull or build (hpkctl.runtime), which in a test may run under pytest-subprocess's
+# its first Slurm command (hpkctl.jobs.scrubbed), which in a test may run under pytest-subprocess's
 # fake, where `uname` is not registered: import it once, for real, before any test.
-import plumbum  # noqa: F401  (isort: skip)
+import hpkctl.jobs.scrubbed  # noqa: F401  (isort: skip)
 from tests.support import lanes, xdistgroups
 
 _REAL: dict[str, int] = {"slurm": 0, "standin": 0}

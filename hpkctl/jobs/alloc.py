@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpkctl.jobs.command import Commands, failure
+from hpkctl.jobs.hostlist import expand_hostlist
 from hpkctl.jobs.info import parse_time
 from hpkctl.jobs.query import check_id
 from hpkctl.jobs.submit import sbatch
@@ -46,24 +47,6 @@ class AllocationInfo:
     nodes: dict[str, NodeShare] = field(default_factory=dict)
     end: float | None = None
     comment: str = ""
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """Slurm's compressed host list (``n[1-3,5],gpu07,a[01-02]b``) as names, in order; zero-padded
-    ranges keep their width. ``scontrol show hostnames`` does the same with a process per call."""
-    names: list[str] = []
-    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text.strip()):
-        parts: list[str] = [""]
-        for literal, ranges in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item):
-            parts = [p + literal for p in parts]
-            if ranges:
-                values: list[str] = []
-                for r in ranges.split(","):
-                    lo, _, hi = r.partition("-")
-                    values += [str(n).zfill(len(lo)) for n in range(int(lo), int(hi or lo) + 1)]
-                parts = [p + v for p in parts for v in values]
-        names += [p for p in parts if p]
-    return names
 
 
 def _field(line: str, key: str) -> str:

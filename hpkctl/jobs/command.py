@@ -5,10 +5,10 @@
   as if they were options, so a leaked ``SLURM_JOB_ID`` or ``SBATCH_PARTITION`` silently changes
   what is submitted or printed. Every command runs with those variables removed and only the
   profile's ``SLURM_CONF`` added.
-* **Per call, no shared state.** Commands start in :mod:`hpkctl.jobs.scrubbed` (``subprocess.Popen``
-  with ``env=``): the ``env=`` of the call is exactly what the process gets, and nothing
-  process-wide is changed, so any number of threads may run commands at once, each with its own
-  environment.
+* **Per call, no shared state.** Commands run through plumbum on a machine whose own environment
+  is empty (:mod:`hpkctl.jobs.scrubbed`, imported at the first command): the ``env=`` of the call is
+  exactly what the process gets, and nothing process-wide is changed, so any number of threads may
+  run commands at once, each with its own environment.
 * **Timeouts.** A hung slurmctld must not hang the caller: each command gets
   ``slurm.command_timeout`` and is killed after it (``SlurmTimeout``). Each command starts in its
   own session and the whole process group is killed, so a site's wrapper script around sbatch
@@ -28,12 +28,13 @@ import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from hpkctl.jobs import scrubbed
 from hpkctl.jobs.errors import SlurmError, SlurmTimeout, SlurmUnavailable
-from hpkctl.jobs.scrubbed import Proc as _Proc
 from hpkctl.sites.schema import SlurmSection
+
+if TYPE_CHECKING:
+    from hpkctl.jobs.scrubbed import Proc as _Proc
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +110,10 @@ def _finish(proc: _Proc, *, timeout: float) -> tuple[str, str]:
     except BaseException:
         _kill_group(proc)
         raise
+    encoding = proc.custom_encoding or "utf-8"
     return (
-        out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out or ""),
-        err.decode("utf-8", "replace") if isinstance(err, bytes) else str(err or ""),
+        out.decode(encoding, "replace") if isinstance(out, bytes) else str(out or ""),
+        err.decode(encoding, "replace") if isinstance(err, bytes) else str(err or ""),
     )
 
 
@@ -162,6 +164,8 @@ class Commands:
         timeout = self.config.command_timeout
         log.debug("running %s", argv)
         try:
+            from hpkctl.jobs import scrubbed  # plumbum, at the first command (see its docstring)
+
             proc = scrubbed.popen(exe, args, env=self.env())
         except OSError as e:
             raise SlurmUnavailable(

@@ -1,31 +1,34 @@
-"""The one place a short Slurm command's process starts: exactly the call's environment, a session of its own.
+"""plumbum without its process-wide environment: the machine every Slurm command runs on.
 
-``subprocess.Popen`` with ``env=`` gives the child that mapping and nothing else, so a
-``SLURM_JOB_ID`` leaked into this process never reaches sbatch, and nothing process-wide changes
-(any number of threads may run commands at once, each with its own environment). The child starts
-in a new session, so :func:`hpkctl.jobs.command._kill_group` can kill everything a site's wrapper
-script around sbatch started.
+plumbum's ``LocalMachine._popen`` merges ``local.env`` (a copy of ``os.environ`` taken when plumbum
+is imported) into whatever ``env=`` a command is given, so ``env=`` alone can add variables but never
+remove one: a ``SLURM_JOB_ID`` leaked into this process would reach sbatch. Commands here run on
+``SCRUBBED``, a ``LocalMachine`` whose own environment is empty and frozen, so the call's ``env=`` is
+exactly what the process gets, and nothing process-wide changes (any number of threads may run
+commands at once, each with its own environment).
 
-This was plumbum's ``LocalCommand`` on a machine whose own environment was empty and frozen (plumbum
-merges its import-time copy of ``os.environ`` into every ``env=``). It started the same process
-(``Popen(argv, executable=exe, stdin/stdout/stderr=PIPE, cwd=os.getcwd(), env=env,
-start_new_session=True)``), but importing plumbum costs ``hpkctl run`` ~0.04-0.07 s before its
-sbatch (it brings urllib, ssl, http.client and email, and runs ``uname -p`` for ``platform``), which
-is a fifth of the budget issue 23.2 gives ``hpkctl run`` over a bare sbatch.
+Imported by :meth:`hpkctl.jobs.command.Commands.run` when it first runs a command, not with
+``hpkctl.jobs``: plumbum brings urllib, http.client and email (~0.07 s), which a command that runs
+no Slurm command (``--help``, ``render``) need not pay (issue 23.2).
 """
 
 from __future__ import annotations
 
-import subprocess
+import os
 from collections.abc import Sequence
-from typing import IO, Protocol, cast
+from typing import IO, Any, NoReturn, Protocol, cast
+
+from plumbum.machines.env import BaseEnv
+from plumbum.machines.local import LocalCommand, LocalEnv, LocalMachine
+from plumbum.path.local import LocalPath
 
 
 class Proc(Protocol):
-    """What is used of the process started (a ``subprocess.Popen``; fakes in tests provide the same)."""
+    """What is used of the process plumbum starts (a ``subprocess.Popen`` behind plumbum's wrapper)."""
 
     pid: int
     returncode: int | None
+    custom_encoding: str | None
     stdin: IO[bytes] | None
     stdout: IO[bytes] | None
     stderr: IO[bytes] | None
@@ -35,7 +38,43 @@ class Proc(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
 
+class _EmptyEnv(LocalEnv):
+    """An environment with no variables that refuses every change (so it stays empty for all threads)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        BaseEnv.__init__(self, LocalPath, os.path.pathsep, _curr={})
+
+    def getdict(self) -> dict[str, str]:
+        return {}  # BaseEnv.getdict would write PATH="" into the shared mapping
+
+    def _frozen(self, *_args: Any, **_kwargs: Any) -> NoReturn:
+        raise TypeError("the scrubbed machine's environment is empty and read-only; pass env= per call")
+
+    __setitem__ = __delitem__ = pop = clear = update = __call__ = _frozen
+
+
+class _ScrubbedMachine(LocalMachine):
+    """``LocalMachine`` whose base environment is empty: a command gets exactly its call's ``env=``."""
+
+    __slots__ = ()
+    env = _EmptyEnv()
+
+
+SCRUBBED = _ScrubbedMachine()
+
+
+class _ScrubbedCommand(LocalCommand):
+    """``LocalCommand`` that starts its process on ``SCRUBBED`` instead of the global ``local``."""
+
+    __slots__ = ()
+
+    @property
+    def machine(self) -> LocalMachine:
+        return SCRUBBED
+
+
 def popen(exe: str, args: Sequence[str], *, env: dict[str, str]) -> Proc:
     """Start ``exe args...`` with exactly ``env``, in a new session (so its whole group can be killed)."""
-    return cast(Proc, subprocess.Popen([exe, *args], executable=exe, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, env=dict(env), start_new_session=True))
+    return cast(Proc, _ScrubbedCommand(exe).popen(list(args), env=env, new_session=True))

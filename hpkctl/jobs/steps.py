@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hpkctl.jobs.command import Commands, failure
-from hpkctl.jobs.alloc import expand_hostlist
+from hpkctl.jobs.hostlist import expand_hostlist
 from hpkctl.jobs.errors import SlurmUnavailable
 from hpkctl.jobs.info import parse_nodes, parse_time
 from hpkctl.jobs.query import check_id

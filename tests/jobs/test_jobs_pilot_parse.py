@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hpkctl.jobs.alloc import NodeShare, expand_hostlist, hold_args, parse_allocation
+from hpkctl.jobs.alloc import NodeShare, hold_args, parse_allocation
+from hpkctl.jobs.hostlist import expand_hostlist
 from hpkctl.jobs.steps import check_step, parse_steps, step_args
 
 # scontrol show job -d -o of Slurm 22.05 (cut to the fields read, in Slurm's order)

@@ -52,10 +52,9 @@ def test_help_imports_no_heavy_library(tmp_path: Path) -> None:
 
 
 #: what ``hpkctl run --detach`` of a plain Pod never needs: the Kubernetes client, asyncio (exec/attach of
-#: steps), the YAML parser (its manifest is JSON), plumbum (only an image pull or build on this machine
-#: uses it; the ci profile pulls in the job), and the code of workloads (job arrays), pilot mode and
-#: the daemons
-NOT_FOR_A_POD = ("kubernetes", "asyncio", "yaml", "plumbum", "hpkctl.kube", "hpkctl.kubelet", "hpkctl.scheduler", "hpkctl.controlplane",
+#: steps), the YAML parser (its manifest is JSON), and the code of workloads (job arrays), pilot mode
+#: (its held allocations too) and the daemons
+NOT_FOR_A_POD = ("kubernetes", "asyncio", "yaml", "hpkctl.kube", "hpkctl.kubelet", "hpkctl.scheduler", "hpkctl.controlplane",
                  "hpkctl.pilot", "hpkctl.jobs.alloc", "hpkctl.local.arrays", "hpkctl.local.workload", "hpkctl.local.pilotrun",
                  "hpkctl.local.arrayfollow", "hpkctl.provider.pilotpod")
 
@@ -97,8 +96,8 @@ def test_render_imports_print_the_slowest(tmp_path: Path) -> None:
 
 
 def test_the_slurm_layer_does_not_import_asyncio_or_plumbum(tmp_path: Path) -> None:
-    """Importing the Slurm layer does not import plumbum (it brings urllib, http.client, ssl and email),
-    nor does running its commands (hpkctl.jobs.scrubbed); only an image pull or build on this machine does."""
+    """Importing the Slurm layer does not import plumbum (it brings urllib, http.client, ssl and email):
+    it comes with the first Slurm command (hpkctl.jobs.scrubbed), or the image pull when it pulls."""
     r = subprocess.run([sys.executable, "-c", "import sys, hpkctl.jobs, hpkctl.local.submit; "
                         "print(sorted(m for m in ('asyncio', 'pty', 'termios', 'plumbum') if m in sys.modules))"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(REPO)})
