@@ -269,15 +269,16 @@ def test_cli_start_refuses_a_missing_image_before_submitting(tmp_path: Path, mon
 
 
 def _fake_python(tmp_path: Path) -> tuple[Path, Path]:
-    """A stand-in for this host's python: ``-c`` runs the real one, ``-m hpkctl ...`` logs its arguments and
-    runs until SIGTERM (or exits with the number in ``exit-with``)."""
+    """A stand-in for this host's python: ``-c`` (the job's read of the endpoint) logs ``read`` and runs the
+    real one, ``-m hpkctl ...`` logs its arguments and runs until SIGTERM (or exits with the number in
+    ``exit-with``)."""
     log = tmp_path / "calls.log"
     py = tmp_path / "bin" / "python"
     py.parent.mkdir()
     py.write_text(f"""#!/bin/bash
-if [ "$1" = -c ]; then exec {sys.executable} "$@"; fi
+if [ "$1" = -c ]; then echo "read $$" >> {log}; exec {sys.executable} "$@"; fi
+trap 'echo "term $$" >> {log}; exit 0' TERM  # before "start": the tests send TERM once they read it
 echo "start $$ $*" >> {log}
-trap 'echo "term $$" >> {log}; exit 0' TERM
 while :; do
   if [ -f {tmp_path}/exit-with ]; then rc=$(cat {tmp_path}/exit-with); rm -f {tmp_path}/exit-with; exit "$rc"; fi
   sleep 0.05
@@ -295,6 +296,13 @@ def _endpoint(state: Path, server: str) -> None:
 
 def _lines(log: Path, word: str) -> list[str]:
     return [ln for ln in (log.read_text().splitlines() if log.exists() else []) if ln.startswith(word + " ")]
+
+
+def _polled_twice(log: Path) -> None:
+    """Until the job read the endpoint twice more: the first of those reads began after the caller's
+    change, and the second begins only after the job acted on the first (restarted the kubelet or not)."""
+    seen = len(_lines(log, "read"))
+    wait_for("two more reads of the endpoint", lambda: len(_lines(log, "read")) >= seen + 2, timeout=30)
 
 
 def test_kubelet_job_waits_restarts_on_a_move_and_passes_sigterm(tmp_path: Path,
@@ -316,10 +324,10 @@ def test_kubelet_job_waits_restarts_on_a_move_and_passes_sigterm(tmp_path: Path,
         first = _lines(log, "start")[0].split()
         assert first[2:] == ["-m", "hpkctl", "kubelet", "--site", "ci", "--kubeconfig", f"{state}/kubelet.kubeconfig"]
         (state / "endpoint").unlink()  # the control plane restarts: the kubelet stays
-        time.sleep(2.5)
+        _polled_twice(log)
         assert len(_lines(log, "start")) == 1 and _lines(log, "term") == []
         _endpoint(state, "https://10.0.0.1:6443")  # back at the same address: nothing to do
-        time.sleep(1.5)
+        _polled_twice(log)
         assert len(_lines(log, "start")) == 1
         _endpoint(state, "https://10.0.0.2:6443")  # a successor on another node
         wait_for("a restarted kubelet", lambda: len(_lines(log, "start")) == 2, timeout=20)

@@ -34,7 +34,7 @@ from tests.support.ci import HPK_USER, REPO, missing
 from tests.support.cluster import make_root, remove_root
 from tests.support.hpk import STANDIN, VENV_BIN, require_standin
 from tests.support.kubeapi import HELM, listen_port, require_kubectl, require_modules
-from tests.support.slurm import SINGLE_CONF, node_load, pod_summary, require_cluster
+from tests.support.slurm import SINGLE_CONF, node_load, pod_job, pod_summary, queued_for_capacity, require_cluster
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
@@ -240,7 +240,8 @@ def _pod(name: str, command: str) -> dict[str, Any]:
 def _wait_pod(site: Site, name: str, phase: str, timeout: float = 120) -> dict[str, Any]:
     """The pod once in ``phase``; a timeout says where the pod is (its phase, message, Slurm job) and who
     holds the node's CPUs: on a node shared with other clusters and benchmarks, a pod whose Slurm job is
-    pending for Resources/Priority waited for capacity, which the failure must tell from a stuck kubelet."""
+    pending for Resources/Priority waits for capacity (the deadline moves on meanwhile, up to
+    waiting.QUEUED_LIMIT), which the failure must tell from a stuck kubelet."""
     seen: dict[str, Any] = {}
 
     def probe() -> dict[str, Any] | None:
@@ -249,7 +250,8 @@ def _wait_pod(site: Site, name: str, phase: str, timeout: float = 120) -> dict[s
         seen["pod"] = doc
         return doc if doc.get("status", {}).get("phase") == phase else None
     try:
-        return wait_for(f"pod {name} {phase}", probe, timeout=timeout, every=1)
+        return wait_for(f"pod {name} {phase}", probe, timeout=timeout, every=1,
+                        queued=lambda: queued_for_capacity(pod_job(seen.get("pod"))))
     except AssertionError as e:
         raise AssertionError(f"{e}\n--- pod {name}: {pod_summary(seen.get('pod'))}\n"
                              f"--- node {site.kubectl('get', 'nodes', '--no-headers', check=False).stdout.strip()}"

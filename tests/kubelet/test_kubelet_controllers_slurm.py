@@ -29,7 +29,7 @@ from tests.support.cluster import make_root, remove_root, running_cluster, wait_
 from tests.support.hpk import STANDIN, VENV_BIN
 from tests.support.kubeapi import HELM, KUBECTL
 from tests.support.launch import jobcomp_states
-from tests.support.slurm import node_load
+from tests.support.slurm import node_load, pod_job, queued_for_capacity
 
 pytestmark = [pytest.mark.slurm, pytest.mark.standin]
 
@@ -169,7 +169,8 @@ class Kube:
 
     def wait(self, what: str, probe: Any, timeout: float = TIMEOUT) -> Any:
         try:
-            return wait_for(what, probe, timeout=timeout, every=1)
+            return wait_for(what, probe, timeout=timeout, every=1,
+                            queued=lambda: queued_for_capacity(*map(pod_job, self.pods())))
         except AssertionError as e:
             # pods ContainerCreating are Slurm jobs not started yet: node_load says whether for capacity
             raise AssertionError(f"{e}\n--- pods:\n{self.kubectl('get', 'pods', '-o', 'wide', check=False).stdout}"

@@ -22,12 +22,14 @@ from __future__ import annotations
 import os
 import pwd
 import random
+import select
 import re
 import shutil
 import stat
 import subprocess
 import threading
 import time
+import zlib
 from datetime import datetime, timezone
 from collections.abc import Iterator
 from pathlib import Path
@@ -246,28 +248,48 @@ def test_log_holds_only_the_containers_output(launched: Launched) -> None:
 
 def _orphan(env: Env) -> list[dict[str, Any]]:
     d = outdir(env.cluster, "rc-orphan")
+    # each run's background process is a sh whose $0 names this cluster's pod and whose $1 names the run,
+    # so the test finds it among the node's processes (/proc/*/cmdline: one machine, the local Slurm's node)
     script = ("if [ -e /out/first ]; then rm -f /out/kill; run=second; else touch /out/first /out/kill; run=first; fi; "
-              "(while [ ! -e /out/go ]; do sleep 0.2; done; echo $run >> /out/orphans) & exec sleep 300")
+              "sh -c 'while :; do sleep 0.2; done' " + _orphan_mark(d) + " \"$run\" & exec sleep 300")
     app = c_("app", script, volumeMounts=OUT,
              livenessProbe={"exec": {"command": ["sh", "-c", "test ! -e /out/kill"]}, "initialDelaySeconds": 1,
                             "periodSeconds": 1, "failureThreshold": 1})
     return [pod("rc-orphan", [app], volumes=[host_volume(d)], restartPolicy="Always", terminationGracePeriodSeconds=2)]
 
 
+def _orphan_mark(d: Path) -> str:
+    return f"hpk-orphan-{zlib.crc32(str(d).encode()):08x}"
+
+
+def _orphans(d: Path) -> list[str]:
+    """The runs (first, second) whose background process lives now."""
+    out = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:  # ended meanwhile
+            continue
+        if _orphan_mark(d).encode() in argv[:-2] and len(argv) >= 2:
+            out.append(argv[-2].decode())  # the cmdline ends with NUL: the last field is empty
+    return out
+
+
 @launch(_orphan)
 def test_a_restarted_container_leaves_no_process_behind(launched: Launched) -> None:
     """The first run starts a background process and is killed by its liveness probe; the second run
-    passes the probe. Then both runs' background processes are told to write: only the running
-    container's one may still exist (Kubernetes stops every process of a container it kills)."""
+    passes the probe and starts one too. Only the running container's may still exist (Kubernetes stops
+    every process of a container it kills): looked for among the node's processes, where the live run's
+    shows that the search finds them, and a first run's would wait forever."""
     c = launched.cluster
     d = outdir(c, "rc-orphan")
     try:
         wait_status(c, "rc-orphan", "restarted and running", lambda s: container(s, "app").get("restartCount", 0) >= 1
                     and "running" in container(s, "app").get("state", {}))
-        (d / "go").touch()
-        wait_for("the live run's background process", lambda: "second" in _lines(d, "orphans"), timeout=10)
-        time.sleep(1)
-        assert _lines(d, "orphans") == ["second"]
+        wait_for("the live run's background process", lambda: "second" in _orphans(d), timeout=30)
+        # the first run was stopped before the second started; its processes die with it. A leftover
+        # loops forever, so this wait fails on one (and passes at once without)
+        wait_for("no process of the first run", lambda: "first" not in _orphans(d), timeout=10)
     finally:
         _delete(c, "rc-orphan", wait=False)
 
@@ -480,7 +502,7 @@ def test_replacing_a_running_pod_by_delete_and_create(launched: Launched) -> Non
 # test_run_slurm.py::test_detached_run_status_and_logs_follow
 def _follow(env: Env) -> list[dict[str, Any]]:
     d = outdir(env.cluster, "rc-follow")
-    script = "while [ ! -e /out/go ]; do sleep 0.1; done; for i in 1 2 3; do echo line $i; sleep 0.5; done"
+    script = "echo waiting; while [ ! -e /out/go ]; do sleep 0.1; done; for i in 1 2 3; do echo line $i; sleep 0.5; done"
     return [pod("rc-follow", [c_("counter", script, volumeMounts=OUT)], volumes=[host_volume(d)])]
 
 
@@ -494,8 +516,10 @@ def test_logs_follow_until_the_container_ends(launched: Launched) -> None:
     from tests.support.kubeapi import KUBECTL
     proc = subprocess.Popen([str(KUBECTL), "logs", "-f", "rc-follow"], stdout=subprocess.PIPE, text=True, env=env)
     try:
-        time.sleep(1)
-        assert proc.poll() is None  # following, nothing written yet
+        # the line written before the container waits: kubectl is following now (no time guessed), and
+        # the lines after it are written only once the test says go, so they can only come by streaming
+        assert select.select([proc.stdout], [], [], 60)[0], "kubectl logs -f printed nothing in 60 s"
+        assert proc.stdout.readline() == "waiting\n"  # type: ignore[union-attr]
         (outdir(c, "rc-follow") / "go").touch()
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -823,9 +847,21 @@ def test_state_directories_and_records_are_private(launched: Launched) -> None:
 def test_deleting_a_finished_pod_kills_nothing(launched: Launched) -> None:
     c = launched.cluster
     assert finished(c, "rc-done")["status"]["phase"] == "Succeeded"
+    uid = launched.uid("rc-done")
     assert _delete(c, "rc-done").returncode == 0
-    time.sleep(2)  # the kubelet has seen the DELETED event
-    assert "Killing" not in {r for _, r, _ in events(c, "rc-done", launched.uid("rc-done"))}
+    # the kubelet logs the stop after it decided (and queued a Killing, if it had one), "job N cancelled"
+    # if it cancelled one
+    stopped = re.compile(rf"pod \S*rc-done \(uid {uid}\) stopped(.*)")
+    line = wait_for("the kubelet to stop rc-done", lambda: stopped.search(c.log("kubelet")), timeout=60)
+    assert "cancelled" not in line.group(1), line.group(0)
+    # its events go out in order on one thread: a later pod's Submitted event means any Killing is out too
+    after = c.create(pod("rc-done-after", [c_("main", "true")]))["metadata"]["uid"]
+    try:
+        wait_for("a later pod's Submitted event", lambda: any(r == "Submitted" for _, r, _ in
+                                                             events(c, "rc-done-after", after)), timeout=60)
+    finally:
+        _delete(c, "rc-done-after", wait=False)
+    assert "Killing" not in {r for _, r, _ in events(c, "rc-done", uid)}
 
 
 # ---------------------------------------------------------------------------- test_lifecycle_slurm.py

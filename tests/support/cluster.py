@@ -21,7 +21,7 @@ from typing import Any
 from tests.support.ci import HPK_USER
 from tests.support.hpk import STANDIN, VENV_BIN, require_standin
 from tests.support.kubeapi import KubeApi, listen_port, require_kubectl, require_modules
-from tests.support.slurm import MULTI_CONF, SINGLE_CONF, node_load, pod_summary, require_cluster
+from tests.support.slurm import MULTI_CONF, SINGLE_CONF, node_load, pod_summary, queued_for_capacity, require_cluster
 from tests.support.waiting import wait_for
 
 
@@ -162,7 +162,8 @@ class Cluster:
             p = self.pod(name, namespace)
             return p if p and p.get("status", {}).get("phase") in phases else None
         try:
-            return wait_for(f"pod {name} to be {'/'.join(phases)}", probe, timeout=timeout)
+            return wait_for(f"pod {name} to be {'/'.join(phases)}", probe, timeout=timeout,
+                            queued=lambda: queued_for_capacity(self.job_id(name, namespace)))
         except AssertionError:
             pod = self.pod(name, namespace)
             raise AssertionError(f"pod {name} is not {phases}: {pod_summary(pod)}\n{node_load()}\n--- pod: {pod}\n"

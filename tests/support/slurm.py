@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from tests.support import lanes
 from tests.support.ci import HPK_USER, missing
@@ -81,3 +82,22 @@ def pod_summary(pod: dict[str, object] | None) -> str:
             f"{(meta.get('annotations') or {}).get('hpk.io/slurm-job-id')}, node {(pod.get('spec') or {}).get('nodeName')!r}"
             f" (pod conditions {[(c.get('type'), c.get('status')) for c in status.get('conditions') or []]}),"
             f" containers {states}")
+
+
+def queued_for_capacity(*jobs: str, conf: str = SINGLE_CONF) -> str:
+    """Those of ``jobs`` Slurm keeps pending because the node is full (reason Resources or Priority), as
+    "JOB (REASON)" joined; "" when none is (:func:`tests.support.waiting.wait_for`'s ``queued``)."""
+    ids = [j for j in jobs if j]
+    if not ids:
+        return ""
+    r = subprocess.run(["squeue", "--noheader", f"--jobs={','.join(ids)}", "--states=PENDING", "--format=%i %r"],
+                       capture_output=True, text=True, timeout=30, check=False,
+                       env={**os.environ, "SLURM_CONF": conf})
+    return ", ".join(f"{job} ({reason})" for job, reason in (line.split(None, 1) for line in r.stdout.splitlines()
+                                                             if len(line.split()) == 2)
+                     if reason in ("Resources", "Priority"))
+
+
+def pod_job(pod: dict[str, Any] | None) -> str:
+    """The Slurm job id the kubelet annotated the pod with, or ""."""
+    return str((((pod or {}).get("metadata") or {}).get("annotations") or {}).get("hpk.io/slurm-job-id") or "")
