@@ -52,13 +52,27 @@ class Seen:
         self.objects.extend(items)
 
 
+def _reconnected_twice(kube: "CountingKube") -> None:
+    """Until three more requests went out (the server ends each watch after 1 s), and assert they were
+    all watches: a reconnect that met a 410 would be followed by a list, so the first two did not."""
+    before = kube.calls
+    wait_for("three more requests", lambda: kube.calls >= before + 3, timeout=30)
+    assert kube.watches[before:before + 3] == [True] * 3, kube.watches[before:]
+
+
 class CountingKube(Kube):
     """Counts the requests sent (connection attempts included), to prove there is no hot loop."""
 
     calls = 0
 
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.watches: list[bool] = []  # per request: a watch (else a list or another call)
+
     def _send(self, *args: Any, **kw: Any) -> Any:
         self.calls += 1
+        query = kw.get("query") or []
+        self.watches.append(("watch", "true") in (list(query.items()) if isinstance(query, dict) else list(query)))
         return super()._send(*args, **kw)
 
 
@@ -132,10 +146,10 @@ def test_field_selector_transition_arrives_as_deleted(api: KubeApi, ns: str, sto
                          {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "unbound"},
                           "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}})
     assert code == 201, out
-    wait_for("two events", lambda: len(seen.events) >= 2)
-    time.sleep(0.3)
-    assert seen.events == [("ADDED", "unbound"), ("DELETED", "unbound")]
-    assert seen.objects[-1]["spec"]["nodeName"] == "n1"
+    create_pod(api, ns, "marker")  # after the others: once it is delivered, everything before it was
+    wait_for("the marker", lambda: ("ADDED", "marker") in seen.events)
+    assert seen.events == [("ADDED", "unbound"), ("DELETED", "unbound"), ("ADDED", "marker")]
+    assert seen.objects[-2]["spec"]["nodeName"] == "n1"
 
 
 @pytest.mark.standin
@@ -144,7 +158,8 @@ def test_expired_resume_point_lists_again(api: KubeApi, ns: str, stop: threading
     the server answers with an in-stream ERROR 410, and the reflector lists again (no crash, no loop)."""
     create_pod(api, ns, "a")
     seen = Seen()
-    r = reflector(Kube(str(api.kubeconfig)), ns, seen, stop, timeout_seconds=1)
+    kube = CountingKube(str(api.kubeconfig))
+    r = reflector(kube, ns, seen, stop, timeout_seconds=1)
     rv = int(r.resource_version)
     assert api.post(f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": "bump"}})[0] == 201
     code, out = api.post("/standin/compact", None)
@@ -154,7 +169,7 @@ def test_expired_resume_point_lists_again(api: KubeApi, ns: str, stop: threading
     assert int(r.resource_version) >= int(out["resourceVersion"])
     create_pod(api, ns, "after")
     wait_for("the watch to go on", lambda: ("ADDED", "after") in seen.events)
-    time.sleep(1.5)  # more reconnects: from the fresh resume point they must not 410 again
+    _reconnected_twice(kube)  # from the fresh resume point they must not 410 again
     assert r.lists == 2
 
 
@@ -165,13 +180,14 @@ def test_bookmarks_keep_the_resume_point_fresh(tmp_path: Path, stop: threading.E
     a = start(tmp_path / "state", "--bookmark-interval", "0.3")
     try:
         seen = Seen()
-        r = reflector(Kube(str(a.kubeconfig)), "default", seen, stop, timeout_seconds=1)
+        kube = CountingKube(str(a.kubeconfig))
+        r = reflector(kube, "default", seen, stop, timeout_seconds=1)
         code, cm = a.post("/api/v1/namespaces/default/configmaps", {"metadata": {"name": "bump"}})
         assert code == 201
         bumped = int(cm["metadata"]["resourceVersion"])
         wait_for("a bookmark past the configmap", lambda: int(r.resource_version) >= bumped)
         a.post("/standin/compact", None)
-        time.sleep(2.5)  # at least two reconnects, each from the bookmarked revision
+        _reconnected_twice(kube)  # each from the bookmarked revision
         assert (r.lists, seen.events) == (1, [])
     finally:
         stop.set()
@@ -196,8 +212,8 @@ def test_server_restart_gap_deletes_are_synthesised(tmp_path: Path, stop: thread
         goes_uid = next(o["metadata"]["uid"] for o in cache.items() if name_of(o) == "goes")
         create_pod(a, "default", "gate")
         assert seen.gate_entered.wait(10)
-        time.sleep(0.5)  # the snapshot is written 0.2 s after a write
-        a.stop()
+        a.stop()  # SIGTERM: the stand-in saves its snapshot (the gate pod in it) before it exits
+        assert '"name":"gate"' in (tmp_path / "state" / "objects.json").read_text()
         a.start()
         assert a.delete(pod_path("default", "goes"))[0] == 200
         create_pod(a, "default", "new")
@@ -223,12 +239,13 @@ def test_unreachable_server_is_retried_with_back_off(tmp_path: Path, stop: threa
         seen = Seen()
         r = reflector(kube, "default", seen, stop, backoff=Backoff(initial=0.2, cap=0.8, rng=random.Random(1)))
         a.stop()
-        time.sleep(0.3)
+        # delays 0.1-0.2, 0.2-0.4, then 0.4-0.8 s: any four attempts in a row have at least three delays,
+        # 0.7 s, between them; a hot loop makes them in milliseconds. (A lower bound only: load can make
+        # the delays longer, never shorter.)
         before = kube.calls
-        time.sleep(3.0)
-        attempts = kube.calls - before
-        # delays 0.1-0.2, 0.2-0.4, then 0.4-0.8 s: at most ~10 attempts in 3 s; a hot loop makes thousands
-        assert 2 <= attempts <= 12, attempts
+        began = time.monotonic()
+        wait_for("four more attempts", lambda: kube.calls >= before + 4, timeout=30, every=0.05)
+        assert time.monotonic() - began >= 0.7 - 0.05, kube.calls - before
         a.start()
         create_pod(a, "default", "back")
         wait_for("events after the restart", lambda: ("ADDED", "back") in seen.events or
@@ -242,8 +259,10 @@ def test_unreachable_server_is_retried_with_back_off(tmp_path: Path, stop: threa
 @pytest.mark.standin
 def test_stop_interrupts_a_quiet_watch_at_once(api: KubeApi, ns: str) -> None:
     stop = threading.Event()
-    r = reflector(Kube(str(api.kubeconfig)), ns, Seen(), stop, timeout_seconds=300)
-    time.sleep(0.3)  # the watch is open and quiet: its read would block for 330 s
+    kube = CountingKube(str(api.kubeconfig))
+    r = reflector(kube, ns, Seen(), stop, timeout_seconds=300)
+    # the list, then the watch's request sent (counted as it goes out): its read would block for 330 s
+    wait_for("the watch", lambda: kube.calls >= 2 and r._stream is not None)
     began = time.monotonic()
     stop.set()
     assert r.join(3), "the reflector did not stop"

@@ -431,7 +431,8 @@ def test_follow_goes_on_across_a_restart_without_losing_lines(served: Served) ->
         fh.write("run 1 end\n")
     _write(t.pod_dir / "status" / "main.exitcode", "1\n")  # Always: it runs again, the follow goes on
     (logs / "main.log").rename(logs / "main.previous.log")
-    time.sleep(0.3)
+    # the follower read the moved file to its end, and goes on (had it stopped, run 2 below never comes)
+    wait_for("the end of run 1 in the stream", lambda: b"run 1 end" in b"".join(got), timeout=10)
     assert thread.is_alive()
     (t.pod_dir / "status" / "main.exitcode").unlink()
     _write(logs / "main.log", "run 2\n")

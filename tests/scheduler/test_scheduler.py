@@ -6,6 +6,7 @@ prompt; and the real CLI stops on SIGTERM with status 0. Pure tests of the filte
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -102,6 +103,15 @@ class Harness:
         assert code == 200, out
         return list(out["items"])
 
+    def settled(self) -> None:
+        """Until the scheduler has acted on every change made before this call: a pod created now for
+        another scheduler (nothing to do) reaches its cache after every earlier change was queued (the
+        reflector's callbacks run one at a time, in the watch's order), then its work queue goes idle
+        (nothing being worked on, nothing due: each earlier pod was handled, its writes done)."""
+        uid = self.create(f"sentinel-{uuid.uuid4().hex[:6]}", schedulerName="someone-else")["metadata"]["uid"]
+        wait_for("a later pod in the scheduler's cache", lambda: self.sched.pods.get(uid) is not None)
+        wait_for("the scheduler's work queue idle", self.sched.queue.idle)
+
     def label_node(self, **labels: str) -> None:
         assert self.api.patch(node_path(self.node), {"metadata": {"labels": labels}})[0] == 200
 
@@ -163,7 +173,7 @@ def test_pod_for_another_scheduler_is_left_alone(h: Harness) -> None:
     h.create("for-volcano", schedulerName="volcano")
     h.create("sentinel")  # created after it: once this one is bound, the other has been seen
     h.wait_bound("sentinel")
-    time.sleep(0.3)
+    h.settled()
     p = h.get("for-volcano")
     assert not p["spec"].get("nodeName") and h.condition("for-volcano") is None
     assert h.events("for-volcano", "FailedScheduling") == []
@@ -176,7 +186,7 @@ def test_node_selector_mismatch_stays_pending_with_one_event(h: Harness) -> None
     cond = h.wait_unschedulable("wants-ssd")
     assert cond["message"] == AFFINITY_MSG
     wait_for("the event", lambda: h.events("wants-ssd", "FailedScheduling"))
-    time.sleep(1.0)  # our own status patch comes back as MODIFIED: it must not cause a second event
+    h.settled()  # our own status patch came back as MODIFIED: it must not cause a second event
     (ev,) = h.events("wants-ssd", "FailedScheduling")
     assert (ev["type"], ev["message"], ev["count"], ev["source"]) == ("Warning", AFFINITY_MSG, 1,
                                                                       {"component": "hpk-scheduler"})
@@ -258,7 +268,7 @@ def test_missing_node_is_waited_for(h: Harness, caplog: pytest.LogCaptureFixture
     h.create("early")
     h.create("early-2")
     wait_for("the warning", lambda: "does not exist" in caplog.text)
-    time.sleep(0.5)
+    h.settled()  # both pods handled (without a node)
     assert not h.get("early")["spec"].get("nodeName") and h.condition("early") is None
     assert h.events("early", "FailedScheduling") == []
     assert caplog.text.count("does not exist") == 1  # said once, not per pod or per attempt
@@ -284,13 +294,19 @@ def test_unschedulable_retries_aggregate_into_one_event(api: KubeApi) -> None:
 
 
 @pytest.mark.standin
-def test_stop_returns_promptly(api: KubeApi) -> None:
+def test_stop_returns_promptly(api: KubeApi, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="hpkctl.scheduler")
     stop = threading.Event()
     result: list[int] = []
     t = threading.Thread(target=lambda: result.append(run_scheduler(str(api.kubeconfig), node_name="nowhere",
                                                                     scheduler_names=["hpk-scheduler"], stop=stop)))
     t.start()
-    time.sleep(1.0)  # both watches open and quiet (300 s server timeouts)
+    # the reflectors have started; their watches open and go quiet (300 s server timeouts) a moment later.
+    # No sign tells from outside that they are open: the wait below can only make stop() find them open
+    # (a prompt return then proves the cancel); it cannot fail the test, and without it stop() might
+    # meet a list instead, which returns promptly as well (a pass that proves less, never a false failure)
+    wait_for("the scheduler to start", lambda: "scheduling pods of" in caplog.text)  # logged once both started
+    time.sleep(1.0)
     began = time.monotonic()
     stop.set()
     t.join(5)
