@@ -88,6 +88,7 @@ class Pool:
         self._helds: dict[str, Held] = {}
         self._asked: float | None = None  # when refresh last asked Slurm (its clock)
         self._lock = threading.Lock()
+        self._ticking = threading.Lock()  # held for a whole tick (its sbatch and scancel included)
 
     # ------------------------------------------------------------------ books
 
@@ -228,7 +229,14 @@ class Pool:
         return lost
 
     def tick(self, pending: Sequence[Need]) -> Plan:
-        """Request the allocations ``pending`` pods need (and a successor), release idle ones."""
+        """Request the allocations ``pending`` pods need (and a successor), release idle ones. One tick
+        at a time (``_ticking``): the kubelet's workers tick at once when pods arrive together, and a
+        tick that decided while another's sbatch ran would request again what that one requests (two
+        pods created at once held two allocations with ``max_allocations = 1``)."""
+        with self._ticking:
+            return self._tick(pending)
+
+    def _tick(self, pending: Sequence[Need]) -> Plan:
         with self._lock:
             decision = plan(list(self._helds.values()), pending, self.clock(), self.rules)
         for job_id in decision.release:

@@ -4,6 +4,7 @@ refresh while its status loop ticks)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -98,3 +99,31 @@ def test_an_owner_adopts_and_releases_only_the_allocations_of_its_own_state_dire
     same = Pool(slurm, profile, owner="kubelet", node="n", state_dir=theirs, clock=clock)  # type: ignore[arg-type]
     assert same.adopt() == ["77"]
     assert Pool(slurm, profile, owner="run", node="n", state_dir=theirs).adopt() == []  # type: ignore[arg-type]
+
+
+def test_pods_that_arrive_together_request_one_allocation_not_one_each(tmp_path: Path) -> None:
+    """Two workers tick at once (two pods created together, no room): the second tick decides after
+    the first one's allocation is on the books, so max_allocations = 1 holds one, not two. The fake
+    sbatch starts the second tick on another thread and gives it a second to finish first, which it
+    could only do by deciding on books without the first one's request."""
+    profile = load_site("ci")
+    profile = profile.model_copy(update={"pilot": profile.pilot.model_copy(update={"max_allocations": 1})})
+    holds: list[str] = []
+
+    class Slurm(FakeSlurm):
+        def hold(self, script: Path, *, args: list[str], script_args: list[str]) -> str:
+            holds.append(str(len(holds) + 1))
+            if len(holds) == 1:
+                second = threading.Thread(target=pool.tick, args=([Need("u-b", 1, 100)],))
+                second.start()
+                second.join(timeout=1.0)
+                seconds.append(second)
+            return holds[-1]
+
+    seconds: list[threading.Thread] = []
+    pool = Pool(Slurm(), profile, owner="kubelet", node="n", state_dir=tmp_path, clock=Clock())  # type: ignore[arg-type]
+    pool.tick([Need("u-a", 1, 100)])
+    seconds[0].join(timeout=30)
+    assert not seconds[0].is_alive()
+    assert holds == ["1"], holds
+    assert [h.job_id for h in pool.helds()] == ["1"]
