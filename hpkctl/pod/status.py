@@ -329,6 +329,12 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
         return make("Pending", outcome.reason, outcome.message, None)
     if started_at:
         return live(f"running on {node}" if node else "running")
+    if outcome.phase == "Running":  # Slurm's RUNNING from the allocation on, before the script began (its
+        # prolog, a loaded node): no container has started, so Pending as getPhase says, never Running
+        # before the init containers ran (issue 22.2)
+        if outcome.reason:  # CONFIGURING, SUSPENDED...: Slurm says better
+            return make("Pending", outcome.reason, outcome.message, None)
+        return make("Pending", "ContainerCreating", "the job started; its script has not started the pod yet", None)
     return make(outcome.phase, outcome.reason, outcome.message, None)
 
 

@@ -127,3 +127,48 @@ def test_a_failed_init_container_keeps_the_pod_pending_whatever_the_other_contai
                   ContainerStatus("setup", True, "waiting", reason="CrashLoopBackOff", last_exit_code=3)):
         main = ContainerStatus("main", False, "terminated", exit_code=0)
         assert live_phase([sidecar, setup, main], restart_policy=policy) == "Pending"
+
+
+@pytest.mark.parametrize("state", ["RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"])
+def test_a_job_slurm_runs_before_its_script_began_is_a_pending_pod(tmp_path: Path, state: str) -> None:
+    """Slurm says RUNNING from the allocation on, before the batch script writes job.started (prolog,
+    a loaded node): no container has started, so the pod is Pending (getPhase), never Running for a
+    moment before its init containers ran (issue 22.2: a Running patch of a pod whose init container
+    then failed for ever)."""
+    _pod(tmp_path)
+    st = read_pod_status(tmp_path, CONTAINERS, JobInfo(job_id="7", state=state, nodes="n1"))
+    assert st.phase == "Pending", st
+    _files(tmp_path)  # job.started: the containers' files decide from now on
+    assert read_pod_status(tmp_path, CONTAINERS, JobInfo(job_id="7", state=state, nodes="n1")).phase == "Pending"
+
+
+def test_no_mix_of_a_failing_init_containers_files_reads_as_running(tmp_path: Path) -> None:
+    """Any combination of the files sbatch/runtime.sh's hpk_run writes, renames (exitcode ->
+    last-exitcode...) and removes for a regular init container that only ever exits 3, as a reader
+    may see them between its steps or across them (it reads one file at a time): the pod stays
+    Pending, whatever its sidecar's and main container's files say."""
+    import itertools
+    import shutil
+
+    doc = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+           "spec": {"restartPolicy": "Always", "containers": [{"name": "main"}], "initContainers": [
+               {"name": "proxy", "restartPolicy": "Always"}, {"name": "setup"}]}}
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "pod.json").write_text(json.dumps(doc))
+    # (its finished, last-finished and ready files are times and 0: no read of them can start anything)
+    setup = {"setup.started": "t1", "setup.exitcode": "3", "setup.backoff": "10", "setup.restarts": "1",
+             "setup.last-exitcode": "3"}
+    others = [{}, {"proxy.started": "t0"}, {"proxy.started": "t0", "proxy.ready": "1"}]
+    mains = [{}, {"main.started": "t3"}, {"main.started": "t3", "main.exitcode": "0", "main.finished": "t4"}]
+    containers = [("proxy", True), ("setup", True), ("main", False)]
+    seen = 0
+    for n in range(len(setup) + 1):
+        for names in itertools.combinations(setup, n):
+            for extra in (dict(a, **b) for a in others for b in mains):
+                shutil.rmtree(tmp_path / "status", ignore_errors=True)
+                _files(tmp_path, **{k.replace(".", "__").replace("-", "_"): v
+                                    for k, v in ({k: setup[k] for k in names} | extra).items()})
+                st = read_pod_status(tmp_path, containers, RUNNING)
+                assert st.phase == "Pending", (names, extra, st.as_k8s())
+                seen += 1
+    assert seen == 2 ** len(setup) * 9
