@@ -5,8 +5,9 @@ that carry the ``slurm``/``standin`` marker count (not every test that lives in 
 It also tells ``tests.support.lanes`` which test runs, so that a test using Slurm or a stand-in
 without its marker fails.
 
-Under pytest-xdist with ``--dist loadgroup`` (``ci/test``: two workers), every ``slurm`` test runs on
-one worker and the rest beside it (``tests.support.xdistgroups``).
+Under pytest-xdist with ``--dist loadgroup`` (``ci/test``: three workers), the ``slurm`` tests run on
+two lanes, each on a worker, a ``whole_node`` module with no other Slurm test beside it, and the rest
+beside them (``tests.support.xdistgroups``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if item.get_closest_marker(marker) is not None:
                 item.user_properties.append((_REAL_PROPERTY, marker))  # reaches xdist's controller
     xdistgroups.write(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    xdistgroups.enter(item)  # a slurm module's share of the Slurm node, or all of it (whole_node)
+    try:
+        return (yield)
+    finally:
+        xdistgroups.leave(item, nextitem)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -31,7 +31,7 @@ from tests.support.kubeapi import HELM, KUBECTL
 from tests.support.launch import jobcomp_states
 from tests.support.slurm import node_load, pod_job, queued_for_capacity
 
-pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+pytestmark = [pytest.mark.slurm, pytest.mark.standin, pytest.mark.whole_node]  # pods at once: xdistgroups
 
 CI_BIN = Path("/opt/hpk-controlplane/bin")
 SUFFIX = "[bcdfghjklmnpqrstvwxz2456789]{5}"

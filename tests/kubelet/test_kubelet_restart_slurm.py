@@ -13,7 +13,7 @@ import pytest
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+pytestmark = [pytest.mark.slurm, pytest.mark.standin, pytest.mark.whole_node]  # pods at once: xdistgroups
 
 
 def jobs_by_uid() -> Counter[str]:

@@ -66,7 +66,7 @@ from tests.support.launch import (
 from tests.support.pods import PODS
 from tests.support.waiting import wait_for, wait_rewritten
 
-pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+pytestmark = [pytest.mark.slurm, pytest.mark.standin, pytest.mark.whole_node]  # pods at once: xdistgroups
 SA = "/var/run/secrets/kubernetes.io/serviceaccount"
 READ_UPTIME = "read up rest < /proc/uptime"  # $up: seconds with two decimals, one clock for every container
 

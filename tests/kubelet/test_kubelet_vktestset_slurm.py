@@ -42,7 +42,7 @@ from tests.support.launch import (
 )
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slurm, pytest.mark.standin]
+pytestmark = [pytest.mark.slurm, pytest.mark.standin, pytest.mark.whole_node]  # pods at once: xdistgroups
 
 
 @pytest.fixture(scope="module")
