@@ -50,6 +50,7 @@ LANES = ("slurm", "slurm-b")
 SECOND_LANE = frozenset({
     "tests/controlplane/test_controlplane_start_slurm.py",
     "tests/integration/test_lifecycle_slurm.py",
+    "tests/integration/test_run_fidelity_slurm.py",
     "tests/integration/test_run_lifecycle.py",
     "tests/integration/test_workloads_slurm.py",
     "tests/kubelet/test_kubelet_daemon_slurm.py",
