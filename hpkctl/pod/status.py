@@ -25,6 +25,10 @@ _SLURM_WINS = {"DeadlineExceeded", "OOMKilled", "NodeLost", "Preempted", "BootFa
 #: a CANCELLED job whose pod was deleted through hpkctl (it wrote pod.deleting before its TERM and scancel)
 DELETED = ("the pod was deleted through hpkctl (hpkctl delete, an interrupted hpkctl run, the kubelet or hpkctl "
            "stop --all): its containers were stopped with their grace period, then its Slurm job was cancelled")
+#: a container whose files say it runs when its pod ended without its script's last word (the job or
+#: step was killed, vanished, or its node failed): the real kubelet's words for a container it cannot
+#: find once the pod is terminal (kubelet_pods.go convertToAPIContainerStatuses), never running nor ready
+LOST = ("ContainerStatusUnknown", "The container could not be located when the pod was terminated", 137)
 
 
 @dataclass
@@ -216,7 +220,10 @@ def _back_off(cs: ContainerStatus, seconds: int, pod: Mapping[str, Any]) -> None
 
 
 def container_statuses(pd: PodDir, containers: Sequence[tuple[str, bool]], *, oom: bool,
-                       pod_finished: bool, pod: Mapping[str, Any] | None = None) -> list[ContainerStatus]:
+                       pod_finished: bool, pod: Mapping[str, Any] | None = None,
+                       lost: bool = False) -> list[ContainerStatus]:
+    """The containers' statuses from their files; ``lost``: the pod ended without its script saying how
+    (no ``pod.done``), so a container its files still show running is terminated ``LOST``."""
     out = []
     pod = _submitted(pd) if pod is None else pod
     startup, sidecars = _probe_spec(pod)
@@ -252,6 +259,8 @@ def container_statuses(pd: PodDir, containers: Sequence[tuple[str, bool]], *, oo
                 _back_off(cs, backoff, pod)
         elif started is not None and pd.exists(f"{name}.{f.POST_START}"):
             cs.reason = "ContainerCreating"  # not Running until postStart returns
+        elif started is not None and lost:
+            cs.state, (cs.reason, cs.message, cs.exit_code) = "terminated", LOST
         elif started is not None:
             cs.state = "running"
         else:
@@ -281,7 +290,7 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
     oom = outcome is not None and outcome.reason == "OOMKilled" and not forgeable
     finished = done is not None or (outcome is not None and outcome.phase in ("Succeeded", "Failed"))
     pod = _submitted(pd)
-    cs = container_statuses(pd, containers, oom=oom, pod_finished=finished, pod=pod)
+    cs = container_statuses(pd, containers, oom=oom, pod_finished=finished, pod=pod, lost=finished and done is None)
     ip = pd.read(f.POD_IP)
     node = pd.read(f.JOB_NODE) or (job.nodes if job else None)
 

@@ -48,6 +48,7 @@ from hpkctl.provider.jobstatus import final_report
 from hpkctl.provider.pilotworkload import PilotWorkloadStops
 from hpkctl.provider.records import STOPPED, SUBMITTING, PodRecord, RecordStore, Records
 from hpkctl.provider.runrecords import RunRecords
+from hpkctl.provider.runstatus import lost_step_reports
 from hpkctl.provider.slurmjobs import mark_deleting
 from hpkctl.sites.schema import SiteProfile
 
@@ -291,9 +292,19 @@ class PilotPodProvider(JobPodProvider):
             self.pool.tick(pending)
         except Exception:  # noqa: BLE001 - Slurm's trouble must not stop the pods' status
             log.exception("pilot: refreshing the allocations failed")
-        out = []
-        freed = len(ended)
-        for report in super().statuses(pods, now=now):
+        asked = self.jobs.asked
+        reports = super().statuses(pods, now=now)
+        lost: dict[str, StatusReport] = {}
+        if self.jobs.asked != asked:  # a step killed outside its pod's script: one squeue --steps per Slurm round
+            gone = self.deleting_uids()
+            lost = lost_step_reports(self.slurm, [r for w in pods if w.ref.uid not in gone
+                                                  and (r := self._rec(w.ref.uid)) is not None], self.jobs.jobs)
+        for uid in lost:
+            self.pool.done(uid)
+        out, freed = list(lost.values()), len(lost) + len(ended)
+        for report in reports:
+            if report.uid in lost:
+                continue
             pod_dir = self._pod_dir(report.uid)
             # the allocation runs on for other pods: the pod's own files say it is done
             if report.status is not None and report.status.finished and pod_dir is not None \

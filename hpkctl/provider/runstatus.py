@@ -31,7 +31,7 @@ from hpkctl.pod.paths import JOB_ID, POD_DONE, PodDir
 from hpkctl.pod.status import PodStatus, apptainer_fatal, containers_of, read_pod_status
 from hpkctl.provider.records import node_record_uids
 from hpkctl.provider.runrecords import SUBMITTED, SUBMITTING, RunRecord, save_record
-from hpkctl.provider.api import Failure, Note
+from hpkctl.provider.api import Failure, Note, StatusReport
 from hpkctl.provider.slurmjobs import deadline_limit, job_states, lowered_note, never_starts, start_check
 from hpkctl.provider.workloads import ArrayStatus, WorkloadFile, array_status, element_ids
 from hpkctl.sites.schema import SiteProfile
@@ -95,8 +95,10 @@ def problem_status(rec: RunRecord, error: Exception) -> PodStatus:
 
 
 def _live_step(rec: RunRecord) -> str:
-    """A pilot pod's step (``J.S``) while its files say it has not ended; "" for any other record."""
-    if not rec.allocation or rec.is_array or rec.state != SUBMITTED or not rec.pod_dir:
+    """A pilot pod's step (``J.S``) while its files say it has not ended; "" for any other record (a
+    job-per-pod pod's ``status/job.id`` is a job, never a step: a pilot kubelet's records name no
+    allocation, their job is it)."""
+    if rec.is_array or rec.state != SUBMITTED or not rec.pod_dir:
         return ""
     pd = PodDir(Path(rec.pod_dir))
     step = (pd.read(JOB_ID) or "").strip()
@@ -122,6 +124,26 @@ def step_lost(rec: RunRecord, step: str) -> PodStatus:
     st = read_pod_status(rec.dir.root, containers_of(rec.pod()), JobInfo(step, "CANCELLED"))
     return dataclasses.replace(st, message=f"its pilot step {step} ended before the pod's script said how the pod "
                                "ended: the step was cancelled, or its node or allocation failed")
+
+
+def lost_step_reports(slurm: Slurm, records: Sequence[RunRecord],
+                      allocations: Mapping[str, JobInfo | None]) -> dict[str, StatusReport]:
+    """A pilot kubelet's status round: uid -> the final report of each pod whose step is lost while its
+    allocation runs (``allocations``: the round's answer; :func:`lost_steps`, one ``squeue --steps`` for
+    all), failed as ``hpkctl status`` fails it, with a warning event. An allocation that ended says
+    itself why its pods failed (NodeLost, DeadlineExceeded...), as a job-per-pod pod's job. Slurm not
+    answering: none (the next round asks again)."""
+    records = [r for r in records if (a := allocations.get(r.job_id)) is not None and a.state == "RUNNING"]
+    try:
+        steps = lost_steps(records, lambda: {s.step_id for s in slurm.steps()})
+    except SlurmError:
+        return {}
+    out = {}
+    for rec in (r for r in records if r.uid in steps):
+        st = step_lost(rec, steps[rec.uid])
+        out[rec.uid] = StatusReport(uid=rec.uid, status=st, final=True,
+                                    notes=(Note("Failed", f"{st.reason}: {st.message}", warning=True),))
+    return out
 
 
 def run_statuses(slurm: Slurm, records: Sequence[RunRecord], arrays: Mapping[str, WorkloadFile], *,

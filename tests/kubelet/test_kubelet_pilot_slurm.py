@@ -110,6 +110,43 @@ def test_delete_stops_the_pod_s_step_with_its_grace_period(cluster: Cluster) -> 
         shutil.rmtree(out, ignore_errors=True)
 
 
+def test_a_pod_whose_step_is_killed_fails_as_a_pod_whose_node_lost_it(cluster: Cluster) -> None:
+    """``scancel --signal=KILL`` of a running pod's step (as a node or allocation failure ends it) while
+    another pod keeps the allocation busy: the script never writes how the pod ended, yet within a
+    status round the pod fails ``Cancelled`` with a message naming the step and a warning event, and its
+    container reads terminated, not ready (as the kubelet reports a container it cannot find once the
+    pod ended), instead of Running for ever; the other pod runs on."""
+    out = Path(tempfile.mkdtemp(prefix="hpk-pilot-", dir="/tmp"))
+    out.chmod(0o777)
+    try:
+        cluster.create(out_pod("pilot-keeper", "while [ ! -e /out/go ]; do sleep 0.2; done", out))
+        cluster.create(bpod("pilot-killed", "while :; do sleep 0.2; done"))
+        cluster.wait_phase("pilot-keeper", "Running", timeout=120)
+        cluster.wait_phase("pilot-killed", "Running", timeout=120)
+        job = cluster.job_id("pilot-killed")
+        cluster.held.add(job)  # type: ignore[attr-defined]
+        cluster.held.add(cluster.job_id("pilot-keeper"))  # type: ignore[attr-defined]
+        [step] = [s.split("|")[0] for s in squeue("--steps", f"--jobs={job}", "--format=%i|%j").splitlines()
+                  if s.endswith("|pilot-killed")]
+        subprocess.run(_as_hpk(["scancel", "--signal=KILL", step], home=cluster.home), check=True, timeout=30)
+        st = cluster.wait_phase("pilot-killed", "Failed", "Succeeded", timeout=60)["status"]
+        assert (st["phase"], st.get("reason")) == ("Failed", "Cancelled"), st
+        assert f"pilot step {step} ended" in st["message"], st
+        [cs] = st["containerStatuses"]
+        assert not cs["ready"] and cs["state"]["terminated"]["reason"] == "ContainerStatusUnknown", cs
+        assert [c["status"] for c in st["conditions"] if c["type"] == "Ready"] == ["False"], st["conditions"]
+        ev = wait_for("the pod's Failed event", lambda: [e for e in cluster.events("pilot-killed")
+                                                          if e["reason"] == "Failed" and step in e["message"]],
+                      timeout=60)
+        assert ev[0]["type"] == "Warning", ev
+        assert (cluster.pod("pilot-keeper") or {})["status"]["phase"] == "Running"
+        (out / "go").touch()
+        p = cluster.wait_phase("pilot-keeper", "Succeeded", "Failed", timeout=90)
+        assert p["status"]["phase"] == "Succeeded", p["status"]
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def test_a_restarted_kubelet_adopts_its_allocation_and_the_running_step(cluster: Cluster) -> None:
     """The kubelet stops while a pod's step runs: the step runs on (its srun is in a session of its
     own), the next kubelet adopts the allocation and the pod, which succeeds having run once."""

@@ -304,6 +304,11 @@ def test_a_pilot_pod_whose_step_was_killed_is_failed_not_running_for_ever(fp, pr
     fp.register(steps, stdout="")  # gone
     st = provider.pod_statuses([_ref(rec)])["u"]
     assert (st.phase, st.reason) == ("Failed", "Cancelled") and "pilot step 42.3 ended" in st.message, st
+    # its container is not left running (READY 1/1): terminated as the kubelet reports a container it
+    # cannot find once the pod is terminal
+    [c] = st.containers
+    assert (c.state, c.reason, c.exit_code, c.ready) == ("terminated", "ContainerStatusUnknown", 137, False), c
+    assert st.ready_count() == "0/1"
     fp.register(steps, stdout="", occurrences=5)
     now = [0.0]
 
