@@ -73,6 +73,9 @@ def stop_node_pods(provider: JobPodProvider, *, say: Callable[[str], None]) -> l
     pods = [p for p in node_pods(provider) if p.job_id]
     states = provider.slurm.query({p.job_id for p in pods}) if pods else {}
     live = [(p, what) for p in pods if (what := provider.stoppable(p.ref.uid, states.get(p.job_id)))]
+    if any(is_step_id(what) for _, what in live):  # a step killed outside its pod's script has nothing to stop
+        running = {s.step_id for s in provider.slurm.steps()}
+        live = [(p, what) for p, what in live if not is_step_id(what) or what in running]
     done: list[tuple[str, str, str]] = []
     if live:
         ids = [what for _, what in live]

@@ -120,7 +120,7 @@ def test_a_pod_whose_step_is_killed_fails_as_a_pod_whose_node_lost_it(cluster: C
     out.chmod(0o777)
     try:
         cluster.create(out_pod("pilot-keeper", "while [ ! -e /out/go ]; do sleep 0.2; done", out))
-        cluster.create(bpod("pilot-killed", "while :; do sleep 0.2; done"))
+        cluster.create(bpod("pilot-killed", "while :; do sleep 0.2; done", terminationGracePeriodSeconds=1))
         cluster.wait_phase("pilot-keeper", "Running", timeout=120)
         cluster.wait_phase("pilot-killed", "Running", timeout=120)
         job = cluster.job_id("pilot-killed")
@@ -143,6 +143,10 @@ def test_a_pod_whose_step_is_killed_fails_as_a_pod_whose_node_lost_it(cluster: C
         (out / "go").touch()
         p = cluster.wait_phase("pilot-keeper", "Succeeded", "Failed", timeout=90)
         assert p["status"]["phase"] == "Succeeded", p["status"]
+        # a lost pod's delete ends (the API keeps it until the kubelet's stop sequence is over)
+        code, _ = cluster.api.delete("/api/v1/namespaces/default/pods/pilot-killed")
+        assert code == 200
+        wait_for("the killed pod to go", lambda: cluster.pod("pilot-killed") is None, timeout=60)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
