@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     xdistgroups.write(items)
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outside pytest-timeout's timer: waiting for the node is no hang
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     xdistgroups.enter(item)  # a slurm module's share of the Slurm node, or all of it (whole_node)
     try:
