@@ -146,12 +146,10 @@ def test_the_time_limit_runs_the_stop_sequence(hpk: Hpk) -> None:
     d, vols = out_volume(hpk)
     main = c("main", f'trap \'echo "term {STAMP}" >> /out/events; exit 0\' TERM; while :; do sleep 0.1; done',
              lifecycle={"preStop": {"exec": {"command": note("prestop")}}})
-    start = time.time()
     r = hpk.run(pod(name, [main], volumes=vols, terminationGracePeriodSeconds=10,
                     annotations={"slurm-job.hpk.io/flags": "--time=1"}), timeout=150)
     assert r.rc != 0, r.output
     assert [w for w, _ in events(d)] == ["prestop", "term"], events(d)
-    assert time.time() - start < 100
     status = hpk.status(name)
     cs = status["status"]["containerStatuses"][0]["state"]["terminated"]
     assert cs["exitCode"] == 0, status  # the container's own exit after SIGTERM is recorded

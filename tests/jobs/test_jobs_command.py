@@ -262,11 +262,9 @@ def test_missing_binary_on_path_is_found_lazily(section, tmp_path) -> None:
 def test_timeout_kills_and_names_the_command(section, tmp_path) -> None:
     # (c) a hung command is killed after slurm.command_timeout, with a SlurmTimeout.
     pid_file = tmp_path / "pid"
-    bin_dir = _fake_bin(tmp_path, "scancel", f'echo $$ > "{pid_file}"\nexec sleep 60\n')
-    began = time.monotonic()
-    with pytest.raises(SlurmTimeout) as exc:
+    bin_dir = _fake_bin(tmp_path, "scancel", f'echo $$ > "{pid_file}"\nexec sleep infinity\n')
+    with pytest.raises(SlurmTimeout) as exc:  # returns at all: the command never ends on its own
         Slurm(section(bin_dir=str(bin_dir), command_timeout=0.3)).cancel("12")
-    assert time.monotonic() - began < 10
     assert "scancel" in exc.value.message and "0.3 s" in exc.value.message
     assert "slurm.command_timeout" in exc.value.hint
     assert isinstance(exc.value, SlurmUnavailable)
@@ -277,11 +275,9 @@ def test_timeout_kills_what_a_wrapper_script_started(section, tmp_path) -> None:
     # A site's sbatch wrapper that runs the real one as a child (no exec): killing only the wrapper
     # would leave the child holding the output pipes, and the caller waiting until it ends.
     pid_file = tmp_path / "child"
-    bin_dir = _fake_bin(tmp_path, "sbatch", f'sleep 60 &\necho $! > "{pid_file}"\nwait\n')
-    began = time.monotonic()
-    with pytest.raises(SlurmTimeout, match="sbatch did not finish within 0.5 s"):
+    bin_dir = _fake_bin(tmp_path, "sbatch", f'sleep infinity &\necho $! > "{pid_file}"\nwait\n')
+    with pytest.raises(SlurmTimeout, match="sbatch did not finish within 0.5 s"):  # the child never ends
         Slurm(section(bin_dir=str(bin_dir), command_timeout=0.5)).submit(tmp_path / "job.sh")
-    assert time.monotonic() - began < 10
     child = int(pid_file.read_text())
     for _ in range(50):  # SIGKILLed (a zombie until init reaps the orphan counts as dead)
         if not _running(child):
@@ -291,25 +287,25 @@ def test_timeout_kills_what_a_wrapper_script_started(section, tmp_path) -> None:
         pytest.fail(f"the wrapper's child {child} survived the timeout")
 
 
-def test_timeouts_in_threads_do_not_hold_up_others(section, tmp_path) -> None:
-    bin_dir = _fake_bin(tmp_path, "scancel", "exec sleep 60\n")
+def test_a_hung_command_in_one_thread_does_not_hold_up_others(section, tmp_path) -> None:
+    # the other thread's scancel hangs until the test releases it (its timeout is only a safety net)
+    release = tmp_path / "release"
+    bin_dir = _fake_bin(tmp_path, "scancel", f'while [ ! -e "{release}" ]; do sleep 0.05; done\n')
     _fake_bin(tmp_path, "squeue", "exit 0\n")
-    slurm = Slurm(section(bin_dir=str(bin_dir), command_timeout=3.0), env={"PATH": "/usr/bin:/bin"})
+    slurm = Slurm(section(bin_dir=str(bin_dir), command_timeout=120.0), env={"PATH": "/usr/bin:/bin"})
     outcome: list[str] = []
 
     def hung() -> None:
-        try:
-            slurm.cancel("7")
-        except SlurmTimeout:
-            outcome.append("timeout")
+        slurm.cancel("7")
+        outcome.append("ended")
 
     t = threading.Thread(target=hung)
     t.start()
-    began = time.monotonic()
     assert slurm.query(["1"]) == {}  # runs while the other thread's command hangs
-    assert time.monotonic() - began < 2.0
-    t.join()
-    assert outcome == ["timeout"]
+    assert t.is_alive() and outcome == []  # ... which still hangs: the query did not wait for it
+    release.touch()
+    t.join(60)
+    assert outcome == ["ended"]
 
 
 def test_every_command_gets_the_timeout(fp, section, monkeypatch) -> None:
