@@ -183,7 +183,11 @@ def test_exec_passes_stdin_until_it_is_closed(running: tuple[str, str, Api]) -> 
 def test_exec_with_a_terminal(running: tuple[str, str, Api]) -> None:
     _, name, api = running
     resize = b"\x04" + json.dumps({"Width": 91, "Height": 27}).encode()
-    out, _, status = asyncio.run(api.exec(name, ["sh", "-c", "read x; tty; stty size; echo got $x; exit 5"],
+    # a resize reaches the terminal on its own path (srun is told by SIGWINCH), as a real kubelet's resize
+    # channel is apart from stdin: the shell waits for it, up to 30 s, before it prints the size
+    wait_size = 'i=0; while [ "$(stty size)" != "27 91" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done'
+    script = f"read x; tty; {wait_size}; stty size; echo got $x; exit 5"
+    out, _, status = asyncio.run(api.exec(name, ["sh", "-c", script],
                                           send=[resize, b"\x00go\r"], pause=1.0, input="1", output="1", tty="1"))
     text = out.decode()
     # a terminal: the host's pty is not in the container's own minimal /dev (--contain), where
