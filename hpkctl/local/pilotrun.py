@@ -133,16 +133,22 @@ def follow_pilot(provider: PodProvider, rec: RunRecord, proc: StepProcess, *, ou
         assert isinstance(st, PodStatus)
         return st
 
+    def ended_deleted() -> PodStatus:
+        # `hpkctl delete` stopped the pod and removed its directory: once the step ended, the
+        # containers' last lines (a TERM trap's) are read through the log files the tail holds open
+        proc.wait()
+        tail.pump(final=True)
+        return deleted
+
     def step() -> PodStatus | None:
-        if gone():  # `hpkctl delete` stopped the pod and removed its directory
-            proc.wait()
-            return deleted
+        if gone():
+            return ended_deleted()
         tail.pump()
         ended = proc.poll() is not None
         st = status()
         if st.finished or ended:
             if ended and gone():
-                return deleted
+                return ended_deleted()
             if ended and st.started_at is None:
                 log = provider.log_file(rec.uid, "srun")  # srun's own messages
                 said = log.read_text(errors="replace").strip() if log is not None else ""
