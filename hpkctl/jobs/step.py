@@ -106,7 +106,8 @@ class StderrFilter:
         return _OWN_LINE.fullmatch(text) is not None
 
 
-WINCH_REPEAT = (0.25, 1.0, 3.0)  # seconds after a resize when srun is told of it again
+WINCH_REPEAT = (0.25, 1.0, 3.0, 10.0, 30.0)  # seconds after a resize when srun is told of it again
+WINCH_AFTER_OUTPUT = (0.0, 1.0)  # seconds after the task's first output, when a resize came before it
 
 
 class Step:
@@ -128,6 +129,8 @@ class Step:
         self._master = master
         self._filter = StderrFilter()
         self._stderr_done = False
+        self._resized = False  # a size was set: srun must pass it on once its terminal link is up
+        self._output_seen = False
 
     @property
     def tty(self) -> bool:
@@ -140,11 +143,16 @@ class Step:
     async def read_stdout(self) -> bytes:
         """The next output, ``b""`` at the end (for a TTY: once every holder of the terminal is gone)."""
         try:
-            return await self._stdout.read(CHUNK)
+            data = await self._stdout.read(CHUNK)
         except OSError as e:
             if e.errno == errno.EIO:  # a pty master reads EIO when the last slave fd closed
                 return b""
             raise
+        if data and not self._output_seen:
+            self._output_seen = True
+            if self._resized:  # the step runs, so srun's terminal link is up (or just about): tell it again
+                self._winch_later(WINCH_AFTER_OUTPUT)
+        return data
 
     async def read_stderr(self) -> bytes:
         """The task's next stderr, srun's own lines taken out; ``b""`` at the end."""
@@ -185,13 +193,19 @@ class Step:
         if self._master is None or width <= 0 or height <= 0:
             return
         fcntl.ioctl(self._master, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+        self._resized = True
         self._winch()
-        # srun reads the size at its start and on SIGWINCH, which it ignores until its handler is
-        # set: a size that comes while srun starts (kubectl sends one at once) would be lost, so it
-        # is told again a little later; each time it passes on the pty's current size, so a repeat
-        # is harmless
+        # srun reads the size at its start and passes it on at a SIGWINCH, but only once slurmstepd
+        # has connected its terminal link: a SIGWINCH before that only raises a flag that srun's pty
+        # thread reads at the NEXT signal (src/srun/srun_pty.c, _pty_thread's poll). A size that comes
+        # while the step starts (kubectl sends one at once; a loaded node starts steps in seconds)
+        # would be lost, so srun is told again later, and once more when the task's first output
+        # shows the step runs; each time it passes on the pty's current size, so a repeat is harmless
+        self._winch_later(WINCH_REPEAT)
+
+    def _winch_later(self, delays: tuple[float, ...]) -> None:
         loop = asyncio.get_running_loop()
-        for delay in WINCH_REPEAT:
+        for delay in delays:
             loop.call_later(delay, self._winch)
 
     def _winch(self) -> None:

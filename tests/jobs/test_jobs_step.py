@@ -5,6 +5,9 @@ The real srun is exercised in tests/integration/test_kubelet_exec_slurm.py."""
 from __future__ import annotations
 
 import asyncio
+import os
+import pty
+import signal
 import textwrap
 from pathlib import Path
 
@@ -120,3 +123,39 @@ def test_no_srun_is_slurm_unavailable(tmp_path: Path) -> None:
     with pytest.raises(SlurmUnavailable, match="cannot run") as e:
         asyncio.run(slurm.exec_step("12", pod_dir=tmp_path, container="c", command=["true"]))
     assert "slurm.bin_dir" in e.value.hint
+
+
+class _Process:
+    """What Step uses of srun's process: its signals are recorded (srun's pty link is never up here)."""
+
+    def __init__(self) -> None:
+        self.returncode: int | None = None
+        self.pid = 0
+        self.stderr = None
+        self.signals: list[int] = []
+
+    def send_signal(self, sig: int) -> None:
+        self.signals.append(sig)
+
+
+def test_a_size_set_before_the_step_runs_is_passed_on_again_at_its_first_output() -> None:
+    """srun acts on a SIGWINCH only once slurmstepd has linked its terminal: one that came before is
+    read at the next signal (srun_pty.c), so the first output (the step runs) brings one more."""
+    async def run() -> list[int]:
+        master, slave = pty.openpty()
+        os.close(slave)
+        reader = asyncio.StreamReader()
+        proc = _Process()
+        s = Step(proc, ["srun"], stdout=reader, master=master)  # type: ignore[arg-type]
+        try:
+            s.resize(91, 27)
+            told = len(proc.signals)
+            reader.feed_data(b"go\r\n")
+            assert await s.read_stdout() == b"go\r\n"
+            await asyncio.sleep(0)  # the loop runs what is due now (call_later(0.0)), no later timer
+            await asyncio.sleep(0)
+            return proc.signals[told:]
+        finally:
+            os.close(master)
+
+    assert asyncio.run(run()) == [signal.SIGWINCH]
