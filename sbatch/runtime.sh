@@ -733,6 +733,7 @@ hpk_read_secrets() {
 # hpk_pod_part: inside the pod's network (the node's, or the parent container's namespace).
 hpk_pod_part() {
   trap hpk_terminate TERM INT
+  [ -z "${HPK_TERM_EARLY:-}" ] || kill -TERM $$  # it came while the job script set up (its first trap)
   if [ -z "${HPK_POD_IP:-}" ]; then  # in the parent container's network namespace (cni mode)
     HPK_POD_IP=$(hostname -I 2>/dev/null)
     HPK_POD_IP=${HPK_POD_IP%% *}
@@ -776,6 +777,7 @@ hpk_in_parent() {
   # process), which stops the containers; this shell waits for it.
   # shellcheck disable=SC2046  # one pid per word
   trap 'trap "" TERM INT; hpk_cancelled 3; kill -TERM $(hpk_children "$parent") 2>/dev/null; wait "$parent"; hpk_linger; exit 143' TERM INT
+  [ -z "${HPK_TERM_EARLY:-}" ] || kill -TERM $$  # it came while the host part set up
   wait "$parent"
   local rc=$?
   [ -e "$HPK_STATUS/pod.done" ] || hpk_fail ParentContainerFailed "the pod's parent container exited with code $rc; see $HPK_LOGS/slurm.out"
@@ -1184,6 +1186,8 @@ hpk_main() {
       hpk_pod_part ;;
     exec)
       shift
+      trap - TERM INT  # kubectl exec's step: a TERM ends it, no stop sequence
+      [ -z "${HPK_TERM_EARLY:-}" ] || exit 143
       hpk_exec "$@" ;;
     *)
       hpk_host_part ;;

@@ -67,6 +67,7 @@ class JobPodProvider:
         self._recs: dict[str, PodRecord] = {}
         self._lock = threading.Lock()
         self._term_sent: dict[str, float] = {}  # uid -> when its batch shell got TERM
+        self._starting: dict[str, float] = {}  # uid -> since when a delete waits for its script to start
         self._deleting: set[str] = set()
         self._parked: dict[str, RenderedPod] = {}  # uid -> its render, kept while images are pulled (or room awaited)
         self.workloads = WorkloadStops(slurm, margin=STOP_MARGIN)
@@ -265,16 +266,16 @@ class JobPodProvider:
             # for (pod.done can never appear), so the job is cancelled at once
             pd = PodDir(Path(rec.pod_dir)) if rec is not None and rec.pod_dir and Path(rec.pod_dir).is_dir() else None
             started = self._term_sent.get(ref.uid)
-            # Slurm's answer may be slurm_poll old: a job it still called PENDING may have started
-            running = job is not None and (job.state == "RUNNING" or pd is not None and pd.exists(JOB_STARTED))
-            if running and pd is not None and started is None:
+            limit = stop_wait(pod.get("spec") or {}, grace=grace, margin=STOP_MARGIN)
+            # TERM once the script wrote job.started, its trap set (a TERM before kills it: FAILED); until then wait
+            if pd is not None and started is None and pd.exists(JOB_STARTED):
                 mark_deleting(pd)  # so the pod's status says deleted, not killed by its time limit
                 self.slurm.cancel(job_id, signal="TERM", batch_only=True)
                 self._term_sent[ref.uid] = time.monotonic()
                 return Deletion(done=False, job_id=job_id, recheck_after=DELETE_CHECK, killing=killing)
-            limit = stop_wait(pod.get("spec") or {}, grace=grace, margin=STOP_MARGIN)
-            if started is not None and pd is not None and not pd.exists(POD_DONE) and \
-                    time.monotonic() - started < limit:
+            since = started if started is not None else self._starting.setdefault(ref.uid, time.monotonic())
+            waits = pd is not None and (not pd.exists(POD_DONE) if started else bool(job and job.state == "RUNNING"))
+            if waits and time.monotonic() - since < limit:  # the stop sequence; a script that is starting
                 return Deletion(done=False, job_id=job_id, recheck_after=DELETE_CHECK, killing=killing)
             self.slurm.cancel(job_id)
             cancelled = True
@@ -287,7 +288,7 @@ class JobPodProvider:
         if rec is not None:
             rec.state, rec.stopped = STOPPED, time.time()
             self._save(rec)
-        self._term_sent.pop(ref.uid, None)
+        self._term_sent.pop(ref.uid, None), self._starting.pop(ref.uid, None)
         self._deleting.discard(ref.uid)
         self.rounds.forget(ref.uid)
         return Deletion(done=True, job_id=job_id, killing=killing, cancelled=cancelled, final=final)

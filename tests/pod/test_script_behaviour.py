@@ -265,3 +265,36 @@ def test_a_term_without_a_delete_is_the_time_limit_while_slurm_runs_the_job(stub
     failed = _read(root, "pod.failed")
     assert failed.splitlines()[0] == reason, failed
     assert (f"Slurm says {state}" in failed) is (reason == "Cancelled"), failed
+
+
+def test_a_delete_before_the_stop_sequence_is_set_up_still_waits_for_the_scancel(stub_env) -> None:  # type: ignore[no-untyped-def]
+    """A delete's TERM that reaches the batch shell while the host part still sets up (no TERM trap of
+    the runtime yet) stops the pod as any delete does: pod.failed Terminated, no container started, and
+    the job waits for the scancel that follows, so Slurm records it CANCELLED, not FAILED (killed by
+    the TERM's default action; the full suite saw it). Here `hostname -I` holds the host part."""
+    fake = stub_env["tmp"] / "slow-hostname"
+    fake.mkdir()
+    held, release = stub_env["tmp"] / "held", stub_env["tmp"] / "release"
+    (fake / "hostname").write_text(f'#!/bin/bash\n[ "${{1:-}}" = -I ] || exec /usr/bin/hostname "$@"\n: >"{held}"\n'
+                                   f'for _ in $(seq 600); do [ -e "{release}" ] && break; sleep 0.05; done\n'
+                                   'echo 127.0.0.1\n')
+    (fake / "hostname").chmod(0o755)
+    spec = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "b:1", "command": ["x"]}]}
+    root = write_pod_dir(render_pod(pod_doc(spec), _fast(stub_env["profile"])))
+    record = stub_env["tmp"] / "record.jsonl"
+    env = stub_environment(stub_env, record, HPK_STUB_SLEEP="120")
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    proc = subprocess.Popen(["bash", str(root / "job" / "job.sh")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    wait_for("the host part in hostname -I", held.exists, timeout=30)
+    (root / "status" / "pod.deleting").write_text("now\n")  # hpkctl delete marks it before it signals
+    proc.send_signal(signal.SIGTERM)  # scancel --signal=TERM --batch: the batch shell alone
+    release.write_text("")
+    wait_for("pod.done", (root / "status" / "pod.done").exists, timeout=30)
+    with pytest.raises(subprocess.TimeoutExpired):  # it waits for the scancel that follows
+        proc.communicate(timeout=0.5)
+    os.killpg(proc.pid, signal.SIGTERM)  # that scancel
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM
+    assert _read(root, "pod.done") == "143" and _read(root, "pod.failed").splitlines()[0] == "Terminated"
+    assert records(record) == []  # a pod deleted before its containers started never starts them

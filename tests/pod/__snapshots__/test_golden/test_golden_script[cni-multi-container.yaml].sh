@@ -18,6 +18,8 @@
 # pod-part" runs the containers. Paths are relative to $HPK_POD_DIR, the pod directory.
 set -uo pipefail
 umask 077
+# A TERM (a delete, the time limit) before the runtime's stop sequence is set up waits for it.
+trap 'HPK_TERM_EARLY=1' TERM INT
 
 HPK_POD_DIR=/hpk-state/pods/11111111-2222-3333-4444-555555555555
 HPK_MEMORY_ROOT=/dev/shm

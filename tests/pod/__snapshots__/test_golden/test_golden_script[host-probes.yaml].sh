@@ -17,6 +17,8 @@
 # pod-part" runs the containers. Paths are relative to $HPK_POD_DIR, the pod directory.
 set -uo pipefail
 umask 077
+# A TERM (a delete, the time limit) before the runtime's stop sequence is set up waits for it.
+trap 'HPK_TERM_EARLY=1' TERM INT
 
 HPK_POD_DIR=/hpk-state/pods/7d0c1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b
 HPK_MEMORY_ROOT=/dev/shm
