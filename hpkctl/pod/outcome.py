@@ -11,8 +11,9 @@ view wins for what only Slurm knows: the time limit (``DeadlineExceeded``), the 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
 
@@ -155,3 +156,23 @@ def pod_outcome(info: SlurmFacts | None) -> PodOutcome:
         "UnknownSlurmState",
         f"Slurm reports job state {info.state or '(empty)'!r}, which hpkctl does not know{slurm_reason}",
     )
+
+
+STEP_ID = re.compile(r"^[0-9]+\.[0-9]+$")  # status/job.id of a pilot pod: its step J.S of an allocation
+
+
+def allocation_ended(outcome: PodOutcome, job: SlurmFacts | None, spec: Mapping[str, Any]) -> PodOutcome:
+    """A pilot pod whose allocation reached its time limit: not the pod's deadline (Slurm's TIMEOUT is
+    the allocation's), but the node going away under it, which the kubelet's graceful node shutdown
+    reports as reason ``Terminated``; the message names the allocation and what keeps a pod out of
+    one that ends before it."""
+    job_id = getattr(job, "job_id", "") or "?"
+    fix = ("its activeDeadlineSeconds should have kept it out of an allocation ending before it (a clock "
+           "moved, or it was adopted): raise [pilot] time_limit in the site profile"
+           if spec.get("activeDeadlineSeconds") else
+           "a pod without activeDeadlineSeconds is placed where its allocation has [pilot] renewal_margin "
+           "left: give the pod an activeDeadlineSeconds that covers its run (it then goes only where the "
+           "allocation outlasts it), or raise [pilot] renewal_margin or time_limit in the site profile")
+    return PodOutcome("Failed", "Terminated",
+                      f"Pod was terminated in response to the end of its node: pilot allocation {job_id} "
+                      f"reached its Slurm time limit; {fix}", outcome.exit_code)

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from hpkctl.pod import paths as f
-from hpkctl.pod.outcome import PodOutcome, SlurmFacts, pod_outcome
+from hpkctl.pod.outcome import STEP_ID, PodOutcome, SlurmFacts, allocation_ended, pod_outcome
 from hpkctl.pod.paths import PodDir, read_int
 from hpkctl.pod.phase import init_summary, live_phase, main_summary
 
 # Slurm outcomes that explain the end of the pod better than the script could.
-_SLURM_WINS = {"DeadlineExceeded", "OOMKilled", "NodeLost", "Preempted", "BootFailure", "Cancelled", "Revoked"}
+_SLURM_WINS = {"DeadlineExceeded", "Terminated", "OOMKilled", "NodeLost", "Preempted", "BootFailure", "Cancelled", "Revoked"}
 #: a CANCELLED job whose pod was deleted through hpkctl (it wrote pod.deleting before its TERM and scancel)
 DELETED = ("the pod was deleted through hpkctl (hpkctl delete, an interrupted hpkctl run, the kubelet or hpkctl "
            "stop --all): its containers were stopped with their grace period, then its Slurm job was cancelled")
@@ -29,8 +29,6 @@ DELETED = ("the pod was deleted through hpkctl (hpkctl delete, an interrupted hp
 #: step was killed, vanished, or its node failed): the real kubelet's words for a container it cannot
 #: find once the pod is terminal (kubelet_pods.go convertToAPIContainerStatuses), never running nor ready
 LOST = ("ContainerStatusUnknown", "The container could not be located when the pod was terminated", 137)
-
-
 @dataclass
 class ContainerStatus:
     name: str
@@ -290,6 +288,11 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
     oom = outcome is not None and outcome.reason == "OOMKilled" and not forgeable
     finished = done is not None or (outcome is not None and outcome.phase in ("Succeeded", "Failed"))
     pod = _submitted(pd)
+    if outcome is not None and outcome.reason == "DeadlineExceeded" and STEP_ID.match((pd.read(f.JOB_ID) or "").strip()):
+        # a pilot pod's job is its allocation: its time limit ended the pod only when the pod's script
+        # did not finish first (the time limit's TERM: Terminated without a delete's pod.deleting)
+        cut = done is None or ((failed or "").partition("\n")[0] == "Terminated" and not pd.exists(f.POD_DELETING))
+        outcome = allocation_ended(outcome, job, _part(pod, "spec")) if cut else None
     cs = container_statuses(pd, containers, oom=oom, pod_finished=finished, pod=pod, lost=finished and done is None)
     ip = pd.read(f.POD_IP)
     node = pd.read(f.JOB_NODE) or (job.nodes if job else None)

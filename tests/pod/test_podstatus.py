@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,44 @@ def test_restarts_and_last_state(tmp_path: Path) -> None:
     st = read_pod_status(tmp_path, [("main", False)], job("RUNNING"))
     [c] = st.as_k8s()["containerStatuses"]
     assert c["restartCount"] == 2 and c["lastState"]["terminated"]["exitCode"] == 1
+
+
+@pytest.mark.parametrize("deadline", [None, 600])
+@pytest.mark.parametrize("wrote", ["nothing", "terminated"])
+def test_a_pilot_pod_whose_allocation_reached_its_time_limit_was_terminated_as_at_a_node_shutdown(
+        tmp_path: Path, deadline: int | None, wrote: str) -> None:
+    """A pilot pod's job is its allocation (status/job.id is the pod's step J.S): the allocation's
+    TIMEOUT is not the pod's deadline (it may have none) but its node going away, reason Terminated as
+    the kubelet's node shutdown says, naming the allocation and the profile fields (or the pod's
+    activeDeadlineSeconds) that keep a pod out of an allocation ending before it."""
+    spec: dict[str, object] = {"containers": [{"name": "main"}]} | (
+        {"activeDeadlineSeconds": deadline} if deadline else {})
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "pod.json").write_text(json.dumps({"spec": spec}))
+    files(tmp_path, job__id="7.3", job__started="t", main__started="t")
+    if wrote == "terminated":  # the time limit's TERM reached the step's script: its stop sequence ran
+        files(tmp_path, main__exitcode="143", pod__done="143",
+              pod__failed="Terminated\nthe pilot allocation it ran in ended")
+    st = read_pod_status(tmp_path, [("main", False)], job("TIMEOUT", exit_code=0, signal=15))
+    assert (st.phase, st.reason) == ("Failed", "Terminated"), st
+    assert "pilot allocation 7 reached its Slurm time limit" in st.message, st.message
+    assert "activeDeadlineSeconds" in st.message and "[pilot] " in st.message, st.message
+    assert ("renewal_margin" in st.message) == (deadline is None), st.message
+    assert "deadline" not in st.message.replace("activeDeadlineSeconds", ""), st.message
+
+
+def test_a_pilot_pod_that_finished_before_its_allocation_timed_out_keeps_its_own_status(tmp_path: Path) -> None:
+    files(tmp_path, job__id="7.3", job__started="t", main__started="t", main__exitcode="0", pod__done="0")
+    st = read_pod_status(tmp_path, [("main", False)], job("TIMEOUT", exit_code=0, signal=15))
+    assert (st.phase, st.reason) == ("Succeeded", "Completed")
+    files(tmp_path, main__exitcode="143", pod__done="143", pod__deleting="t",
+          pod__failed="Terminated\nthe pod was deleted; its containers were stopped with their grace period")
+    st = read_pod_status(tmp_path, [("main", False)], job("TIMEOUT", exit_code=0, signal=15))
+    assert (st.phase, st.reason, st.message) == (
+        "Failed", "Terminated", "the pod was deleted; its containers were stopped with their grace period")
+
+
+def test_a_job_per_pod_time_limit_is_still_deadline_exceeded(tmp_path: Path) -> None:
+    files(tmp_path, job__id="7", job__started="t", main__started="t")
+    st = read_pod_status(tmp_path, [("main", False)], job("TIMEOUT", exit_code=0, signal=15))
+    assert st.reason == "DeadlineExceeded"
