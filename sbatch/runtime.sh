@@ -866,7 +866,11 @@ hpk_host_part() {
   local short=''
   # the kernel's host name up to its first dot, as `hostname -s` says, read without a process
   { read -r short </proc/sys/kernel/hostname; } 2>/dev/null && short=${short%%.*}
-  hpk_put job.node "${short:-$(hostname -s)}"
+  short=${short:-$(hostname -s)}
+  # pilot mode: the Slurm node(s) hpkctl placed the pod on (an MPI pod's ranks: all of them), which a
+  # restarted kubelet books it on again; several Slurm nodes may share one host
+  [ -z "${HPK_PILOT:-}" ] || short=${HPK_RANKS_NODES:-${SLURMD_NODENAME:-$short}}
+  hpk_put job.node "$short"
   hpk_put job.id "${SLURM_JOB_ID:-none}${HPK_PILOT:+.${SLURM_STEP_ID:-}}"  # pilot mode: JOB.STEP
   HPK_HOST_IP=$(hostname -I 2>/dev/null)
   HPK_HOST_IP=${HPK_HOST_IP%% *}  # the first address (no cut: a process fewer on the way to the container)

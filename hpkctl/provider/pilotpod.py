@@ -16,8 +16,8 @@ change log and the files, logs, exec. What differs is where the script runs and 
   longest is created again at once. Each status round also reaps the srun of ended steps and lets the
   pool request and release allocations.
 
-Not yet: a pod adopted after a kubelet restart is booked again only from its record's allocation (its
-resources are re-read from the saved pod).
+* A kubelet restart books the running pods again with their whole room (their needs from the saved
+  pod; their nodes from ``status/job.node``, else from Slurm's running steps), an MPI pod's on each node.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from hpkctl.provider.api import (Created, Deletion, ExecSession, Leftover, Outco
                                  Watched)
 from hpkctl.provider.jobpod import DELETE_CHECK, STOP_MARGIN, JobPodProvider
 from hpkctl.provider.jobstatus import final_report
+from hpkctl.provider.pilotadopt import rebook
 from hpkctl.provider.pilotworkload import PilotWorkloadStops
 from hpkctl.provider.records import STOPPED, SUBMITTING, PodRecord, RecordStore, Records
 from hpkctl.provider.runrecords import RunRecords
@@ -147,17 +148,9 @@ class PilotPodProvider(JobPodProvider):
 
     def leftovers(self) -> list[Leftover]:
         out = super().leftovers()
-        for left in out:  # book the pods an earlier kubelet started in the allocations it held
-            rec = self._rec(left.ref.uid)
-            if left.live and rec is not None and rec.job_id and rec.pod_dir:
-                pd = PodDir(Path(rec.pod_dir))
-                node = (pd.read("job.node") or "").strip()
-                if not pd.exists(POD_DONE) and node:
-                    try:
-                        need = need_of(render_pod(left.saved(), self.profile, strict=False))
-                    except PodError:
-                        continue
-                    self.pool.assign(left.ref.uid, need, rec.job_id, node)
+        # book the pods an earlier kubelet started in the allocations it held, each with its whole room
+        rebook(self.pool, self.slurm, self.profile,
+               [(left.ref, rec, left.saved) for left in out if left.live and (rec := self._rec(left.ref.uid)) is not None])
         return out
 
     def create(self, pod: Mapping[str, Any], inputs: PodInputs) -> Created:

@@ -5,7 +5,10 @@ profile's allocations span fails with a reason and an event that name the profil
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,6 +58,36 @@ def test_an_mpi_pod_and_a_two_task_pod_run_their_tasks_as_steps_of_a_held_alloca
     assert len({line.rsplit("node=", 1)[1] for line in logs}) == 2, logs  # one rank on each of two nodes
     tasks = cluster.kubectl("logs", "pilot-tasks", "-c", "c").stdout.splitlines()
     assert sorted(tasks) == ["task=0/2", "task=1/2"], tasks
+
+
+def test_a_restarted_kubelet_books_a_running_mpi_pod_on_each_of_its_nodes(cluster: Cluster) -> None:
+    """The kubelet restarts while an MPI pod's ranks run on two nodes of its allocation: the next one
+    books the pod again on both (Slurm's node names, which its script recorded in status/job.node; all
+    of ci-multi's nodes share one host name), so no new pod is packed onto the cores its ranks hold;
+    the pod runs on and succeeds, having run once."""
+    out = Path(tempfile.mkdtemp(prefix="hpk-pilot-", dir="/tmp"))
+    out.chmod(0o777)
+    try:
+        pod = tasks_pod("pilot-mpi-adopt", "--nodes=2 --ntasks=2", 'echo ran >>/out/ran-$PMI_RANK; '
+                        "while [ ! -e /out/go ]; do sleep 0.2; done", **{"slurm-job.hpk.io/mpi-flags": "--mpi=pmi2"})
+        pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "out", "mountPath": "/out"}]
+        pod["spec"]["volumes"] = [{"name": "out", "hostPath": {"path": str(out), "type": "Directory"}}]
+        uid = cluster.create(pod)["metadata"]["uid"]
+        wait_for("both ranks", lambda: all((out / f"ran-{r}").exists() for r in (0, 1)), timeout=180)
+        job = cluster.job_id("pilot-mpi-adopt")
+        recorded = (cluster.root / "hpk-state" / "pods" / uid / "status" / "job.node").read_text().strip()
+        nodes = recorded.split(",")
+        assert len(set(nodes)) == 2 and set(nodes) <= {"n1", "n2", "n3"}, recorded  # Slurm's names, not 'vm'
+        assert cluster.stop_process(cluster.kubelet) is not None
+        cluster.start_kubelet()
+        line = f"pod default/pilot-mpi-adopt booked again in allocation {job} on {recorded} (1 CPUs, "
+        wait_for("the adopted pod booked on both nodes", lambda: line in cluster.log("kubelet"), timeout=60)
+        (out / "go").touch()
+        p = cluster.wait_phase("pilot-mpi-adopt", "Succeeded", "Failed", timeout=90)
+        assert p["status"]["phase"] == "Succeeded", p["status"]
+        assert [(out / f"ran-{r}").read_text() for r in (0, 1)] == ["ran\n", "ran\n"]  # once: adopted
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def test_a_pod_of_more_nodes_than_an_allocation_spans_fails_naming_the_profile_field(cluster: Cluster) -> None:

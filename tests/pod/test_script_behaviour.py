@@ -298,3 +298,18 @@ def test_a_delete_before_the_stop_sequence_is_set_up_still_waits_for_the_scancel
     assert proc.returncode == -signal.SIGTERM
     assert _read(root, "pod.done") == "143" and _read(root, "pod.failed").splitlines()[0] == "Terminated"
     assert records(record) == []  # a pod deleted before its containers started never starts them
+
+
+@pytest.mark.parametrize("env, node", [({"SLURMD_NODENAME": "n2"}, "n2"),
+                                       ({"SLURMD_NODENAME": "n1", "HPK_RANKS_NODES": "n1,n3"}, "n1,n3")])
+def test_a_pilot_pods_script_records_the_slurm_nodes_it_was_placed_on(stub_env, env: dict[str, str],  # type: ignore[no-untyped-def]
+                                                                     node: str) -> None:
+    """status/job.node of a pilot pod is the Slurm node its step runs on, an MPI pod's every rank node
+    (HPK_RANKS_NODES), not the host name several Slurm nodes may share: a restarted kubelet books the
+    pod again where it runs from it."""
+    profile = stub_env["profile"]
+    stub = dict(stub_env, profile=profile.model_copy(update={"pilot": profile.pilot.model_copy(update={"enabled": True})}))
+    spec = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "busybox:1.36", "command": ["x"]}]}
+    proc, root, _ = _start(stub, spec, SLURM_JOB_ID="41", SLURM_STEP_ID="4", **env)
+    proc.communicate(timeout=60)
+    assert (_read(root, "job.id"), _read(root, "job.node")) == ("41.4", node)
