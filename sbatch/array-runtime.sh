@@ -61,9 +61,13 @@ hpk_a_deadline() {
 # hpk_a_run_pod DIR: run pod DIR's script once; TERM (scancel, the time limit's --signal) is passed
 # on to it, so the pod's own stop sequence runs.
 hpk_a_run_pod() {
+  [ -z "$HPK_A_STOPPING" ] || return 143  # deleted before its pod started: it never does
   mkdir -p -- "$1/logs" || return 1
   bash "$1/job/job.sh" >>"$1/logs/slurm.out" 2>&1 </dev/null &
   HPK_A_CHILD=$!
+  # a TERM that came while the pod was being started found no child to hand it on to (the pod's
+  # script holds a TERM from its first line until its stop sequence is set)
+  [ -z "$HPK_A_STOPPING" ] || kill -TERM "$HPK_A_CHILD" 2>/dev/null
   local rc
   wait "$HPK_A_CHILD"
   rc=$?
@@ -107,7 +111,7 @@ hpk_array_main() {
   local pod=${HPK_PODS[i]} attempt=1 rc failed delay=$HPK_RESTART_BACKOFF
   HPK_A_CHILD='' HPK_A_STOPPING=''
   mkdir -p -- "$HPK_ARRAY_STATUS" || exit 1
-  trap hpk_a_stop TERM INT
+  trap hpk_a_stop TERM INT  # before index.I.attempts: hpkctl's delete sends TERM once that is there
   if [ -e "$HPK_ARRAY_STATUS/job.failed" ]; then
     printf 'hpkctl: the Job has failed already; pod %s does not start\n' "$i" >&2
     exit 1

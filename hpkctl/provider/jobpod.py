@@ -39,7 +39,8 @@ from hpkctl.provider.jobcache import JobCache
 from hpkctl.provider.jobstatus import StatusRounds, final_report
 from hpkctl.provider.pulls import ImagePuller, pull_message
 from hpkctl.provider.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records, RecordStore
-from hpkctl.provider.slurmjobs import ended, images_to_pull, job_partition_option, lowered_note, mark_deleting, submit_job
+from hpkctl.provider.slurmjobs import (ended, images_to_pull, job_partition_option, lowered_note, submit_job,
+                                      term_once_started)
 from hpkctl.provider.tokens import TokenSource, refresh
 from hpkctl.provider.runstatus import StartChecks, run_statuses, workloads_of
 from hpkctl.provider.workloads import ArrayStatus, WorkloadStops
@@ -268,9 +269,7 @@ class JobPodProvider:
             started = self._term_sent.get(ref.uid)
             limit = stop_wait(pod.get("spec") or {}, grace=grace, margin=STOP_MARGIN)
             # TERM once the script wrote job.started, its trap set (a TERM before kills it: FAILED); until then wait
-            if pd is not None and started is None and pd.exists(JOB_STARTED):
-                mark_deleting(pd)  # so the pod's status says deleted, not killed by its time limit
-                self.slurm.cancel(job_id, signal="TERM", batch_only=True)
+            if pd is not None and started is None and term_once_started(self.slurm, job_id, pd, pd.exists(JOB_STARTED)):
                 self._term_sent[ref.uid] = time.monotonic()
                 return Deletion(done=False, job_id=job_id, recheck_after=DELETE_CHECK, killing=killing)
             since = started if started is not None else self._starting.setdefault(ref.uid, time.monotonic())

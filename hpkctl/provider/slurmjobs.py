@@ -144,6 +144,19 @@ def mark_deleting(pod_dir: PodDir) -> None:
         pass
 
 
+def term_once_started(slurm: Slurm, job_id: str, pod_dir: PodDir, started: bool) -> bool:
+    """A delete's TERM to the batch shell of ``job_id`` alone (``scancel --signal=TERM --batch``), the pod
+    marked deleted first, once ``started``: its script wrote the file that follows its TERM trap (a pod's
+    ``job.started``; an array element's ``index.I.attempts``). Slurm says RUNNING before the script runs,
+    and a TERM then kills bash by its default action: Slurm records FAILED, not CANCELLED, and the
+    stop sequence never runs. False (nothing sent) until then: the caller looks again, up to its limit."""
+    if not started:
+        return False
+    mark_deleting(pod_dir)  # so the pod's status says deleted, not killed by its time limit
+    slurm.cancel(job_id, signal="TERM", batch_only=True)
+    return True
+
+
 def images_to_pull(rendered: RenderedPod) -> list[ImageToPull]:
     """Every image the job needs: the cni parent's (the job pulls it IfNotPresent on the node, which may
     be offline) and the containers'."""

@@ -24,7 +24,7 @@ from hpkctl.pod.translate import pod_dir_for
 from hpkctl.provider.api import Deletion
 from hpkctl.provider.records import STOPPED
 from hpkctl.provider.runrecords import SUBMITTED, WORKLOAD_FILE, RunRecord
-from hpkctl.provider.slurmjobs import ended, mark_deleting, wait_ended
+from hpkctl.provider.slurmjobs import ended, mark_deleting, term_once_started, wait_ended
 from hpkctl.sites.schema import SiteProfile
 
 SUCCEEDED, FAILED = "Succeeded", "Failed"  # an index's result (status/index.I)
@@ -248,9 +248,10 @@ def found_record(profile: SiteProfile, *, uid: str, namespace: str, name: str, j
 
 @dataclass
 class _Stop:
-    sent: float  # when the array's batch shells got TERM
-    dirs: list[PodDir]  # the pod directories of the elements that ran then
+    began: float  # when the delete began
+    dirs: dict[int, PodDir]  # the pod directories of the elements that ran then, by index
     limit: float  # seconds their stop sequences may take
+    termed: set[int] = field(default_factory=set)  # the elements whose batch shell got TERM
 
 
 def pod_spec(pd: PodDir) -> dict[str, Any]:
@@ -265,10 +266,12 @@ def pod_spec(pd: PodDir) -> dict[str, Any]:
 
 class WorkloadStops:
     """A workload's delete, one non-blocking step per call as a pod's (``JobPodProvider.delete``): its
-    running pods are marked deleted and every element's batch shell gets TERM alone (each stops its
-    containers as a pod's delete does: preStop, SIGTERM, the grace period, SIGKILL); once every one of
-    them wrote ``pod.done``, or the grace periods plus a margin are over, the whole array is cancelled.
-    Pending elements are cancelled with it; an array whose elements all ended is left alone."""
+    running pods are marked deleted and every element's batch shell gets TERM alone, once its script's
+    TERM trap is set (``index.I.attempts`` is there: a TERM before kills bash, as a pod's before
+    ``job.started``); each stops its containers as a pod's delete does (preStop, SIGTERM, the grace
+    period, SIGKILL). Once every one of them is done (``pod.done``, or its index's result), or the
+    grace periods plus a margin are over, the whole array is cancelled. Pending elements are cancelled
+    with it; an array whose elements all ended is left alone."""
 
     def __init__(self, slurm: Slurm, *, margin: float) -> None:
         self.slurm = slurm
@@ -277,7 +280,7 @@ class WorkloadStops:
 
     def step(self, rec: RunRecord, *, grace: float | None, now: float) -> tuple[bool, bool, bool]:
         """(done, killing: this call began stopping running pods, cancelled: the array was cancelled)."""
-        stop = self._stops.get(rec.uid)
+        stop, killing = self._stops.get(rec.uid), False
         if stop is None:
             try:
                 info: WorkloadFile | None = WorkloadFile.read(rec.pod_dir)
@@ -289,18 +292,23 @@ class WorkloadStops:
                 return True, False, False
             running = [int(j.rsplit("_", 1)[1]) for j, job in states.items() if job is not None and job.state == "RUNNING"]
             if info is not None and running:
-                dirs = [PodDir(Path(info.pods[i].dir)) for i in running]
-                spec = pod_spec(dirs[0])
-                for d in dirs:
+                dirs = {i: PodDir(Path(info.pods[i].dir)) for i in running}
+                for d in dirs.values():
                     mark_deleting(d)
-                # each running element's batch shell: `scancel --signal --batch` of the array's id waits
-                # for ever when one of its elements is still pending (Slurm 22.05)
-                for i in running:
-                    self.slurm.cancel(f"{rec.job_id}_{i}", signal="TERM", batch_only=True)
-                self._stops[rec.uid] = _Stop(now, dirs, stop_wait(spec, grace=grace, margin=self.margin))
-                return False, True, False
-        elif not all(d.exists(POD_DONE) for d in stop.dirs) and now - stop.sent < stop.limit:
-            return False, False, False
+                stop = _Stop(now, dirs, stop_wait(pod_spec(dirs[running[0]]), grace=grace, margin=self.margin))
+                self._stops[rec.uid] = stop
+                killing = True
+        if stop is not None:
+            array = PodDir(Path(rec.pod_dir))  # the array's status/, laid out as a pod's
+            # each running element's batch shell: `scancel --signal --batch` of the array's id waits
+            # for ever when one of its elements is still pending (Slurm 22.05)
+            for i, d in stop.dirs.items():
+                if i not in stop.termed and term_once_started(self.slurm, f"{rec.job_id}_{i}", d,
+                                                              array.exists(f"index.{i}.attempts")):
+                    stop.termed.add(i)
+            done = all(d.exists(POD_DONE) or array.exists(f"index.{i}") for i, d in stop.dirs.items())
+            if killing or (not done and now - stop.began < stop.limit):
+                return False, killing, False
         self.slurm.cancel(rec.job_id)  # the array's id: every element
         self._stops.pop(rec.uid, None)
         return True, False, True

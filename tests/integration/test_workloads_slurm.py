@@ -228,6 +228,23 @@ def test_deleting_a_workload_runs_its_pods_stop_sequence(fast: Hpk) -> None:
     assert all(x in ("", "CANCELLED", "COMPLETING") for x in q.stdout.split()), q.stdout
 
 
+def test_a_workload_deleted_as_its_element_starts_ends_cancelled_not_failed(fast: Hpk) -> None:
+    """A delete at once after the submit: Slurm may call the element RUNNING before its script set its
+    TERM trap, so its TERM waits for index.0.attempts (a TERM before killed bash: FAILED, ExitCode
+    0:15); the element ends CANCELLED, as any deleted one."""
+    out = _out(fast)
+    name = unique("wnow")
+    r = fast.run(job(name, "while :; do sleep 0.2; done", out, completions=1, parallelism=1), site=FAST_SITE,
+                 extra=("--detach",))
+    assert r.rc == 0, r.output
+    array = r.stdout.strip()
+    d = fast.hpkctl("delete", name, "--site", FAST_SITE)
+    assert d.rc == 0, d.output
+    q = subprocess.run(["squeue", "--noheader", "--array", "--states=all", "--jobs", array, "--format=%T"],
+                       capture_output=True, text=True, check=False)
+    assert q.stdout.split() and all(x in ("CANCELLED", "COMPLETING") for x in q.stdout.split()), q.stdout
+
+
 def test_cronjob_is_refused_with_scrontab_and_runs_once_with_now(fast: Hpk) -> None:
     out = _out(fast)
     name = unique("cj")

@@ -103,10 +103,17 @@ def test_deleting_an_array_waits_for_its_pods_sidecars_too(tmp_path: Path, profi
     rec = RunRecord(name="j", namespace="default", uid="u", job_id="42", pod_dir=str(array), site="ci",
                     submitted=0.0, state="submitted", pid=0, kind="Job")
     stops = WorkloadStops(slurm, margin=STOP_MARGIN)  # type: ignore[arg-type]
+    # Slurm says RUNNING before the element's script set its TERM trap (a TERM then would kill bash:
+    # FAILED, not CANCELLED): no TERM until it wrote index.0.attempts, which follows its trap
     assert stops.step(rec, grace=None, now=100.0) == (False, True, False)
     assert (tmp_path / "p0" / "status" / "pod.deleting").is_file()  # the running pod: marked before its TERM
     assert not (tmp_path / "p1" / "status" / "pod.deleting").exists()  # the pending one never ran
+    assert slurm.cancelled == []
+    (array / "status" / "index.0.attempts").write_text("1\n")
+    assert stops.step(rec, grace=None, now=100.5) == (False, False, False)
     assert slurm.cancelled == [("42_0", "TERM")]  # the running element alone (the array's id hangs on a pending one)
+    assert stops.step(rec, grace=None, now=101.0) == (False, False, False)
+    assert slurm.cancelled == [("42_0", "TERM")]  # once
     limit = 7 * 2 + STOP_MARGIN  # main containers, then the sidecar, each with the grace period
     assert stops.step(rec, grace=None, now=100.0 + limit - 0.1) == (False, False, False)
     assert stops.step(rec, grace=None, now=100.0 + limit) == (True, False, True)
@@ -119,7 +126,9 @@ def test_deleting_an_array_waits_for_its_pods_sidecars_too(tmp_path: Path, profi
             if signal == "TERM":
                 (tmp_path / "p0" / "status" / "pod.done").write_text("143\n")
 
+    (array / "status" / "index.0.attempts").unlink()  # a new delete: its TERM waits for the marker again
     slurm = Stopping()
+    (array / "status" / "index.0.attempts").write_text("1\n")
     slurm.jobs.update({"42_0": JobInfo(job_id="42_0", state="RUNNING"), "42_1": JobInfo(job_id="42_1", state="PENDING")})
     out = io.StringIO()
     assert stop_run(slurm, profile, rec, out=out)  # type: ignore[arg-type]

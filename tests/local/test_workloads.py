@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -375,3 +376,32 @@ def test_generate_name_as_the_api_servers_simple_name_generator(tmp_path: Path) 
     dry = [load_manifest(f, dry_run=True).pods[0][1]["metadata"]["name"] for _ in range(2)]
     assert dry[0] == dry[1] and dry[0].startswith("web-") and len(dry[0]) == 9  # a dry run renders alike twice
     assert load_manifest(f).pods[0][1]["metadata"]["name"].startswith("web-")
+
+
+def test_a_term_before_the_elements_pod_started_stops_it_before_it_runs(tmp_path: Path) -> None:
+    """A delete's TERM that lands after the element's trap is set (hpkctl sends it once
+    index.I.attempts is there) but before its pod's script started: the pod never starts, and the
+    element waits for the scancel that follows (Slurm then records CANCELLED). Before, hpk_a_stop
+    found no child to hand the TERM on to and the pod ran in full."""
+    plan = _fast(_plan(tmp_path, 1, retries=True, backoff_limit=6))
+    plan.pod_dirs = _fake_pods(tmp_path, ["0"])
+    pod = Path(plan.pod_dirs[0])
+    (pod / "status").mkdir()
+    (pod / "status" / "pod.deleting").write_text("now\n")  # the delete marks the pod, then TERM
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # the attempts marker's mv holds the element there until the test has sent its TERM
+    (bin_dir / "mv").write_text(f'#!/bin/sh\n/bin/mv "$@" || exit\ncase "$*" in *index.0.attempts*)\n'
+                                f'  : >{tmp_path}/reached; while [ ! -e {tmp_path}/go ]; do sleep 0.05; done ;;\nesac\n')
+    (bin_dir / "mv").chmod(0o755)
+    proc = _element(tmp_path, plan, 0, wait=False)
+    assert isinstance(proc, subprocess.Popen)
+    wait_for("the attempts marker", (tmp_path / "reached").exists, timeout=20, every=0.05)
+    proc.send_signal(signal.SIGTERM)  # to the element's batch shell alone, as scancel --batch
+    (tmp_path / "go").touch()
+    wait_for("the index's result", (Path(plan.array_dir) / "status" / "index.0").exists, timeout=20, every=0.05)
+    assert _status(plan, "index.0") == "Failed"
+    assert not (pod / "runs").exists()  # the pod never ran
+    assert proc.poll() is None  # it lingers for the scancel (TERM no longer trapped)
+    proc.terminate()
+    assert proc.wait(timeout=20) == -signal.SIGTERM
