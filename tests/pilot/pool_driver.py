@@ -75,8 +75,10 @@ def main() -> None:
         return
     state, owner = Path(sys.argv[2]), sys.argv[3]
     ci = load_site("ci")
+    # idle_release: the holders release themselves after 2 x 60 s without a step or a placement, far
+    # beyond this scenario's minute (the successor waits ~30 s for its first pod)
     pilot = ci.pilot.model_copy(update={"enabled": True, "cpus": 2, "memory": "512M", "time_limit": "1",
-                                        "renewal_margin": MARGIN, "idle_release": 10, "max_allocations": 2})
+                                        "renewal_margin": MARGIN, "idle_release": 60, "max_allocations": 2})
     profile = ci.model_copy(update={"pilot": pilot})
     slurm = Slurm(profile.slurm)
     pool = Pool(slurm, profile, owner=owner, node="renewal", state_dir=state)
@@ -84,8 +86,13 @@ def main() -> None:
     try:
         first = find_spot(pool, Need("p1", 1, 100), timeout=120)[0]
         out["first"] = first
-        proc = slurm.start_step(first, ["sleep", "2"], name="p1", node="", cpus=1, memory_mb=100,
-                                output=state / "p1.out", workdir=state, srun_log=state / "p1.srun")
+        # p1 runs until its allocation's last margin: a pod spanning the takeover. A "pod" that ended
+        # at once (its step gone, still on the books) let the first allocation's holder release itself
+        # after 2 x idle_release without a step while the successor waited in a busy Slurm's queue; the
+        # books then lost the first allocation and this driver raised KeyError (a full run, once)
+        proc = slurm.start_step(first, ["bash", "-c", f"while [ ! -e {state}/p1-go ]; do sleep 0.2; done"],
+                                name="p1", node="", cpus=1, memory_mb=100, output=state / "p1.out", workdir=state,
+                                srun_log=state / "p1.srun")
         # the successor: requested once the first has less than 2 x MARGIN s left, while it holds a pod
         def successor() -> str | None:
             pool.refresh()
@@ -94,15 +101,23 @@ def main() -> None:
             return others[0].job_id if others else None
 
         out["successor"] = wait_for("a successor allocation", successor, timeout=90, every=2)
-        out["p1_exit"] = proc.wait(timeout=30)  # the first pod finished in the first allocation
-        held = {h.job_id: h for h in pool.helds()}
-        out["first_left_when_successor_ran"] = round(held[first].left(time.time()))
+        books = {h.job_id: h for h in pool.helds()}
+        assert first in books, f"the first allocation {first} left the books while p1 ran: {books}"
+        out["first_left_when_successor_ran"] = round(books[first].left(time.time()))
         # once the first has less than the margin left, new pods go to the successor, although the
-        # first has a CPU free and is the fuller one (p1 is still on the books there)
-        wait_for(f"the first allocation's last {MARGIN} s", lambda: held[first].left(time.time()) < MARGIN,
+        # first has a CPU free and is the fuller one (p1 runs there)
+        wait_for(f"the first allocation's last {MARGIN} s", lambda: books[first].left(time.time()) < MARGIN,
                  timeout=90, every=0.5)
-        out["second_pod_in"] = find_spot(pool, Need("p2", 1, 100), timeout=30)[0]
+        pool.refresh()
+        second = find_spot(pool, Need("p2", 1, 100), timeout=30)[0]
+        out["second_pod_in"] = second
+        p2 = slurm.start_step(second, ["true"], name="p2", node="", cpus=1, memory_mb=100, output=state / "p2.out",
+                              workdir=state, srun_log=state / "p2.srun")
+        out["p2_exit"] = p2.wait(timeout=60)  # the successor runs it
+        (state / "p1-go").touch()
+        out["p1_exit"] = proc.wait(timeout=30)  # the first pod finished in the first allocation
         pool.done("p1")
+        pool.done("p2")
         decision = pool.tick([])
         out["released"] = list(decision.release)
         out["held_after"] = sorted(h.job_id for h in pool.helds())

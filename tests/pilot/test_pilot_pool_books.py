@@ -7,6 +7,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from hpkctl.jobs import JobInfo, UserJob
 from hpkctl.pilot.plan import Need
@@ -127,3 +130,66 @@ def test_pods_that_arrive_together_request_one_allocation_not_one_each(tmp_path:
     assert not seconds[0].is_alive()
     assert holds == ["1"], holds
     assert [h.job_id for h in pool.helds()] == ["1"]
+
+
+class Takeover(FakeSlurm):
+    """Slurm through a renewal: allocations by id with a state and an end, as the test sets them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.states: dict[str, str] = {}
+        self.ends: dict[str, float] = {}
+
+    def query(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
+        self.queries += 1
+        return {j: JobInfo(j, self.states[j]) for j in job_ids if self.states.get(j, "GONE") != "GONE"}
+
+    def allocation(self, job_id: str) -> Any:
+        from hpkctl.jobs.alloc import AllocationInfo, NodeShare
+
+        return AllocationInfo(job_id, self.states[job_id], {"vm": NodeShare(2, 512)}, self.ends[job_id])
+
+    def hold(self, script: Path, *, args: list[str], script_args: list[str]) -> str:
+        job = str(41 + len(self.states))
+        self.states[job] = "PENDING"
+        return job
+
+
+@pytest.mark.parametrize("first_released_itself", [False, True])
+def test_a_successor_takes_over_the_books_of_an_allocation_reaching_its_end(tmp_path: Path,
+                                                                           first_released_itself: bool) -> None:
+    """The renewal driven step by step (a fake Slurm and clock, no sleeps): a successor is requested
+    once while the first allocation holds a pod and has less than 2 x renewal_margin left, and only
+    once while it waits in Slurm's queue; a pod placed in the first's last margin goes to the
+    successor; the first, empty and too short, is released. When Slurm says the first ended while the
+    successor still waits (its holder released itself: no step for 2 x idle_release, as a test's pod
+    that ended but stayed on the books made it in a full run), the books drop it and name its pods lost,
+    and the successor takes over all the same: the books are never read for an allocation they lost."""
+    profile = load_site("ci")
+    margin = 28
+    profile = profile.model_copy(update={"pilot": profile.pilot.model_copy(update={
+        "cpus": 2, "memory": "512M", "time_limit": "1", "renewal_margin": margin, "max_allocations": 2})})
+    slurm, clock = Takeover(), Clock()
+    pool = Pool(slurm, profile, owner="kubelet", node="n", state_dir=tmp_path, clock=clock)  # type: ignore[arg-type]
+    assert pool.tick([Need("p1", 1, 100)]).request == 1
+    [first] = [h.job_id for h in pool.helds()]
+    slurm.states[first], slurm.ends[first] = "RUNNING", clock.now + 60
+    pool.refresh()
+    assert pool.place(Need("p1", 1, 100)) == (first, "vm")
+    clock.now += 10  # 50 s left, under 2 x margin: a successor
+    decision = pool.tick([])
+    assert (decision.request, decision.successor) == (1, True)
+    successor = next(h.job_id for h in pool.helds() if h.job_id != first)
+    clock.now += 25  # the successor waits in Slurm's queue: not requested again
+    assert pool.tick([]).request == 0
+    if first_released_itself:
+        slurm.states[first] = "GONE"
+        assert pool.refresh() == ["p1"]  # the pod booked there is lost with it
+        assert [h.job_id for h in pool.helds()] == [successor]
+    slurm.states[successor], slurm.ends[successor] = "RUNNING", clock.now + 60
+    pool.refresh()
+    assert pool.where("p1") == (None if first_released_itself else (first, "vm"))
+    assert pool.place(Need("p2", 1, 100)) == (successor, "vm")  # 25 s left in the first: under the margin
+    pool.done("p1")
+    assert pool.tick([]).release == (() if first_released_itself else (first,))
+    assert [h.job_id for h in pool.helds()] == [successor]

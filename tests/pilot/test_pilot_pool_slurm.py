@@ -40,8 +40,8 @@ def drive(scenario: str) -> dict[str, Any]:
 
 
 def test_a_successor_takes_new_pods_before_the_first_allocation_ends() -> None:
-    """The first allocation (1 minute) runs a pod; a successor is requested and runs while the first
-    still has more than the renewal margin; the first pod finishes where it ran; a pod placed in the
+    """The first allocation (1 minute) runs a pod until its last margin; a successor is requested and
+    runs while the first still has more than the renewal margin; the first pod finishes where it ran; a pod placed in the
     first allocation's last margin goes to the successor, and the first, now empty and too short for
     any pod, is released: nothing lost, nothing orphaned."""
     require_cluster(SINGLE_CONF, 1)
@@ -50,7 +50,7 @@ def test_a_successor_takes_new_pods_before_the_first_allocation_ends() -> None:
     assert successor != first
     assert got["first_left_when_successor_ran"] >= MARGIN  # in place before the first stopped taking pods
     assert got["p1_exit"] == 0  # the first pod finished in the first allocation
-    assert got["second_pod_in"] == successor
+    assert got["second_pod_in"] == successor and got["p2_exit"] == 0  # and ran there
     assert got["released"] == [first] and got["held_after"] == [successor]
 
 
