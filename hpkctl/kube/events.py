@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from hpkctl.kube.client import Kube, KubeError, KubeUnavailable, namespaced
-from hpkctl.kube.eventcache import LRU_ENTRIES, Correlated, EventCorrelator, EventKey, Lru
+from hpkctl.kube.eventcache import LRU_ENTRIES, Correlated, EventCorrelator, EventKey, Lru, key_uid
 
 log = logging.getLogger("hpkctl.kube.events")
 
@@ -122,7 +122,7 @@ class EventRecorder:
         self.host = host
         self.correlator = correlator or EventCorrelator(size=tracked)
         self._lock = threading.Lock()
-        self._posted: Lru[EventKey | tuple[str, ...], tuple[str, str]] = Lru(tracked)  # key -> (ns, name)
+        self._posted: Lru[EventKey | tuple[str, ...], tuple[str, str]] = Lru(tracked, index=key_uid)  # key -> (ns, name)
         #: events the spam filter dropped (client-go drops them silently; counted for tests and logs)
         self.dropped = 0
         self._sleep: Callable[[float], object] = time.sleep
@@ -194,7 +194,7 @@ class EventRecorder:
         """Drop what is remembered about one object (it was deleted): its events are not bumped again."""
         with self._lock:
             self.correlator.forget(uid)
-            self._posted.drop(lambda k: (k.uid if isinstance(k, EventKey) else k[5]) == uid)
+            self._posted.drop(uid)
 
 
 class EventBroadcaster:

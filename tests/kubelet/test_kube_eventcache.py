@@ -5,6 +5,7 @@ repeats counted on the event posted first."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from hpkctl.kube.eventcache import COMBINED, EventCorrelator, EventKey, TokenBucket
@@ -107,6 +108,30 @@ def test_forget_drops_the_counts_of_a_deleted_object() -> None:
     assert c.correlate(key).count == 2
     c.forget("u1")
     assert c.correlate(key).count == 1
+
+
+class NoScan(OrderedDict[Any, Any]):
+    """A cache that fails a test when something walks all of it."""
+
+    def __iter__(self) -> Any:
+        raise AssertionError("the whole event cache was scanned")
+
+
+def test_forgetting_a_deleted_pod_looks_only_at_its_own_events() -> None:
+    """A burst deletes hundreds of pods: forget() must not walk the 4,096 remembered events per pod."""
+    rec, api = recorder(Clock())
+    for i in range(50):
+        rec.record(pod(f"p{i}", f"u{i}"), reason="Submitted", message="m")
+        rec.record(pod(f"p{i}", f"u{i}"), reason="Submitted", message="m")  # a count bump: remembered too
+    for lru in (rec._posted, rec.correlator._counts):
+        lru._items = NoScan(lru._items)
+    rec.forget("u7")
+    rec.record(pod("p7", "u7"), reason="Submitted", message="m")
+    rec.record(pod("p8", "u8"), reason="Submitted", message="m")
+    assert api.posted[-1]["involvedObject"]["uid"] == "u7"  # forgotten: a new event, count 1
+    assert api.posted[-1]["count"] == 1
+    assert api.patched[-1][1]["count"] == 3  # u8 is remembered: its count goes on
+    assert len(rec._posted._items) == len(rec.correlator._counts._items) == 50
 
 
 def test_the_broadcaster_posts_off_the_callers_thread_and_forgets_in_order() -> None:
