@@ -258,6 +258,22 @@ hpk_image() {
     || hpk_fail ErrImagePull "pulling $source failed: $(tail -n 3 "$HPK_LOGS/pull.log" | tr '\n' ' ')"
 }
 
+# hpk_wait_token FILE: a projected service-account token the kubelet writes right after sbatch
+# returned (its TokenRequest is kept off the submit path); no container starts before it is there, as a
+# kubelet mounts every volume before a pod's first container. It is usually there at the first look;
+# after that looks 0.1 s apart, doubling up to 5 s (a bounded number: shared file systems throttle
+# metadata polling), for HPK_TOKEN_WAIT seconds in all (~65 looks), then the pod fails.
+hpk_wait_token() {
+  local waited=0 pause=1  # tenths of a second
+  while [ ! -s "$1" ]; do
+    ((waited < ${HPK_TOKEN_WAIT:-300} * 10)) || hpk_fail FailedMount \
+      "the service account token $1 was not written within ${HPK_TOKEN_WAIT:-300} s: the kubelet's TokenRequest failed (see the pod's FailedMount events)"
+    sleep "$((pause / 10)).$((pause % 10))"
+    waited=$((waited + pause))
+    pause=$((pause * 2 > 50 ? 50 : pause * 2))
+  done
+}
+
 # hpk_env_add FILE NAME VALUE: append one variable in Apptainer's --env-file (shell) syntax.
 hpk_env_add() {
   local q=$3

@@ -69,7 +69,7 @@ class Kubelet:
         self.opts = opts
         self.stop = stop
         cfg = profile.kubelet
-        self.kube = Kube(opts.kubeconfig, pool_size=cfg.workers + 4)
+        self.kube = Kube(opts.kubeconfig, pool_size=cfg.workers + 8)  # + the token writers and the status loop
         self.slurm = Slurm(profile.slurm)
         self.address = opts.address or host_address()
         state = node_state_dir(profile, opts.node_name)
@@ -88,7 +88,7 @@ class Kubelet:
         self.watches = ObjectWatches(lambda: self.kube.clone(pool_size=1)) if OBJECT_WATCHES else None
         self.pods = PodManager(kube=self.kube, provider=self.provider, profile=profile, node_name=opts.node_name,
                                recorder=self.recorder, host_ip=self.address, watches=self.watches,
-                               prefetch=self.kube.clone(pool_size=4))
+                               prefetch=self.kube.clone(pool_size=cfg.workers + 4))  # its threads, the workers' GETs
         self.server: KubeletServer | None = None
         self.node_state = NodeState(name=opts.node_name, address=self.address, port=opts.port, site=profile.name,
                                     runtime_version=apptainer_version(profile.apptainer.binary))
@@ -238,6 +238,7 @@ class Kubelet:
         self.pods.queue.stop()
         if self.pods.prefetch is not None:
             self.pods.prefetch.close()
+        self.pods.token_writer.close()
         if self.watches is not None:
             self.watches.close()
         self.provider.shutdown()

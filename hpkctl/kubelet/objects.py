@@ -108,8 +108,16 @@ class ApiObjects:
         self.since = since
         self.missing: list[tuple[str, str]] = []  # ("ConfigMap"|"Secret", name)
         self.token_expiry: float | None = None
+        self.read_s = 0.0  # seconds spent on reads and tokens, waits for ones in flight included (the kubelet's log)
 
     def _get(self, plural: str, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        t0 = time.monotonic()
+        try:
+            return self._read(plural, kind, namespace, name)
+        finally:
+            self.read_s += time.monotonic() - t0
+
+    def _read(self, plural: str, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
         cached, watched = self.watches.get(plural, namespace, name) if self.watches is not None else (False, None)
         obj: Mapping[str, Any] | None = watched
         if not cached:
@@ -145,11 +153,13 @@ class ApiObjects:
             token = ((out or {}).get("status") or {}).get("token")
             return (str(token).encode(), float(spec["expirationSeconds"])) if token else None
 
+        t0 = time.monotonic()
         if self.tokens is None:
             asked = request()
             got = None if asked is None else (asked[0], time.time() + asked[1])
         else:
             got = self.tokens.get(token_key(namespace, service_account, spec), str(meta.get("uid") or ""), request)
+        self.read_s += time.monotonic() - t0
         if got is None:
             return None
         token, expiry = got

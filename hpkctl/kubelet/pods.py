@@ -41,7 +41,7 @@ from hpkctl.kubelet.podstate import Phase
 from hpkctl.kubelet.podstatus import reported_starts
 from hpkctl.kubelet.statusmgr import JOB_ID_ANNOTATION, RECONCILE_EVERY, StatusManager, waiting_containers
 from hpkctl.kubelet.table import PodTable, Tracked
-from hpkctl.kubelet.tokencache import TokenCache, renew_tokens, token_due
+from hpkctl.kubelet.tokencache import TokenCache, TokenWriter, renew_tokens, token_due
 from hpkctl.provider import (Created, ImagePullFailed, Leftover, Outcome, PodInputs, PodProvider, PodRef,
                              StatusReport, Watched)
 from hpkctl.provider.tokens import refresh_after
@@ -58,13 +58,8 @@ class PodManager:
     def __init__(self, *, kube: Kube, provider: PodProvider, profile: SiteProfile, node_name: str,
                  recorder: EventSink, host_ip: str = "", table: PodTable | None = None,
                  watches: ObjectWatches | None = None, prefetch: Kube | None = None) -> None:
-        self.kube = kube
-        self.provider = provider
-        self.profile = profile
-        self.node_name = node_name
-        self.recorder = recorder
-        self.events = PodEvents(recorder)
-        self.host_ip = host_ip
+        self.kube, self.provider, self.profile, self.node_name = kube, provider, profile, node_name
+        self.recorder, self.events, self.host_ip = recorder, PodEvents(recorder), host_ip
         self.table = table or PodTable()
         self.queue = WorkQueue(self.sync, workers=profile.kubelet.workers)
         self.services = ServiceCache(kube)
@@ -75,8 +70,8 @@ class PodManager:
         self._left: dict[str, Leftover] = {}  # what the previous kubelet left, by uid
         self._gone: set[str] = set()  # uids whose API object no longer exists
         self.status = StatusManager(kube=kube, events=self.events, host_ip=host_ip)
-        self._reconciled = time.monotonic()
-        self._synced_once = False
+        self.token_writer = TokenWriter(provider, self.events, self._token_retry)  # tokens written after sbatch
+        self._reconciled, self._synced_once = time.monotonic(), False
 
     def load_records(self) -> None:
         """What a previous kubelet left (the provider's records), before the first list."""
@@ -237,6 +232,7 @@ class PodManager:
     def _create(self, t: Tracked) -> None:
         """One create through the provider; runs only with the pod's gate open (a failure closes it
         for the next back-off delay) and, while its images are pulled, only once the pulls ended."""
+        t0, first = time.monotonic(), t.state.phase is Phase.NEW
         objects = self._objects(t)
         inputs = PodInputs(objects=objects, services=self.services.for_pod(t.pod), ready=self._pulled)
         t.state.pulled = False  # before create: a pull that ends during the call is not missed
@@ -247,7 +243,7 @@ class PodManager:
             reason = "ImagePullBackOff" if t.state.pull_failed else exc.reason
             t.state.pull_failed = True
             self.events.post(t, "Failed", exc.message, warning=True)
-            self._waiting(t, reason, exc.message)
+            self.status.waiting(t, reason, exc.message)
             self.queue.add_after(t.uid, t.state.close_gate(time.monotonic()))
             return
         except PodError as exc:
@@ -255,7 +251,7 @@ class PodManager:
             self.events.missing(t, objects.missing, mandatory=mandatory)
             if mandatory:
                 t.state.phase = Phase.WAITING
-                self._waiting(t, exc.reason, exc.message)
+                self.status.waiting(t, exc.reason, exc.message)
                 self.queue.add_after(t.uid, t.state.close_gate(time.monotonic()))
             else:
                 self._fail(t, exc.reason, f"{exc.message}" + (f" (fix: {exc.hint})" if exc.hint else ""))
@@ -268,7 +264,7 @@ class PodManager:
                 t.state.phase, t.state.pulling = Phase.PULLING, created.images
                 self.events.post(t, "Pulling", "Pulling image(s) " + ", ".join(created.images))
             if not t.state.pull_failed:  # after a failure the pod shows ImagePullBackOff meanwhile
-                self._waiting(t, "ContainerCreating", "pulling images")
+                self.status.waiting(t, "ContainerCreating", "pulling images")
             return
         if created.outcome == Outcome.RETRY:
             self.queue.add_after(t.uid, created.retry_after)
@@ -278,8 +274,13 @@ class PodManager:
         t.state.phase = Phase.FINAL if created.final else Phase.SUBMITTED
         if created.job_id:
             self._submitted(t, created)
-        if (due := refresh_after(t.pod)) is not None and created.outcome == Outcome.SUBMITTED:
+        if created.tokens_later:
+            self.token_writer.write(t, objects)
+        elif (due := refresh_after(t.pod)) is not None and created.outcome == Outcome.SUBMITTED:
             t.state.token_due = time.time() + due
+        if first and created.job_id:  # where a create's time goes (bench/run kubelet reads it)
+            log.info("pod %s: created %.3f s after it was seen: queued %.3f, create %.3f (API reads %.3f)", t.key,
+                     time.monotonic() - t.seen, t0 - t.seen, time.monotonic() - t0, objects.read_s)
 
     def _objects(self, t: Tracked) -> ApiObjects:  # a first create may read what was read since the pod was seen
         since = t.seen if t.state.phase is Phase.NEW else time.monotonic()
@@ -304,9 +305,6 @@ class PodManager:
         self.kube.patch(pod_path(t.namespace, t.name, "status"),
                         {"metadata": {"uid": t.uid, "annotations": {JOB_ID_ANNOTATION: job_id}}})
         t.state.annotated = job_id
-
-    def _waiting(self, t: Tracked, reason: str, message: str) -> None:
-        self.status.waiting(t, reason, message)
 
     def _fail(self, t: Tracked, reason: str, message: str) -> None:
         log.warning("pod %s: %s: %s", t.key, reason, message)
@@ -385,15 +383,17 @@ class PodManager:
     def refresh_tokens(self, *, now: float | None = None) -> int:
         """Queue the running pods whose projected tokens are due (after a restart: all of them once,
         since their issue time is unknown); their workers renew them. The number queued."""
-        now = time.time() if now is None else now
-        due = [t for t in self.table.snapshot() if token_due(t, now)]
-        for t in due:
-            self.queue.add(t.uid)
+        due = [t.uid for t in self.table.snapshot() if token_due(t, time.time() if now is None else now)]
+        for uid in due:
+            self.queue.add(uid)
         return len(due)
 
     def _refresh_token(self, t: Tracked) -> None:
-        if token_due(t, time.time()):
-            renew_tokens(self.provider, t, self._objects(t))
+        if token_due(t, time.time()) and not renew_tokens(self.provider, t, self._objects(t), self.events):
+            self._token_retry(t)
+
+    def _token_retry(self, t: Tracked) -> None:
+        self.queue.add_after(t.uid, t.state.backoff.next())
 
     def clean(self) -> int:
         """Remove what pods deleted more than ``keep_pod_dirs`` seconds ago left."""

@@ -16,13 +16,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from hpkctl.kube import KubeError, KubeUnavailable
+from hpkctl.kubelet.podevents import PodEvents
 from hpkctl.kubelet.table import Tracked
 from hpkctl.provider import PodProvider, PodRef
-from hpkctl.provider.tokens import REFRESH_AT, TokenSource, refresh_after
+from hpkctl.provider.tokens import REFRESH_AT, TokenSource, refresh_after, token_files
 
 log = logging.getLogger("hpkctl.kubelet.tokens")
 
@@ -99,14 +101,45 @@ def token_due(t: Tracked, now: float) -> bool:
                 and t.state.token_due <= now)
 
 
-def renew_tokens(provider: PodProvider, t: Tracked, objects: TokenSource) -> None:
-    """On the pod's worker: write its projected tokens again (a failure waits for the next janitor round)."""
+def renew_tokens(provider: PodProvider, t: Tracked, objects: TokenSource, events: PodEvents | None = None) -> bool:
+    """Write the pod's projected tokens (again); False when that failed: a ``FailedMount`` warning, as a
+    kubelet whose volume set-up failed posts, and the pod is due again (its caller retries)."""
     now = time.time()
     after = refresh_after(t.pod)
     if after is None:
-        return
+        return True
     try:
         provider.refresh_tokens(PodRef(t.uid, t.namespace, t.name), t.pod, objects)
         t.state.token_due = now + after
+        return True
     except (KubeError, KubeUnavailable, OSError) as exc:
-        log.warning("pod %s: token refresh failed (next round): %s", t.key, exc)
+        log.warning("pod %s: writing its service account token failed (trying again): %s", t.key, exc)
+        t.state.token_due = 0.0
+        if events is not None:
+            volumes = ", ".join(sorted({f'"{rel.split("/")[1]}"' for rel, _, _ in token_files(t.pod)}))
+            events.post(t, "FailedMount", f"MountVolume.SetUp failed for volume {volumes} : failed to fetch token: {exc}",
+                        warning=True)
+        return False
+
+
+class TokenWriter:
+    """Writes the projected tokens of pods just submitted without them (``Created.tokens_later``) on
+    threads of its own, so no worker waits for a TokenRequest (issue 23.2); the token is usually the
+    prefetch's, already there or in flight. A failure is a ``FailedMount`` event and the pod is queued
+    for its worker to try again after ``retry``'s back-off; the job waits for the file meanwhile."""
+
+    def __init__(self, provider: PodProvider, events: PodEvents, retry: Callable[[Tracked], None], *,
+                 threads: int = 4) -> None:
+        self.provider, self.events, self.retry = provider, events, retry
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tokens")
+
+    def write(self, t: Tracked, objects: TokenSource) -> None:
+        t.state.token_due = float("inf")  # being written: the worker does not renew it meanwhile
+        self._pool.submit(self._write, t, objects)
+
+    def _write(self, t: Tracked, objects: TokenSource) -> None:
+        if not t.deleting and not renew_tokens(self.provider, t, objects, self.events):
+            self.retry(t)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

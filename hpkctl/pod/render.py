@@ -314,6 +314,7 @@ def render_plan(plan: PodPlan) -> RenderedPod:
         "dns_word": quote(plan.dns_mode),
         "resolv_conf": quote(plan.resolv_conf),
         "images": [_image_args(words, img, sif, pol) for img, sif, pol in plan.images],
+        "token_waits": [words.path(p.path) for p in plan.volumes.payloads if p.deferred],
         "apptainer_cgroups": int(apptainer_cgroups(profile.apptainer.exec_flags)),
         "pilot": int(profile.pilot.enabled),
         "protected": Shell(" ".join(quote(p) for p in protected_paths(profile))) if plan.volumes.hostpath_roots else "",
@@ -352,6 +353,8 @@ def _pod_files(plan: PodPlan, rendered: RenderedPod) -> None:
         text = env_file_line("APPTAINER_DOCKER_USERNAME", user) + env_file_line("APPTAINER_DOCKER_PASSWORD", password)
         rendered.files[credentials_file(plan, registry)] = (text.encode(), 0o600)
     for p in plan.volumes.payloads:
+        if p.deferred:
+            continue
         rel = posixpath.relpath(p.path, plan.pod_dir)
         if p.missing:
             rendered.missing.append((rel, p.origin))

@@ -39,6 +39,7 @@ class PayloadFile:
     mode: int
     origin: str  # e.g. 'configMap default/app key "x"'; "" when present
     missing: bool = False
+    deferred: bool = False  # a token the kubelet writes after sbatch; the job waits for it (hpk_wait_token)
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,9 @@ def plan_volumes(ctx: Ctx, resources: PodResources, *, pvc_resolver: PvcResolver
                 elif "serviceAccountToken" in proj:
                     tok = proj["serviceAccountToken"]
                     rel = _relative(tok.get("path", "token"), where=f"{pw}.serviceAccountToken.path")
+                    if getattr(ctx.objects, "defers_tokens", False):  # written after sbatch, waited for by the job
+                        plan.payloads.append(PayloadFile(posixpath.join(vdir, rel), b"", default_mode, "", deferred=True))
+                        continue
                     issue = getattr(ctx.objects, "service_account_token", None)  # the kubelet's source has it
                     token = issue(ctx.namespace, ctx.spec.get("serviceAccountName") or "default",
                                   audience=tok.get("audience"),

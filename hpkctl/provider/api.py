@@ -113,6 +113,7 @@ class Created:
     images: tuple[str, ...] = ()  # PULLING: what is being pulled
     notes: tuple[Note, ...] = ()
     warnings: tuple[str, ...] = ()  # the translation's warnings, for the log
+    tokens_later: bool = False  # SUBMITTED without its projected tokens: the caller writes them (refresh_tokens)
 
 
 @dataclass(frozen=True)

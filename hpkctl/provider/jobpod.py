@@ -6,8 +6,7 @@ each step that creates something outside the process, so a process killed at any
 duplicates or orphans a job: the next one finds the job by the uid (:mod:`hpkctl.provider.adopt`). A
 delete marks the pod as deleted, sends the batch shell TERM (the job stops its containers as Kubernetes
 does), waits for ``pod.done`` up to the grace period and then cancels the job, one non-blocking step per
-call. Statuses come from :mod:`hpkctl.provider.jobstatus`; logs and exec from the pod directory and an
-``srun --overlap`` step.
+call. Statuses: :mod:`hpkctl.provider.jobstatus`; logs and exec: the pod directory, ``srun --overlap``.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from hpkctl.provider.pulls import ImagePuller, pull_message
 from hpkctl.provider.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records, RecordStore
 from hpkctl.provider.slurmjobs import (ended, images_to_pull, job_partition_option, lowered_note, submit_job,
                                       term_once_started)
-from hpkctl.provider.tokens import TokenSource, refresh
+from hpkctl.provider.tokens import TokenSource, defer_tokens, refresh
 from hpkctl.provider.runstatus import StartChecks, run_statuses, workloads_of
 from hpkctl.provider.workloads import ArrayStatus, WorkloadStops
 from hpkctl.sites.schema import SiteProfile
@@ -178,6 +177,7 @@ class JobPodProvider:
         rec = self._rec(ref.uid)
         if rec is not None and rec.job_id:
             return Created(Outcome.ADOPTED, job_id=rec.job_id, where="its record", final=rec.state != SUBMITTED)
+        inputs, later = defer_tokens(pod, inputs)  # no TokenRequest on the submit path: written after sbatch
         prepared = self._prepare(ref, pod, rec, inputs)
         if isinstance(prepared, Created):
             return prepared
@@ -202,7 +202,7 @@ class JobPodProvider:
         if lowered:
             notes += (Note("TimeLimitLowered", lowered_note(job_id, lowered, deadline=rendered.plan.active_deadline,
                                                             grace=rendered.plan.grace), warning=True),)
-        return Created(Outcome.SUBMITTED, job_id=job_id, notes=notes, warnings=warnings)
+        return Created(Outcome.SUBMITTED, job_id=job_id, notes=notes, warnings=warnings, tokens_later=later)
 
     def _ran_already(self, ref: PodRef, pod: Mapping[str, Any], rec: PodRecord | None) -> Created | None:
         """Before any submission: a pod whose API phase is terminal is never run again, and a job

@@ -1,19 +1,55 @@
 """Projected service-account tokens are refreshed while the pod runs, as the real kubelet does:
 a token is re-requested once 80 % of its lifetime has passed and written in place of the old one
 (a new file renamed over it, in the volume's directory that the container has bound, so a reader
-sees the old token or the new one, never half of one)."""
+sees the old token or the new one, never half of one).
+
+A job per pod is submitted before its tokens exist (:class:`DeferTokens`, issue 23.2): the TokenRequest
+was an API round trip on every create's path, and in a burst it waited behind the scheduler's binds
+and the other pods' requests. The job script waits for each token file (``hpk_wait_token``) before the
+pod's first container, as a kubelet mounts every volume first; the kubelet writes the files right after
+``sbatch`` returned (:func:`refresh`, the same write as a renewal)."""
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hpkctl.files import write_atomic
+from hpkctl.pod.objects import ObjectSource
+
+if TYPE_CHECKING:
+    from hpkctl.provider.api import PodInputs
 
 REFRESH_AT = 0.8
 TOKEN_SECONDS = 3607  # what ServiceAccount admission asks for in kube-api-access-* (a real pod's dump)
+
+
+class DeferTokens:
+    """A pod's ConfigMaps and Secrets from ``objects``, its projected tokens left for later: the
+    translation marks each token file ``deferred`` and the job script waits for it."""
+
+    defers_tokens = True
+
+    def __init__(self, objects: ObjectSource) -> None:
+        self.objects = objects
+
+    def configmap(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        return self.objects.configmap(namespace, name)
+
+    def secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        return self.objects.secret(namespace, name)
+
+
+def defer_tokens(pod: Mapping[str, Any], inputs: PodInputs) -> tuple[PodInputs, bool]:
+    """``inputs`` whose objects leave the pod's projected tokens for later, and True, when they could
+    issue them (the kubelet's) and the pod has any; else ``inputs`` unchanged and False."""
+    src = inputs.objects
+    if src is None or not hasattr(src, "service_account_token") or not token_files(pod):
+        return inputs, False
+    return dataclasses.replace(inputs, objects=DeferTokens(src)), True
 
 
 class TokenSource(Protocol):
@@ -42,8 +78,18 @@ def refresh_after(pod: Mapping[str, Any]) -> float | None:
     return min(exp for _, _, exp in files) * REFRESH_AT if files else None
 
 
+def _default_mode(pod: Mapping[str, Any], volume: str) -> int:
+    """The projected volume's ``defaultMode`` (0644 without one): a token's mode when first written."""
+    for vol in (pod.get("spec") or {}).get("volumes") or []:
+        if vol.get("name") == volume:
+            mode = (vol.get("projected") or {}).get("defaultMode")
+            return int(mode) & 0o777 if isinstance(mode, int) else 0o644
+    return 0o644
+
+
 def refresh(objects: TokenSource, pod: Mapping[str, Any], pod_dir: Path) -> int:
-    """Request each token again and replace its file; the number replaced. Raises the API's errors."""
+    """Request each token (again) and write its file, atomically: the first time right after sbatch (the
+    job waits for it), then in place of the old one; the number written. Raises the API's errors."""
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
     sa = (pod.get("spec") or {}).get("serviceAccountName") or "default"
     done = 0
@@ -54,7 +100,7 @@ def refresh(objects: TokenSource, pod: Mapping[str, Any], pod_dir: Path) -> int:
         token = objects.service_account_token(ns, sa, audience=audience, expiration_seconds=exp)
         if token is None:
             continue
-        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+        mode = path.stat().st_mode & 0o777 if path.exists() else _default_mode(pod, rel.split("/")[1])
         write_atomic(path, token, mode=mode, sync=False)  # a lost token is requested again
         done += 1
     return done

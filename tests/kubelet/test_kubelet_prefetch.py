@@ -160,8 +160,10 @@ def test_the_prefetch_reads_a_new_pods_objects_and_token_and_the_create_takes_th
                  and m.tokens.requests == 1, timeout=30)
         m.kube = api  # the worker's own reads, if any, would reach the same fake
         m.queue.drain()
+        token = tmp_path / "pods/u-1/volumes/kube-api-access-x/token"  # written after sbatch, off the worker
+        wait_for("the token file", token.exists, timeout=30)
         assert (api.count("GET"), api.count("POST")) == (1, 1)
-        token = next(tmp_path.glob("pods/u-1/volumes/kube-api-access-x/token")).read_bytes()
-        assert token == b"tok-u-1-2"
+        assert token.read_bytes() == b"tok-u-1-2"
     finally:
         m.prefetch.close()
+        m.token_writer.close()

@@ -16,6 +16,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from hpkctl.pod import render_pod
 from hpkctl.local.manifest import load_manifest, select_pod, with_api_defaults
 from hpkctl.pod.runtimefile import current_runtime
+from hpkctl.provider.tokens import DeferTokens
 from tests.support.ci import REPO
 from tests.support.pods import PODS, load_pod, make_profile
 
@@ -29,6 +30,8 @@ PROFILES = {
 }
 PAIRS = [pytest.param(mode, case, id=f"{mode}-{case}") for case in CASES for mode in ("host", "cni")]
 PAIRS += [pytest.param("pilot", "mpi.yaml", id="pilot-mpi.yaml")]
+# the kubelet's job per pod: the projected token is written after sbatch and the job waits for it
+PAIRS += [pytest.param("kubelet", "api-server-shape.yaml", id="kubelet-api-server-shape.yaml")]
 
 
 class ShellSnapshot(SingleFileSnapshotExtension):
@@ -44,7 +47,9 @@ def snapshot_sh(snapshot):  # type: ignore[no-untyped-def]
 def _render(case: str, mode: str) -> str:
     pod, manifest = load_pod(case)
     pod["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
-    rendered = render_pod(pod, PROFILES[mode], objects=manifest.objects, services=manifest.services)
+    objects = DeferTokens(manifest.objects) if mode == "kubelet" else manifest.objects
+    rendered = render_pod(pod, PROFILES["host" if mode == "kubelet" else mode], objects=objects,
+                          services=manifest.services)
     return rendered.script
 
 
