@@ -16,8 +16,14 @@ test_kubelet_exec_slurm.py proves it on every run):
   taken out of the stderr stream here, at line starts only, so the container's stderr arrives
   unchanged and without delay (only a line that begins like one of them waits for its end).
 * ``--pty`` works only when srun's own stdin is a terminal ("Not using a pseudo-terminal,
-  disregarding --pty option" otherwise): for a TTY the step gets a pty pair here; srun sets it raw
-  and forwards the window size when it gets SIGWINCH.
+  disregarding --pty option" otherwise): for a TTY the step gets a pty pair here; srun sets it raw,
+  passes the size it has at its start to the task's terminal, and later sizes when it gets SIGWINCH.
+  But srun's pty thread waits in ``accept()`` for slurmstepd's window link (made before the task
+  starts), with a SIGWINCH handler installed without ``SA_RESTART``: a SIGWINCH in that wait ends
+  the thread ("srun: error: pty: accept failure: Interrupted system call", srun_pty.c of 22.05), and
+  no size reaches the task for the rest of the step. So srun is told only once the link is up: srun
+  says ``Node N, 1 tasks started`` (with ``-v``, which a TTY step gets instead of ``--quiet``: its
+  stderr is srun's alone) or the task's first output comes; a size set before that is passed on then.
 * SIGTERM to srun cancels the step (its tasks are killed).
 * srun starts the task in srun's working directory; it is set to the pod directory (which exists
   on the node) so slurmstepd has nothing to complain about.
@@ -52,6 +58,9 @@ _OWN_LINE = re.compile(
     rb"|slurmstepd(?:-\S+)?: error: \*\*\* STEP \S+ ON \S+ CANCELLED AT .*\*\*\*")
 # A task summary: the step ran, and its exit code is the task's.
 _SUMMARY = re.compile(rb"srun: error: \S+: tasks? [0-9,\-\[\]]+: ")
+# srun -v: the node's slurmstepd started the task, so it linked srun's terminal before (22.05 prints
+# "srun: launch/slurm: _task_start: Node vm, 1 tasks started")
+_STARTED = re.compile(rb"srun: (?:.*: )?Node \S+, [0-9]+ tasks? started")
 _PREFIXES = (b"srun: ", b"slurmstepd")
 CHUNK = 65536
 
@@ -65,6 +74,7 @@ class StderrFilter:
         self._at_line_start = True
         self.own: list[str] = []  # srun's lines about the step, in order (taken out of the stream)
         self.summary = False  # srun printed a task summary: the task ran
+        self.started = False  # srun said the task started (-v)
 
     def feed(self, data: bytes) -> bytes:
         out = bytearray()
@@ -103,11 +113,9 @@ class StderrFilter:
             self.own.append(text.decode("utf-8", "replace"))
         if _SUMMARY.match(text):
             self.summary = True
+        if _STARTED.fullmatch(text):
+            self.started = True
         return _OWN_LINE.fullmatch(text) is not None
-
-
-WINCH_REPEAT = (0.25, 1.0, 3.0, 10.0, 30.0)  # seconds after a resize when srun is told of it again
-WINCH_AFTER_OUTPUT = (0.0, 1.0)  # seconds after the task's first output, when a resize came before it
 
 
 class Step:
@@ -129,8 +137,8 @@ class Step:
         self._master = master
         self._filter = StderrFilter()
         self._stderr_done = False
-        self._resized = False  # a size was set: srun must pass it on once its terminal link is up
-        self._output_seen = False
+        self._resized = False  # a size was set while srun's terminal link was not up: tell srun once it is
+        self._linked = False  # srun's terminal link is up: a SIGWINCH is safe (see the module docstring)
 
     @property
     def tty(self) -> bool:
@@ -148,10 +156,8 @@ class Step:
             if e.errno == errno.EIO:  # a pty master reads EIO when the last slave fd closed
                 return b""
             raise
-        if data and not self._output_seen:
-            self._output_seen = True
-            if self._resized:  # the step runs, so srun's terminal link is up (or just about): tell it again
-                self._winch_later(WINCH_AFTER_OUTPUT)
+        if data:
+            self._link_up()  # the task runs, so slurmstepd linked srun's terminal before it started it
         return data
 
     async def read_stderr(self) -> bytes:
@@ -163,6 +169,8 @@ class Step:
                 self._stderr_done = True
                 return self._filter.flush()
             out = self._filter.feed(data)
+            if self._filter.started:
+                self._link_up()
             if out:
                 return out
         return b""
@@ -189,24 +197,22 @@ class Step:
             self._stdin.close()
 
     def resize(self, width: int, height: int) -> None:
-        """New terminal size: set on the pty, and srun told (SIGWINCH) to pass it on to the task."""
+        """New terminal size: set on the pty; srun is told (SIGWINCH) to pass it on to the task now if
+        its terminal link is up, else once it is (a SIGWINCH before would end srun's pty thread)."""
         if self._master is None or width <= 0 or height <= 0:
             return
         fcntl.ioctl(self._master, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
-        self._resized = True
-        self._winch()
-        # srun reads the size at its start and passes it on at a SIGWINCH, but only once slurmstepd
-        # has connected its terminal link: a SIGWINCH before that only raises a flag that srun's pty
-        # thread reads at the NEXT signal (src/srun/srun_pty.c, _pty_thread's poll). A size that comes
-        # while the step starts (kubectl sends one at once; a loaded node starts steps in seconds)
-        # would be lost, so srun is told again later, and once more when the task's first output
-        # shows the step runs; each time it passes on the pty's current size, so a repeat is harmless
-        self._winch_later(WINCH_REPEAT)
+        if self._linked:
+            self._winch()
+        else:
+            self._resized = True
 
-    def _winch_later(self, delays: tuple[float, ...]) -> None:
-        loop = asyncio.get_running_loop()
-        for delay in delays:
-            loop.call_later(delay, self._winch)
+    def _link_up(self) -> None:
+        """srun's terminal link is up: pass on a size that came before (srun reads the pty's current one)."""
+        if not self._linked:
+            self._linked = True
+            if self._resized:
+                self._winch()
 
     def _winch(self) -> None:
         if self.process.returncode is None:
@@ -252,8 +258,8 @@ def step_argv(srun: str, *, job_id: str, pod_dir: Path, container: str, command:
     """The srun command line of one exec; ``node``: where the pod runs (a pilot pod's step may be on any
     node of its allocation), else the allocation's first node."""
     where = [f"--nodelist={node}"] if node else []
-    return [srun, f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", *where, "--unbuffered", "--quiet",
-            f"--immediate={immediate}", f"--chdir={pod_dir}", *(["--pty"] if tty else []),
+    return [srun, f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", *where, "--unbuffered",
+            "-v" if tty else "--quiet", f"--immediate={immediate}", f"--chdir={pod_dir}", *(["--pty"] if tty else []),
             "/bin/bash", str(pod_dir / "job" / "job.sh"), "exec", container, *(["--tty"] if tty else []),
             "--", *command]
 

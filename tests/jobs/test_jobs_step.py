@@ -5,9 +5,12 @@ The real srun is exercised in tests/integration/test_kubelet_exec_slurm.py."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import pty
 import signal
+import struct
+import termios
 import textwrap
 from pathlib import Path
 
@@ -42,9 +45,12 @@ def test_only_srun_s_step_lines_are_taken_out() -> None:
 def test_the_srun_command_line() -> None:
     argv = step_argv("/usr/bin/srun", job_id="12", pod_dir=Path("/s/pods/u"), container="main",
                      command=["sh", "-c", "echo hi"], tty=True, immediate=30)
-    assert argv == ["/usr/bin/srun", "--jobid=12", "--overlap", "--nodes=1", "--ntasks=1", "--unbuffered", "--quiet",
+    assert argv == ["/usr/bin/srun", "--jobid=12", "--overlap", "--nodes=1", "--ntasks=1", "--unbuffered", "-v",
                     "--immediate=30", "--chdir=/s/pods/u", "--pty", "/bin/bash", "/s/pods/u/job/job.sh", "exec",
-                    "main", "--tty", "--", "sh", "-c", "echo hi"]
+                    "main", "--tty", "--", "sh", "-c", "echo hi"]  # -v: srun says when the task started
+    argv = step_argv("/usr/bin/srun", job_id="12", pod_dir=Path("/s/pods/u"), container="main", command=["true"],
+                     tty=False, immediate=30)
+    assert "--quiet" in argv and "-v" not in argv and "--pty" not in argv
 
 
 FAKE_SRUN = textwrap.dedent("""\
@@ -126,36 +132,70 @@ def test_no_srun_is_slurm_unavailable(tmp_path: Path) -> None:
 
 
 class _Process:
-    """What Step uses of srun's process: its signals are recorded (srun's pty link is never up here)."""
+    """What Step uses of srun's process: its signals are recorded, its stderr is fed by the test."""
 
     def __init__(self) -> None:
         self.returncode: int | None = None
         self.pid = 0
-        self.stderr = None
+        self.stderr = asyncio.StreamReader()
         self.signals: list[int] = []
 
     def send_signal(self, sig: int) -> None:
         self.signals.append(sig)
 
 
-def test_a_size_set_before_the_step_runs_is_passed_on_again_at_its_first_output() -> None:
-    """srun acts on a SIGWINCH only once slurmstepd has linked its terminal: one that came before is
-    read at the next signal (srun_pty.c), so the first output (the step runs) brings one more."""
-    async def run() -> list[int]:
-        master, slave = pty.openpty()
-        os.close(slave)
-        reader = asyncio.StreamReader()
-        proc = _Process()
-        s = Step(proc, ["srun"], stdout=reader, master=master)  # type: ignore[arg-type]
+STARTED = b"srun: launch/slurm: _task_start: Node vm, 1 tasks started\n"  # srun 22.05 -v
+
+
+def _terminal_step(proc: _Process, reader: asyncio.StreamReader) -> tuple[Step, int]:
+    master, slave = pty.openpty()
+    os.close(slave)
+    return Step(proc, ["srun"], stdout=reader, master=master), master  # type: ignore[arg-type]
+
+
+def test_srun_hears_of_a_size_only_once_its_terminal_link_is_up_then_at_once() -> None:
+    """A SIGWINCH while srun's pty thread waits for slurmstepd's link ends that thread (22.05's accept()
+    is interrupted: "pty: accept failure"), and the task never gets a size; so srun is told of a size
+    set before the link once srun says the task started, and of later ones at once."""
+    async def run() -> tuple[list[int], list[int], list[int]]:
+        proc, reader = _Process(), asyncio.StreamReader()
+        s, master = _terminal_step(proc, reader)
         try:
             s.resize(91, 27)
-            told = len(proc.signals)
-            reader.feed_data(b"go\r\n")
-            assert await s.read_stdout() == b"go\r\n"
-            await asyncio.sleep(0)  # the loop runs what is due now (call_later(0.0)), no later timer
-            await asyncio.sleep(0)
-            return proc.signals[told:]
+            s.resize(92, 28)
+            before = list(proc.signals)
+            proc.stderr.feed_data(b"srun: launching StepId=9.1 on host vm, 1 tasks: 0\n" + STARTED)
+            assert await s.read_stderr() == b"srun: launching StepId=9.1 on host vm, 1 tasks: 0\n" + STARTED
+            at_start = list(proc.signals)
+            s.resize(100, 30)
+            reader.feed_data(b"output")
+            assert await s.read_stdout() == b"output"  # the link was up already: no second one
+            assert struct.unpack("HHHH", fcntl.ioctl(master, termios.TIOCGWINSZ, bytes(8)))[:2] == (30, 100)
+            return before, at_start, proc.signals[len(at_start):]
         finally:
             os.close(master)
 
-    assert asyncio.run(run()) == [signal.SIGWINCH]
+    before, at_start, after = asyncio.run(run())
+    assert before == []  # the link is not up: no SIGWINCH (it would end srun's pty thread)
+    assert at_start == [signal.SIGWINCH]  # once for both sizes: srun reads the pty's current one
+    assert after == [signal.SIGWINCH]  # the link is up: at once
+
+
+def test_a_size_set_before_the_step_runs_is_passed_on_at_its_first_output() -> None:
+    """The task's first output also says the link is up (slurmstepd links the terminal before it starts
+    the task), for an srun that says nothing of the start."""
+    async def run() -> tuple[list[int], list[int]]:
+        proc, reader = _Process(), asyncio.StreamReader()
+        s, master = _terminal_step(proc, reader)
+        try:
+            s.resize(91, 27)
+            before = list(proc.signals)
+            reader.feed_data(b"go\r\n")
+            assert await s.read_stdout() == b"go\r\n"
+            reader.feed_data(b"more")
+            assert await s.read_stdout() == b"more"
+            return before, proc.signals
+        finally:
+            os.close(master)
+
+    assert asyncio.run(run()) == ([], [signal.SIGWINCH])

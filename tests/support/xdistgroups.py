@@ -22,8 +22,7 @@ The lanes, explicitly (:func:`group_of`):
   setup to its last test's teardown, shared, or exclusive for ``whole_node``; an exclusive waiter goes
   first, and consecutive ``whole_node`` modules keep it (:class:`NodeLock`). Exclusivity is this
   lock, never the order. The ``whole_node`` modules are consecutive in the ``slurm`` lane's file
-  order (tests/kubelet), so the other lane waits for them once. tests/integration/test_kubelet_exec_slurm.py
-  is ``whole_node`` too, for a terminal-size failure seen only with the other lane beside it (its comment).
+  order (tests/kubelet), so the other lane waits for them once.
 
 How: pytest-xdist's own loadgroup reads ``xdist_group`` marks by renaming ``item._nodeid``, which
 pytest 9.2 no longer reads, so every test landed anywhere. Instead each worker writes the group of
