@@ -4,7 +4,35 @@
 # Status files (DEVELOPERS.md, "The pod directory"): every write is a temp file + mv, so a
 # reader never sees half a value.
 
-hpk_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+# hpk_iso VAR EPOCH: VAR is the UTC time of EPOCH (seconds), ISO 8601 to the second, worked out in
+# bash (the days-to-civil-date arithmetic), not by `date`: this runs at every status change, and a
+# process costs 10-15 ms on a loaded node (bench/run pilot). bash 4.2's printf %(...)T would give
+# local time (it ignores TZ set in the script); its %(%s)T, the epoch, does not depend on TZ.
+hpk_iso() {
+  local -i s=$2 z e doe yoe doy mp m
+  z=$((s / 86400 + 719468)) s=$((s % 86400))
+  e=$(((z >= 0 ? z : z - 146096) / 146097))
+  doe=$((z - e * 146097))
+  yoe=$(((doe - doe / 1460 + doe / 36524 - doe / 146096) / 365))
+  doy=$((doe - (365 * yoe + yoe / 4 - yoe / 100)))
+  mp=$(((5 * doy + 2) / 153))
+  m=$((mp < 10 ? mp + 3 : mp - 9))
+  printf -v "$1" '%04d-%02d-%02dT%02d:%02d:%02dZ' $((yoe + e * 400 + (m <= 2))) "$m" \
+    $((doy - (153 * mp + 2) / 5 + 1)) $((s / 3600)) $((s % 3600 / 60)) $((s % 60))
+}
+
+# hpk_clock VAR: VAR is the time now (hpk_iso; VAR is none of their locals); hpk_now prints it (in
+# "$(hpk_now)" a subshell: not on the way to a container).
+hpk_clock() {
+  local epoch
+  printf -v epoch '%(%s)T' -1
+  hpk_iso "$1" "$epoch"
+}
+hpk_now() {
+  local now
+  hpk_clock now
+  printf '%s\n' "$now"
+}
 
 # An MPI container starts as `srun ... bash -c "$HPK_MPI_ENV" hpk-mpi apptainer ...`: each rank, on
 # its node, sources this file again (the batch script checked it and exports its path) and runs
@@ -40,6 +68,30 @@ hpk_put() {
   hpk_changed
 }
 
+# hpk_puts NAME VALUE [NAME VALUE]...: atomically write several status files with one process: each
+# is staged under its own name in status/.new.$$ (the host part makes it) and one mv moves them all
+# (each rename atomic). Without the staging directory, one hpk_put each.
+hpk_puts() {
+  local stage="$HPK_STATUS/.new.$$"
+  local -a staged=()
+  while [ $# -ge 2 ]; do
+    if [ -d "$stage" ]; then
+      printf '%s\n' "$2" >"$stage/$1" && staged+=("$stage/$1") || return
+    else
+      hpk_put "$1" "$2" || return
+    fi
+    shift 2
+  done
+  [ ${#staged[@]} = 0 ] || { mv -f -- ${staged[@]+"${staged[@]}"} "$HPK_STATUS/" && hpk_changed; }
+}
+
+# hpk_put_now NAME: write the time now (hpk_clock) to status file NAME.
+hpk_put_now() {
+  local t
+  hpk_clock t
+  hpk_put "$1" "$t"
+}
+
 # hpk_fail REASON MESSAGE: the pod failed for a reason other than a container's exit code.
 hpk_fail() {
   [ -e "$HPK_STATUS/pod.failed" ] || hpk_put pod.failed "$1"$'\n'"$2"
@@ -49,7 +101,7 @@ hpk_fail() {
 }
 
 # hpk_memory_dir: the pod's private directory on the node's tmpfs (HPK_MEMORY_ROOT, [pods] memory_dir)
-# for its Memory emptyDirs and its /dev/shm (.dev-shm): a fresh `mktemp -d` inside this user's own
+# for its Memory emptyDirs and its /dev/shm (.dev-shm): a fresh directory inside this user's own
 # 0700 directory there. Other users see the pod's uid in squeue and could create a predictable path
 # first, so a parent that is not this user's own 0700 directory is never used: the pod's directory is
 # then a fresh mktemp -d in HPK_MEMORY_ROOT itself (a random name, 0700), and the pod still runs.
@@ -57,21 +109,30 @@ hpk_fail() {
 # (run/memory) links to it: binds then name a source outside /dev, which Apptainer would take for a
 # device bind (and skip). Sets HPK_MEMORY_REAL, which the EXIT trap removes.
 hpk_memory_dir() {
-  local parent template
+  local parent own=0 template
   parent="$HPK_MEMORY_ROOT/hpk-$EUID"
-  template="$parent/pod.XXXXXXXX"
-  mkdir -m 0700 -- "$parent" 2>/dev/null
-  hpk_own_dir "$parent" || template="$parent.XXXXXXXX"
-  HPK_MEMORY_REAL=$(mktemp -d -- "$template") \
-    || hpk_fail MemoryDirRefused "cannot create the pod's memory directory in $HPK_MEMORY_ROOT ([pods] memory_dir)"
+  [ -d "$parent" ] || mkdir -m 0700 -- "$parent" 2>/dev/null
+  hpk_own_dir "$parent" && own=1
+  # In its own 0700 directory nobody else can make a name: the pod's directory is named after the pod
+  # and this shell, made with its .dev-shm by one mkdir (which fails if the name is taken: then, and
+  # where the parent is not this user's own, mktemp's random name). A process fewer before the first
+  # container than mktemp and mkdir.
+  HPK_MEMORY_REAL="$parent/pod.${HPK_POD_DIR##*/}.$$"
+  if [ "$own" = 0 ] || ! mkdir -m 0700 -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_REAL/.dev-shm" 2>/dev/null; then
+    template="$parent.XXXXXXXX"
+    [ "$own" = 0 ] || template="$parent/pod.XXXXXXXX"
+    if ! HPK_MEMORY_REAL=$(exec mktemp -d -- "$template") || ! mkdir -- "$HPK_MEMORY_REAL/.dev-shm"; then
+      hpk_fail MemoryDirRefused "cannot create the pod's memory directory in $HPK_MEMORY_ROOT ([pods] memory_dir)"
+    fi
+  fi
   export HPK_MEMORY_REAL
-  mkdir -p -- "$HPK_POD_DIR/run" "$HPK_MEMORY_REAL/.dev-shm" && ln -sfn -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_DIR" \
+  ln -sfn -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_DIR" \
     || hpk_fail MemoryDirRefused "cannot prepare the pod's memory directory $HPK_MEMORY_REAL"
 }
 
 # hpk_own_dir DIR: DIR is a directory (not a link) of this user's with mode 0700; else it says so.
 hpk_own_dir() {
-  [ ! -L "$1" ] && [ -d "$1" ] && [ "$(stat -c %u:%a -- "$1")" = "$EUID:700" ] && return 0
+  [ ! -L "$1" ] && [ -d "$1" ] && [ "$(exec stat -c %u:%a -- "$1")" = "$EUID:700" ] && return 0
   printf 'hpkctl: %s on %s is not a directory of %s with mode 0700 (another user may have made it): not used\n' \
     "$1" "$(hostname -s)" "$(id -un)" >&2
   return 1
@@ -469,6 +530,14 @@ hpk_restarts() {
 # container; its slice's counter keeps the kill (HPK_APPTAINER_CGROUPS=1, set by the job script only
 # then: the slice is shared by all this user's such containers on the node). HPK_CGROUP_ROOT, HPK_PROC_CGROUP: for tests.
 hpk_oom_kills() {
+  hpk_oom_count
+  printf '%s\n' "$HPK_OOM_KILLS"
+}
+
+# hpk_oom_count: HPK_OOM_KILLS is hpk_oom_kills' count, with no process (no subshell, no find):
+# hpk_run counts before each container start and after its end (bench/run pilot: `oom=$(...)` and
+# its find took 50-60 ms of a pod's start on a loaded node).
+hpk_oom_count() {
   local root=${HPK_CGROUP_ROOT:-/sys/fs/cgroup} ctrl path dir
   local -a files=()
   local level='/job_[0-9]+'
@@ -477,9 +546,7 @@ hpk_oom_kills() {
   while IFS=: read -r _ ctrl path; do
     [[ $path =~ ^(.*$level)(/|$) ]] && path=${BASH_REMATCH[1]}
     case $ctrl in
-      memory)
-        while IFS= read -r -d '' dir; do files+=("$dir"); done \
-          < <(find "$root/memory$path" -name memory.oom_control -print0 2>/dev/null) ;;
+      memory) hpk_oom_v1 "$root/memory$path" ;;
       "")
         dir=$root
         [ -e "$dir/cgroup.controllers" ] || dir=$root/unified
@@ -497,7 +564,17 @@ hpk_oom_kills() {
         [ "$key" = oom_kill ] && [[ $value =~ ^[0-9]+$ ]] && n=$((n + value))
       done <"$dir"; } 2>/dev/null
   done
-  printf '%s\n' "$n"
+  HPK_OOM_KILLS=$n
+}
+
+# hpk_oom_v1 DIR: add DIR's memory.oom_control and those of the cgroups below it to hpk_oom_count's
+# files (a cgroup v1 directory holds no links).
+hpk_oom_v1() {
+  local sub
+  [ ! -e "$1/memory.oom_control" ] || files+=("$1/memory.oom_control")
+  for sub in "$1"/*/; do
+    [ ! -d "$sub" ] || hpk_oom_v1 "${sub%/}"
+  done
 }
 
 # hpk_run NAME POLICY FUNCTION: run a container, restarting it as restartPolicy says, with the
@@ -508,14 +585,17 @@ hpk_run() {
   local name=$1 policy=$2 fn=$3 rc restarts=0 delay=$HPK_RESTART_BACKOFF probes_pid f oom
   trap hpk_stop_runner TERM
   while :; do
-    : >"$HPK_POD_DIR/run/$name.termination-log" && chmod 0666 "$HPK_POD_DIR/run/$name.termination-log"
-    oom=$(hpk_oom_kills)
+    umask 0111  # the termination log is 0666 (as chmod made it: a process fewer before each start)
+    : >"$HPK_POD_DIR/run/$name.termination-log"
+    umask 077
+    hpk_oom_count
+    oom=$HPK_OOM_KILLS
     "$fn" >>"$HPK_LOGS/$name.log" 2>&1 </dev/null &
     HPK_CPID=$!
     # The container is not Running until postStart returns (poststart is written before started, so
     # started without poststart means the hook returned); if it fails, the container is killed.
-    declare -F "${fn}_post_start" >/dev/null && hpk_put "$name.poststart" "$(hpk_now)"
-    hpk_put "$name.started" "$(hpk_now)"
+    declare -F "${fn}_post_start" >/dev/null && hpk_put_now "$name.poststart"
+    hpk_put_now "$name.started"
     if declare -F "${fn}_post_start" >/dev/null; then
       hpk_hook "$name" "$fn" post_start &
       HPK_WAITING=$!
@@ -548,10 +628,10 @@ hpk_run() {
       wait "$probes_pid" 2>/dev/null
     fi
     hpk_put "$name.ready" 0
-    hpk_put "$name.finished" "$(hpk_now)"
+    hpk_put_now "$name.finished"
     hpk_termination_message "$name" "$rc"
     # SIGKILLed while the OOM killer killed in the job's memory cgroup: OOMKilled, as the kubelet says
-    if [ "$rc" -eq 137 ] && [ "$(hpk_oom_kills)" -gt "$oom" ]; then hpk_put "$name.reason" OOMKilled; fi
+    if [ "$rc" -eq 137 ] && hpk_oom_count && [ "$HPK_OOM_KILLS" -gt "$oom" ]; then hpk_put "$name.reason" OOMKilled; fi
     # a restart to come: the status is waiting (CrashLoopBackOff) for these seconds, not terminated
     hpk_restarts "$policy" "$rc" && hpk_put "$name.backoff" "$delay"
     hpk_put "$name.exitcode" "$rc"
@@ -627,7 +707,7 @@ hpk_terminate() {
   trap '' TERM INT
   hpk_cancelled 5 &
   local asking=$!
-  hpk_put pod.terminating "$(hpk_now)"
+  hpk_put_now pod.terminating
   # shellcheck disable=SC2086  # empty when no init container runs
   hpk_stop_runners $HPK_INIT_RUNNER ${HPK_RUNNERS[@]+"${HPK_RUNNERS[@]}"}
   hpk_stop_sidecars
@@ -638,7 +718,7 @@ hpk_terminate() {
   local name
   for name in $(hpk_names); do
     if [ -e "$HPK_STATUS/$name.started" ] && [ ! -e "$HPK_STATUS/$name.exitcode" ]; then
-      hpk_put "$name.finished" "$(hpk_now)"
+      hpk_put_now "$name.finished"
       hpk_put "$name.exitcode" 143
     fi
   done
@@ -724,7 +804,7 @@ hpk_start_containers() {
     rc=$?
     [ "$first" -ne 0 ] || first=$rc
   done
-  hpk_put pod.completing "$(hpk_now)"  # the pod's result is known; only its sidecars are left to stop
+  hpk_put_now pod.completing  # the pod's result is known; only its sidecars are left to stop
   hpk_stop_sidecars
   hpk_put pod.done "$first"
   return "$first"
@@ -751,21 +831,32 @@ hpk_pod_part() {
   trap hpk_terminate TERM INT
   [ -z "${HPK_TERM_EARLY:-}" ] || kill -TERM $$  # it came while the job script set up (its first trap)
   if [ -z "${HPK_POD_IP:-}" ]; then  # in the parent container's network namespace (cni mode)
-    HPK_POD_IP=$(hostname -I 2>/dev/null)
+    HPK_POD_IP=$(exec hostname -I 2>/dev/null)
     HPK_POD_IP=${HPK_POD_IP%% *}
+    HPK_POD_IP=${HPK_POD_IP:-127.0.0.1}
+    HPK_HOST_IP=${HPK_HOST_IP:-$HPK_POD_IP}
+    hpk_put pod.ip "$HPK_POD_IP"
+    hpk_put host.ip "$HPK_HOST_IP"
   fi
-  HPK_POD_IP=${HPK_POD_IP:-127.0.0.1}
-  HPK_HOST_IP=${HPK_HOST_IP:-$HPK_POD_IP}
-  hpk_put pod.ip "$HPK_POD_IP"
-  hpk_put host.ip "$HPK_HOST_IP"
-  local i
-  local -a dirs=("$HPK_POD_DIR/etc" "$HPK_POD_DIR/run")
-  for ((i = 0; i < ${#HPK_INIT[@]}; i += 3)); do dirs+=("$HPK_POD_DIR/tmp/${HPK_INIT[i]}"); done
-  for ((i = 0; i < ${#HPK_MAIN[@]}; i += 3)); do dirs+=("$HPK_POD_DIR/tmp/${HPK_MAIN[i]}"); done
-  mkdir -p ${dirs[@]+"${dirs[@]}"} || hpk_fail PodSetupFailed "cannot create $HPK_POD_DIR/etc, run and the containers' /tmp"
+  local d
+  local -a dirs=()
+  hpk_pod_dirs
+  for d in ${dirs[@]+"${dirs[@]}"}; do  # the host part made them: mkdir only if one is missing
+    [ -d "$d" ] && continue
+    mkdir -p ${dirs[@]+"${dirs[@]}"} || hpk_fail PodSetupFailed "cannot create $HPK_POD_DIR/etc, run and the containers' /tmp"
+    break
+  done
   hpk_load_secrets
   hpk_pod_setup
   hpk_start_containers
+}
+
+# hpk_pod_dirs: the directories the pod part needs (etc, run, each container's /tmp) into the caller's dirs.
+hpk_pod_dirs() {
+  local i
+  dirs+=("$HPK_POD_DIR/etc" "$HPK_POD_DIR/run")
+  for ((i = 0; i < ${#HPK_INIT[@]}; i += 3)); do dirs+=("$HPK_POD_DIR/tmp/${HPK_INIT[i]}"); done
+  for ((i = 0; i < ${#HPK_MAIN[@]}; i += 3)); do dirs+=("$HPK_POD_DIR/tmp/${HPK_MAIN[i]}"); done
 }
 
 hpk_host_exit() {
@@ -776,7 +867,7 @@ hpk_host_exit() {
       hpk_put pod.failed "JobFailed"$'\n'"the job ended (exit code $rc) before the pod finished; see $HPK_LOGS/slurm.out"
     hpk_put pod.done "$((rc == 0 ? 1 : rc))"
   fi
-  [ -z "${HPK_MEMORY_REAL:-}" ] || rm -rf -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_DIR"
+  rm -rf -- ${HPK_MEMORY_REAL:+"$HPK_MEMORY_REAL" "$HPK_MEMORY_DIR"} "$HPK_STATUS/.new.$$"
 }
 
 # hpk_in_parent: run the pod part inside the parent container, which owns the pod's network
@@ -818,9 +909,17 @@ hpk_resolv() {
   case $1 in
     custom) printf '%s' "$2" ;;
     cluster) hpk_cluster_resolv "$2" ;;
-    host) cat /etc/resolv.conf ;;
-    host+custom) cat /etc/resolv.conf && printf '%s' "$2" ;;
+    host) hpk_cat /etc/resolv.conf ;;
+    host+custom) hpk_cat /etc/resolv.conf && printf '%s' "$2" ;;
   esac >"$HPK_POD_DIR/etc/resolv.conf" || hpk_fail PodSetupFailed "cannot write $HPK_POD_DIR/etc/resolv.conf"
+}
+
+# hpk_cat FILE: print FILE as it is (text: no NUL bytes) without a process; fails if it cannot be read.
+hpk_cat() {
+  local text=''
+  [ -r "$1" ] || return 1
+  IFS= read -r -d '' text <"$1"
+  printf '%s' "$text"
 }
 
 # hpk_cluster_resolv TEXT: a ClusterFirst pod's resolv.conf: TEXT, with the node's own search
@@ -875,28 +974,40 @@ hpk_deadline() {
 }
 
 hpk_host_part() {
-  mkdir -p "$HPK_STATUS" "$HPK_LOGS" || exit 1
+  # one mkdir for the directories of the pod's start: status/.new.$$ (hpk_puts' staging), logs, and
+  # the pod part's (which makes them only if one is missing)
+  local -a dirs=("$HPK_STATUS/.new.$$" "$HPK_LOGS")
+  hpk_pod_dirs
+  mkdir -p -- ${dirs[@]+"${dirs[@]}"} 2>/dev/null || mkdir -p -- "$HPK_STATUS" "$HPK_LOGS" || exit 1
   trap hpk_host_exit EXIT
-  hpk_put job.started "$(hpk_now)"
-  hpk_deadline
-  local short=''
+  local short='' now
   # the kernel's host name up to its first dot, as `hostname -s` says, read without a process
   { read -r short </proc/sys/kernel/hostname; } 2>/dev/null && short=${short%%.*}
   short=${short:-$(hostname -s)}
   # pilot mode: the Slurm node(s) hpkctl placed the pod on (an MPI pod's ranks: all of them), which a
   # restarted kubelet books it on again; several Slurm nodes may share one host
   [ -z "${HPK_PILOT:-}" ] || short=${HPK_RANKS_NODES:-${SLURMD_NODENAME:-$short}}
-  hpk_put job.node "$short"
-  hpk_put job.id "${SLURM_JOB_ID:-none}${HPK_PILOT:+.${SLURM_STEP_ID:-}}"  # pilot mode: JOB.STEP
-  HPK_HOST_IP=$(hostname -I 2>/dev/null)
+  HPK_HOST_IP=$(exec hostname -I 2>/dev/null)
   HPK_HOST_IP=${HPK_HOST_IP%% *}  # the first address (no cut: a process fewer on the way to the container)
   export HPK_HOST_IP
+  hpk_clock now
+  # the job's facts in one write (pilot mode: job.id is JOB.STEP); on the node's network the pod's
+  # address is the node's (the pod part writes it in a parent container's network)
+  if declare -F hpk_parent >/dev/null; then
+    hpk_puts job.started "$now" job.node "$short" \
+      job.id "${SLURM_JOB_ID:-none}${HPK_PILOT:+.${SLURM_STEP_ID:-}}"
+  else
+    HPK_POD_IP=${HPK_HOST_IP:-127.0.0.1}
+    HPK_HOST_IP=${HPK_HOST_IP:-$HPK_POD_IP}
+    hpk_puts job.started "$now" job.node "$short" \
+      job.id "${SLURM_JOB_ID:-none}${HPK_PILOT:+.${SLURM_STEP_ID:-}}" pod.ip "$HPK_POD_IP" host.ip "$HPK_HOST_IP"
+  fi
+  hpk_deadline
   hpk_memory_dir
   hpk_host_setup
   if declare -F hpk_parent >/dev/null; then
     hpk_in_parent
   else
-    HPK_POD_IP=$HPK_HOST_IP  # the node's network: the pod's address is the node's
     hpk_pod_part
   fi
 }
@@ -930,7 +1041,7 @@ hpk_probes() {
     wait "$!" || { wait; return 0; }  # failed: the loop has stopped the container
     loops=()
   fi
-  hpk_put "$name.started-probe" "$(hpk_now)"
+  hpk_put_now "$name.started-probe"
   for kind in liveness readiness; do
     [[ " $* " == *" $kind "* ]] || continue
     hpk_probe_loop "$kind" &

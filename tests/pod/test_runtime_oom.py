@@ -17,10 +17,12 @@ RUNTIME = Path(__file__).resolve().parents[2] / "sbatch" / "runtime.sh"
 
 
 def count(root: Path, proc_cgroup: str, apptainer_cgroups: bool = False) -> str:
-    m = re.search(r"^hpk_oom_kills\(\) \{\n.*?^\}\n", RUNTIME.read_text(), re.S | re.M)
-    assert m, "hpk_oom_kills is missing from sbatch/runtime.sh"
+    text = RUNTIME.read_text()
+    funcs = [re.search(rf"^{f}\(\) \{{\n.*?^\}}\n", text, re.S | re.M) for f in ("hpk_oom_kills", "hpk_oom_count",
+                                                                               "hpk_oom_v1")]
+    assert all(funcs), "hpk_oom_kills, hpk_oom_count or hpk_oom_v1 is missing from sbatch/runtime.sh"
     (root / "self.cgroup").write_text(proc_cgroup)
-    r = subprocess.run(["bash", "-c", "set -u\n" + m.group(0) + "hpk_oom_kills"], capture_output=True, text=True,
+    r = subprocess.run(["bash", "-c", "set -u\n" + "".join(m.group(0) for m in funcs if m) + "hpk_oom_kills"], capture_output=True, text=True,
                        check=True, env={"HPK_CGROUP_ROOT": str(root), "HPK_PROC_CGROUP": str(root / "self.cgroup"),
                                         "PATH": "/usr/bin:/bin", "HPK_APPTAINER_CGROUPS": str(int(apptainer_cgroups))})
     return r.stdout

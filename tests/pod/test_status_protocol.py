@@ -27,12 +27,15 @@ MOVED = {paths.LAST_EXITCODE, paths.LAST_FINISHED, paths.LAST_MESSAGE, paths.LAS
 
 
 def test_the_job_writes_exactly_the_named_pod_level_files() -> None:
-    written = set(re.findall(r'hpk_put ([a-z]+\.[a-z]+) ', RUNTIME))
+    written = set(re.findall(r'hpk_put(?:_now)? ([a-z]+\.[a-z]+)\b', RUNTIME))
+    # hpk_puts NAME VALUE...: several files in one write (continued lines joined)
+    for call in re.findall(r'^\s*hpk_puts (.*)$', RUNTIME.replace("\\\n", " "), re.M):
+        written |= set(re.findall(r'(?:^|\s)([a-z]+\.[a-z]+) "', call))
     assert written == POD_LEVEL
 
 
 def test_the_job_writes_exactly_the_named_container_files() -> None:
-    written = set(re.findall(r'hpk_put "\$name\.([a-z-]+)" ', RUNTIME))
+    written = set(re.findall(r'hpk_put(?:_now)? "\$name\.([a-z-]+)"', RUNTIME))
     raw = set(re.findall(r'mv -f "\$tmp" "\$HPK_STATUS/\$name\.([a-z-]+)"', RUNTIME))
     # before a restart the current run's files become last-*: `for f in ...; do ... mv ... last-$f`
     loop = re.search(r'for f in ([a-z -]+); do\n.*?"\$HPK_STATUS/\$name\.last-\$f"', RUNTIME, re.S)

@@ -1,0 +1,119 @@
+"""How many processes the job script starts before its first container runs (strace on the real
+bash): each one costs 1-2 ms on an idle node and 10-15 ms on a loaded one (bench/run pilot's "job
+script started -> c.started"), so the way to the container is kept to what needs one: the runtime's
+checksum, one mkdir, one write of the job's status files, the node's address, the memory
+directory's check, mkdir and link, the runner's and the container's forks, and c.started's write.
+Subshells count as processes too (a fork each)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpkctl.pod import render_pod, write_pod_dir
+from hpkctl.sites import SiteProfile
+from tests.support.pods import pod_doc, stub_environment
+
+# Processes started up to the write of c.started, the container's own excluded; the launch wait's
+# `sleep 0.1` polls beside it (how many depends on the machine's pace) are not counted either.
+BUDGET = 9
+
+SPEC = {"restartPolicy": "Never",
+        "containers": [{"name": "app", "image": "busybox:1.36", "command": ["true"]}]}
+_EVENT = re.compile(r"^(\d+) ([\d.]+) (clone3?|fork|vfork|execve)\((.*)$")
+
+
+def _pilot(profile: SiteProfile) -> SiteProfile:
+    return profile.model_copy(update={"pilot": profile.pilot.model_copy(update={"enabled": True})})
+
+
+def merged(trace_dir: Path, prefix: str) -> str:
+    """``strace -ff -ttt -o DIR/PREFIX`` writes a file per process: their lines as ``PID TIME CALL``,
+    in time order."""
+    lines = []
+    for f in trace_dir.glob(f"{prefix}.*"):
+        pid = f.name.rsplit(".", 1)[1]
+        lines += [(float(line.split(" ", 1)[0]), f"{pid} {line}") for line in f.read_text().splitlines()
+                  if line[:1].isdigit()]
+    return "\n".join(line for _, line in sorted(lines))
+
+
+def started_before_container(trace: str) -> list[str]:
+    """The process creations (forks, and execs of a program) in :func:`merged` strace output, in
+    order, up to the ``mv`` that writes app.started (the container's start); the container (the fork that runs ``setsid``) and its
+    descendants, and the ``sleep`` polls, are left out."""
+    events: list[str] = []
+    excluded: set[str] = set()
+    for line in trace.splitlines():
+        m = _EVENT.match(line)
+        if not m:
+            continue
+        pid, _, call, rest = m.groups()
+        if call == "execve":
+            name = rest.split('"')[1].rsplit("/", 1)[-1]
+            if name == "mv" and '/app.started"' in rest:
+                break
+            if name in ("setsid", "sleep"):
+                excluded.add(pid)
+            if pid not in excluded:
+                events.append(f"exec {name}")
+            continue
+        ret = re.search(r"= (\d+)\s*$", rest)
+        if ret is None:
+            continue
+        child = ret.group(1)  # a fork's return value: the child's pid
+        if pid in excluded:
+            excluded.add(child)
+        events.append(f"fork {child}")
+    # a fork whose child became the container or a sleep poll is theirs
+    return [e for e in events if not (e.startswith("fork ") and e.split()[1] in excluded)]
+
+
+@pytest.mark.parametrize("mode", ["job", "pilot"])
+def test_the_way_to_the_first_container_starts_few_processes(stub_env: dict[str, Any], mode: str) -> None:
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.fail("strace is not installed (apt-get install strace)")
+    profile = stub_env["profile"] if mode == "job" else _pilot(stub_env["profile"])
+    rendered = render_pod(pod_doc(SPEC), profile)
+    root = write_pod_dir(rendered)
+    for sif in re.findall(r"^  hpk_image (\S+) ", rendered.script, re.M):  # cached: no pull on the way
+        Path(sif).parent.mkdir(parents=True, exist_ok=True)
+        Path(sif).write_text("sif")
+    traces = stub_env["tmp"] / "traces"
+    traces.mkdir()
+    record = stub_env["tmp"] / "record.jsonl"
+    env = stub_environment(stub_env, record)
+    r = subprocess.run([strace, "-ff", "-qq", "-z", "-ttt", "-s", "256", "-e", "trace=process", "-o",
+                        str(traces / "t"), "bash", str(root / "job" / "job.sh")],
+                       env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    assert (root / "status" / "app.started").exists() and (root / "status" / "pod.done").read_text() == "0\n"
+    started = started_before_container(merged(traces, "t"))
+    assert any(e == "exec mv" for e in started), started  # the job's status files were written on the way
+    forks = sum(1 for e in started if e.startswith("fork "))
+    assert forks <= BUDGET, f"{forks} processes before the first container (the programs they ran):\n" + "\n".join(started)
+
+
+def test_the_count_sees_forks_execs_and_leaves_out_the_container() -> None:
+    trace = "\n".join([
+        '10 1.0 execve("/bin/bash", ["bash", "job.sh"], 0x1 /* 3 vars */) = 0',
+        '10 1.1 clone(child_stack=NULL, flags=CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x1) = 11',
+        '11 1.2 execve("/usr/bin/sha256sum", ["sha256sum"], 0x1 /* 3 vars */) = 0',
+        '10 1.3 clone(child_stack=NULL, flags=SIGCHLD, child_tidptr=0x1) = 12',
+        '12 1.4 clone(child_stack=NULL, flags=SIGCHLD) = 13',
+        '13 1.5 execve("/usr/bin/setsid", ["setsid", "apptainer"], 0x1 /* 3 vars */) = 0',
+        '13 1.6 clone(child_stack=NULL, flags=SIGCHLD) = 14',
+        '14 1.7 execve("/usr/bin/true", ["true"], 0x1 /* 3 vars */) = 0',
+        '10 1.8 clone(child_stack=NULL, flags=SIGCHLD) = 15',
+        '15 1.9 execve("/usr/bin/sleep", ["sleep", "0.1"], 0x1 /* 3 vars */) = 0',
+        '12 2.0 clone(child_stack=NULL, flags=SIGCHLD) = 16',
+        '16 2.1 execve("/usr/bin/mv", ["mv", "-f", "x", "status/app.started"], 0x1 /* 3 vars */) = 0',
+        '10 2.2 clone(child_stack=NULL, flags=SIGCHLD) = 17',
+    ])
+    assert started_before_container(trace) == ["exec bash", "fork 11", "exec sha256sum", "fork 12", "fork 16"]
