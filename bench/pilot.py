@@ -246,6 +246,14 @@ def latency_lines(lat: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
             line += f"   goal: {GOALS['pilot API'][1]}: {'met' if met else 'MISSED'}"
             summary = {"median": med, "p90": p90(xs), "goal_met": met}
         out.append(line)
+        if key == "pilot API":  # what a user sees: kubectl's Running (the kubelet noticed and patched)
+            run = [s["t"]["running"] for s in sides[key] if s["ok"] and s["t"].get("running") is not None]
+            if run:
+                rmed = statistics.median(run)
+                out.append(f"  {'pilot: create -> phase Running in the API (API)':58} {len(run):3d} {rmed:7.3f} "
+                           f"{p90(run):7.3f}  {rmed / statistics.median(anchor):6.2f}   goal: {GOALS['pilot API'][1]}: "
+                           f"{'met' if rmed <= START_GOAL else 'MISSED'}")
+                summary["running_median"] = rmed
         failed = sum(1 for s in sides[key] if not s["ok"])
         if failed:
             out.append(f"    ({failed} failed sample(s) excluded)")

@@ -10,7 +10,9 @@
 # local time (it ignores TZ set in the script); its %(%s)T, the epoch, does not depend on TZ.
 hpk_iso() {
   local -i s=$2 z e doe yoe doy mp m
-  z=$((s / 86400 + 719468)) s=$((s % 86400))
+  z=$((s / 86400)) s=$((s % 86400))
+  ((s >= 0)) || s=$((s + 86400)) z=$((z - 1))  # before 1970: whole days down, not toward 0
+  z=$((z + 719468))
   e=$(((z >= 0 ? z : z - 146096) / 146097))
   doe=$((z - e * 146097))
   yoe=$(((doe - doe / 1460 + doe / 36524 - doe / 146096) / 365))
@@ -59,7 +61,13 @@ hpk_pilot_srun() {
 # Without it (hpkctl run, render --out) the marker is not written.
 HPK_CHANGED=${HPK_POD_DIR%/*}
 HPK_CHANGED=${HPK_CHANGED%/*}/changes/${HPK_POD_DIR##*/}
-hpk_changed() { { : >"$HPK_CHANGED"; } 2>/dev/null || :; }
+# Pilot mode: the kubelet reads the step's output (HPK_NOTIFY=1 in the step's environment; its srun
+# passes the task's stdout back), so after each marker a line on fd 7 (the host part points it there)
+# lets it read the change at once, not up to [kubelet] status_poll later. The marker stays the record.
+hpk_changed() {
+  { : >"$HPK_CHANGED"; } 2>/dev/null || :
+  [ -z "${HPK_NOTIFY_FD:-}" ] || { printf '\n' >&7; } 2>/dev/null || :
+}
 
 # hpk_put NAME VALUE: atomically write one status file.
 hpk_put() {
@@ -315,7 +323,7 @@ hpk_image() {
     rc=$?
     rm -f -- "$tmp"
     exit "$rc"
-  ) 9>"$sif.lock" >>"$HPK_LOGS/pull.log" 2>&1 \
+  ) 9>"$sif.lock" >>"$HPK_LOGS/pull.log" 2>&1 7>&- \
     || hpk_fail ErrImagePull "pulling $source failed: $(tail -n 3 "$HPK_LOGS/pull.log" | tr '\n' ' ')"
 }
 
@@ -391,7 +399,7 @@ hpk_kill_tree() {
 hpk_hook() {
   local name=$1 fn=$2 kind=$3 rc out
   out="$HPK_LOGS/$name.${kind/_/-}.log"
-  "${fn}_$kind" >"$out" 2>&1 </dev/null
+  "${fn}_$kind" >"$out" 2>&1 </dev/null 7>&-
   rc=$?
   [ "$rc" -eq 0 ] && return 0
   if [ "$kind" = pre_stop ]; then
@@ -590,7 +598,7 @@ hpk_run() {
     umask 077
     hpk_oom_count
     oom=$HPK_OOM_KILLS
-    "$fn" >>"$HPK_LOGS/$name.log" 2>&1 </dev/null &
+    "$fn" >>"$HPK_LOGS/$name.log" 2>&1 </dev/null 7>&- &  # (fd 7: the kubelet's, not the container's)
     HPK_CPID=$!
     # The container is not Running until postStart returns (poststart is written before started, so
     # started without poststart means the hook returned); if it fails, the container is killed.
@@ -974,6 +982,10 @@ hpk_deadline() {
 }
 
 hpk_host_part() {
+  if [ -n "${HPK_NOTIFY:-}" ]; then  # fd 7 to the kubelet; the script's own output goes to its log (stderr's)
+    exec 7>&1 1>&2
+    HPK_NOTIFY_FD=7
+  fi
   # one mkdir for the directories of the pod's start: status/.new.$$ (hpk_puts' staging), logs, and
   # the pod part's (which makes them only if one is missing)
   local -a dirs=("$HPK_STATUS/.new.$$" "$HPK_LOGS")
@@ -1154,7 +1166,7 @@ hpk_probe_hostport() {
 
 # hpk_probe_exec WORD...: the command in the container (a new apptainer exec); its output is the message.
 hpk_probe_exec() {
-  "${fn}_exec" "$@"
+  "${fn}_exec" "$@" 7>&-
 }
 
 # hpk_probe_dial HOST PORT: open fd 3 to HOST:PORT with bash's /dev/tcp (one connection), or set

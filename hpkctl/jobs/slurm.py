@@ -190,12 +190,13 @@ class Slurm:
 
     def start_step(self, job_id: str, argv: Sequence[str], *, name: str, node: str, cpus: int, memory_mb: int,
                    gpus: int = 0, gres_name: str = "gpu", output: Path, workdir: Path,
-                   srun_log: Path, overlap: bool = False) -> StepProcess:
+                   srun_log: Path, overlap: bool = False, notify: bool = False) -> StepProcess:
         """Start ``argv`` as a resource-bounded step of allocation ``job_id`` on ``node`` and return at
-        once (see :mod:`hpkctl.jobs.steps`): the step runs as long as the returned srun does."""
+        once (see :mod:`hpkctl.jobs.steps`): the step runs as long as the returned srun does; ``notify``:
+        its task's output lines come back to :meth:`StepProcess.wait_changes`."""
         return steps.start_step(self._commands, job_id, argv, name=name, node=node, cpus=cpus,
                                 memory_mb=memory_mb, gpus=gpus, gres_name=gres_name, output=output, workdir=workdir,
-                                srun_log=srun_log, overlap=overlap)
+                                srun_log=srun_log, overlap=overlap, notify=notify)
 
     def cancel_step(self, step_id: str, *, signal: str | None = None) -> None:
         """``scancel [--signal=SIG] J.S``: only the step's task gets the signal; without one the step is

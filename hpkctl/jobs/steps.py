@@ -23,7 +23,7 @@ import math
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -141,9 +141,22 @@ def step_shares(commands: Commands) -> list[StepShare]:
 class StepProcess:
     """The ``srun`` of a step started by :func:`start_step`: the step runs while it runs."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], argv: list[str]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], notes: int | None = None) -> None:
         self._proc = proc
         self.argv = argv
+        self._notes = notes  # the read end of srun's output, when started with ``notify``
+
+    def wait_changes(self, changed: Callable[[], None]) -> int:
+        """Wait for the step to end, calling ``changed`` whenever its task wrote a line (started with
+        ``notify``: a pod's script writes one after each status change); srun's exit status."""
+        notes, self._notes = self._notes, None
+        if notes is not None:
+            try:
+                while os.read(notes, 4096):
+                    changed()
+            finally:
+                os.close(notes)
+        return self._proc.wait()
 
     @property
     def pid(self) -> int:
@@ -162,16 +175,18 @@ class StepProcess:
 
 
 def step_args(job_id: str, *, name: str, node: str, cpus: int, memory_mb: int, gpus: int = 0,
-              gres_name: str = "gpu", output: Path, workdir: Path, immediate: int, overlap: bool = False) -> list[str]:
+              gres_name: str = "gpu", output: Path, workdir: Path, immediate: int, overlap: bool = False,
+              notify: bool = False) -> list[str]:
     """srun's options for one resource-bounded task on ``node`` of allocation ``job_id``; ``overlap``:
     Slurm counts none of its resources against other steps (``--overlap``: an MPI pod's script, whose
-    ranks are a step of their own that holds the pod's room)."""
+    ranks are a step of their own that holds the pod's room); ``notify``: the task's stdout comes back
+    through srun (only its stderr goes to ``output``)."""
     check_id(job_id)
     if cpus < 1 or memory_mb < 1:
         raise ValueError("a step needs at least one CPU and some memory (else it takes the whole allocation's)")
     args = [f"--jobid={job_id}", f"--job-name={name}", "--exact", "--nodes=1", "--ntasks=1",
             f"--cpus-per-task={cpus}", f"--mem={memory_mb}M", f"--immediate={immediate}", "--quiet",
-            f"--output={output}", f"--error={output}", f"--chdir={workdir}", "--input=none"]
+            *([] if notify else [f"--output={output}"]), f"--error={output}", f"--chdir={workdir}", "--input=none"]
     if node:
         args.append(f"--nodelist={node}")
     if overlap:
@@ -183,24 +198,36 @@ def step_args(job_id: str, *, name: str, node: str, cpus: int, memory_mb: int, g
 
 def start_step(commands: Commands, job_id: str, argv: Sequence[str], *, name: str, node: str, cpus: int,
                memory_mb: int, gpus: int = 0, gres_name: str = "gpu", output: Path, workdir: Path,
-               srun_log: Path, overlap: bool = False) -> StepProcess:
+               srun_log: Path, overlap: bool = False, notify: bool = False) -> StepProcess:
     """Start ``argv`` as a step of ``job_id`` and return at once (srun keeps running, in its own
-    session, as long as the step does; its own messages are appended to ``srun_log``)."""
+    session, as long as the step does; its own messages are appended to ``srun_log``).
+
+    ``notify``: the task's stdout comes back on a pipe (``HPK_NOTIFY=1`` in its environment tells a
+    pod's script to write a line there after each status change, :meth:`StepProcess.wait_changes`).
+    srun holds the pipe's read end too: srun kills its step on SIGPIPE (srun_job.c, _handle_pipe), so
+    the pipe must never lose its last reader when this process ends (a kubelet's restart); a pipe
+    nobody reads fills only after 64 KiB of lines, tens of thousands of status changes."""
     if not argv:
         raise ValueError("a step needs a command")
     srun = commands.executable("srun")
     immediate = max(1, math.ceil(commands.config.command_timeout))
     args = [*step_args(job_id, name=name, node=node, cpus=cpus, memory_mb=memory_mb, gpus=gpus,
                        gres_name=gres_name, output=output, workdir=workdir, immediate=immediate,
-                       overlap=overlap), *argv]
+                       overlap=overlap, notify=notify), *argv]
     fd = os.open(srun_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    notes, out = os.pipe() if notify else (None, fd)
+    env = {**commands.env(), "HPK_NOTIFY": "1"} if notify else commands.env()
     try:
-        proc = subprocess.Popen([srun, *args], env=commands.env(), start_new_session=True, stdin=subprocess.DEVNULL,
-                                stdout=fd, stderr=fd)
+        proc = subprocess.Popen([srun, *args], env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=fd, pass_fds=() if notes is None else (notes,))
     except OSError as e:
+        if notes is not None:
+            os.close(notes)
         raise SlurmUnavailable(f"cannot run {srun}: {e.strerror or e}",
                                hint="set slurm.bin_dir in the profile to the directory that holds srun "
                                "(or leave it empty to use PATH)", command=[srun, *args]) from e
     finally:
         os.close(fd)
-    return StepProcess(proc, [srun, *args])
+        if notes is not None:
+            os.close(out)
+    return StepProcess(proc, [srun, *args], notes)

@@ -33,6 +33,7 @@ from hpkctl.kubelet.objwatch import ObjectWatches
 from hpkctl.kubelet.pods import PodManager
 from hpkctl.provider.jobpod import JobPodProvider, node_state_dir
 from hpkctl.kubelet.server import KubeletServer
+from hpkctl.kubelet.wake import Wake
 from hpkctl.runtime import apptainer_version
 from hpkctl.sites.schema import SiteProfile
 
@@ -74,11 +75,14 @@ class Kubelet:
         self.address = opts.address or host_address()
         state = node_state_dir(profile, opts.node_name)
         self.state_dir = state
+        self.wake = Wake(stop)
         if opts.pilot or profile.pilot.enabled:
             from hpkctl.provider.pilotpod import PilotPodProvider
 
-            self.provider: JobPodProvider = PilotPodProvider.for_pilot_node(
+            pilot = PilotPodProvider.for_pilot_node(
                 slurm=self.slurm, profile=profile, node_state=state, node=opts.node_name)
+            pilot.changed = self.wake.poke  # a pod's step said it changed: a status round now
+            self.provider: JobPodProvider = pilot
         else:
             self.provider = JobPodProvider.for_node(slurm=self.slurm, profile=profile, node_name=opts.node_name)
         self.lock = ExclusiveLock(state / "kubelet.lock")
@@ -214,13 +218,13 @@ class Kubelet:
     def _status_loop(self) -> None:
         every = self.profile.kubelet.status_poll
         while not self.stop.is_set():
-            started = time.monotonic()
+            began = self.wake.begin()
             try:
                 self.pods.poll()
             except Exception:  # noqa: BLE001 - Slurm down or a surprise: log, keep polling
                 log.exception("status round failed")
                 self.stop.wait(self.profile.kubelet.slurm_poll)
-            self.stop.wait(max(0.05, every - (time.monotonic() - started)))
+            self.wake.pause(every, began)  # a pod's step that says it changed ends it early (pilot mode)
 
     def _janitor(self) -> None:
         while not self.stop.wait(CLEAN_EVERY):
@@ -234,6 +238,7 @@ class Kubelet:
 
     def shutdown(self) -> None:
         self.stop.set()
+        self.wake.poke()
         self.reflector.join(10)
         self.pods.queue.stop()
         if self.pods.prefetch is not None:

@@ -86,11 +86,14 @@ def step_launch(mpi: bool, spot: tuple[str, str], argv: list[str]) -> tuple[str,
     return spot[1].split(",")[0], True, ["/usr/bin/env", f"HPK_RANKS_NODES={spot[1]}", *argv]
 
 
-def start_pod_step(slurm: Slurm, rendered: RenderedPod, spot: tuple[str, str], need: Need) -> StepProcess:
-    """Start the pod's script as a step on ``spot`` (allocation, node); returns once srun runs."""
+def start_pod_step(slurm: Slurm, rendered: RenderedPod, spot: tuple[str, str], need: Need, *,
+                   notify: bool = False) -> StepProcess:
+    """Start the pod's script as a step on ``spot`` (allocation, node); returns once srun runs.
+    ``notify``: the script says on its output when it wrote a status change (the kubelet's
+    :meth:`~hpkctl.jobs.steps.StepProcess.wait_changes`)."""
     root = Path(rendered.plan.pod_dir)
     node, overlap, argv = step_launch(is_mpi(rendered), spot, ["/bin/bash", str(root / "job" / "job.sh")])
     return slurm.start_step(spot[0], argv, name=rendered.plan.name, node=node, cpus=need.cpus,
                             memory_mb=need.memory_mb, gpus=need.gpus,
                             gres_name=rendered.plan.profile.gpu.gres_name, output=root / "logs" / "slurm.out",
-                            workdir=root, srun_log=root / "logs" / "srun.log", overlap=overlap)
+                            workdir=root, srun_log=root / "logs" / "srun.log", overlap=overlap, notify=notify)

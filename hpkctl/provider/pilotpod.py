@@ -104,6 +104,7 @@ class PilotPodProvider(JobPodProvider):
         self._pods: dict[str, PilotPod] = {}  # uid -> its state; under _plock
         self._plock = threading.Lock()
         self.pilot_workloads = PilotWorkloadStops(slurm, margin=STOP_MARGIN)
+        self.changed: Callable[[], None] = lambda: None  # a step said its pod changed (the kubelet: a round now)
 
     def _pod(self, uid: str) -> PilotPod:
         """The pod's state, made on first use (call with ``_plock`` held)."""
@@ -168,12 +169,11 @@ class PilotPodProvider(JobPodProvider):
         why = unfit(need, self.pool.rules)
         if why:
             raise PodError("PilotTooLarge", why)
-        # The books are asked about again when they are older than a status round's Slurm answer may be
-        # ([kubelet] slurm_poll): an idle kubelet runs no status rounds, and an allocation that released
-        # itself after an idle spell must not be chosen; a pod that finds no room asks when they are over
-        # WAIT_FOR_ROOM old (one squeue a second for all waiting pods). A pod that follows another within
-        # slurm_poll costs no squeue: its step is its one Slurm call (bench/run pilot: the squeue was
-        # 0.02-0.14 s of the create path under load).
+        # The books are asked about again when older than a status round's Slurm answer may be ([kubelet]
+        # slurm_poll: an idle kubelet runs no rounds, and an allocation released after an idle spell must
+        # not be chosen); a pod that finds no room asks when they are over WAIT_FOR_ROOM old (one squeue a
+        # second for all waiting pods). A pod within slurm_poll of another costs no squeue: its step is
+        # its one Slurm call (bench/run pilot: the squeue was 0.02-0.14 s of the create path under load).
         self.pool.refresh(max_age=self.profile.kubelet.slurm_poll)
         spot = self.pool.place(need)
         if spot is None:
@@ -199,7 +199,7 @@ class PilotPodProvider(JobPodProvider):
         write_pod_dir(rendered, pod_json=json.dumps(pod, indent=1).encode())
         t_dir = time.monotonic()
         try:
-            proc = start_pod_step(self.slurm, rendered, spot, need)
+            proc = start_pod_step(self.slurm, rendered, spot, need, notify=True)
         except BaseException:
             self.pool.done(ref.uid)
             raise
@@ -310,13 +310,14 @@ class PilotPodProvider(JobPodProvider):
         return out
 
     def _reap(self, uid: str, proc: StepProcess) -> None:
-        """Wait for the step's srun to end, then free its room and wake the pod that waited longest at
-        once: a status round would see it only up to ``status_poll`` later (bench/run pilot's backlog:
-        the room stood idle for that long after each pod). One thread per running step (as many as the
-        allocations' CPUs at most), blocked in ``waitpid``: no Slurm call, no file read. A pod being
-        deleted is left to its delete, which waits for this srun too."""
+        """Pass on each status change the step announces (``changed``: a status round now, not up to
+        ``status_poll`` later), and when its srun ends free its room and wake the pod that waited
+        longest at once (bench/run pilot's backlog: the room stood idle a round after each pod). One
+        thread per running step (as many as the allocations' CPUs at most), blocked reading its srun's
+        output: no Slurm call, no file read. A pod being deleted is left to its delete, which waits for
+        this srun too."""
         try:
-            rc = proc.wait()
+            rc = proc.wait_changes(self.changed)
         except Exception:  # noqa: BLE001 - the status rounds reap it instead
             log.debug("pilot: waiting for the srun of pod %s failed", uid, exc_info=True)
             return

@@ -117,3 +117,20 @@ def test_the_count_sees_forks_execs_and_leaves_out_the_container() -> None:
         '10 2.2 clone(child_stack=NULL, flags=SIGCHLD) = 17',
     ])
     assert started_before_container(trace) == ["exec bash", "fork 11", "exec sha256sum", "fork 12", "fork 16"]
+
+
+def test_timestamps_worked_out_in_bash_agree_with_date() -> None:
+    """hpk_iso (what every status file's time is, now without `date`) against GNU date, around leap
+    days, centuries, the epoch and now."""
+    text = (Path(__file__).resolve().parents[2] / "sbatch" / "runtime.sh").read_text()
+    funcs = "".join(m.group(0) for f in ("hpk_iso", "hpk_clock", "hpk_now")
+                    if (m := re.search(rf"^{f}\(\) \{{\n.*?^\}}\n", text, re.S | re.M)))
+    epochs = [0, 59, 86399, 86400, 951782400, 951868799, 951868800, 978307199, 1709164800, 1709251199,
+              4107542400, 4107628800, 2147483647, 253402300799, -1, -86400]
+    script = funcs + "for e in " + " ".join(map(str, epochs)) + '; do hpk_iso t "$e"; printf "%s\\n" "$t"; done; hpk_now'
+    got = subprocess.run(["bash", "-c", "set -u\n" + script], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "TZ": "Europe/Berlin"}).stdout.split()
+    want = subprocess.run(["date", "-u", "-f", "-", "+%Y-%m-%dT%H:%M:%SZ"], input="".join(f"@{e}\n" for e in epochs),
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert got[:-1] == want
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", got[-1])  # now, in UTC whatever TZ says

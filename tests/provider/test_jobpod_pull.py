@@ -177,14 +177,23 @@ def test_a_pilot_step_that_ends_frees_its_room_and_wakes_a_waiting_pod_without_a
             self.ended.wait()
             return 0
 
+        def wait_changes(self, changed: Callable[[], None]) -> int:
+            changed()  # the pod's script said it wrote a status change (its first)
+            return self.wait()
+
         def poll(self) -> int | None:
             return 0 if self.ended.is_set() else None
 
     steps: list[Step] = []
-    monkeypatch.setattr(pilotpod, "start_pod_step", lambda *a: steps.append(Step()) or steps[-1])
+    notified: list[bool] = []
+    monkeypatch.setattr(pilotpod, "start_pod_step",
+                        lambda *a, notify=False: notified.append(notify) or steps.append(Step()) or steps[-1])
     provider.pool = OneSlot()  # type: ignore[assignment]
-    woken = threading.Event()
+    woken, announced = threading.Event(), threading.Event()
+    provider.changed = announced.set  # the kubelet's status loop: a round at once
     assert provider.create(_pod("a", "u-1"), PodInputs()).outcome is Outcome.SUBMITTED
+    assert notified == [True]  # the step's srun passes on what its script announces
+    assert announced.wait(30), "the step's announced status change did not reach the kubelet's status loop"
     assert provider.create(_pod("b", "u-2"), PodInputs(ready=lambda uid: woken.set())).outcome is Outcome.RETRY
     assert not woken.is_set()
     steps[0].ended.set()
@@ -234,7 +243,7 @@ def test_an_idle_pilot_kubelet_never_places_a_pod_in_an_allocation_that_ended(tm
             pass
 
     started: list[Any] = []
-    monkeypatch.setattr(pilotpod, "start_pod_step", lambda *a: started.append(a))
+    monkeypatch.setattr(pilotpod, "start_pod_step", lambda *a, **k: started.append(a))
     provider.pool = StaleBooks()  # type: ignore[assignment]
     assert provider.create(_pod("late", "u-1"), PodInputs()).outcome is Outcome.RETRY
     assert started == []
@@ -268,7 +277,7 @@ def test_a_pilot_pod_soon_after_another_costs_no_squeue_unless_it_finds_no_room(
         def done(self, uid: str) -> None:
             pass
 
-    monkeypatch.setattr(pilotpod, "start_pod_step", lambda *a: None)
+    monkeypatch.setattr(pilotpod, "start_pod_step", lambda *a, **k: None)
     provider.pool = Books()  # type: ignore[assignment]
     outcome = provider.create(_pod("next", "u-1"), PodInputs()).outcome
     assert (outcome, provider.pool.asked) == ((Outcome.SUBMITTED, 0) if room else (Outcome.RETRY, 1))  # type: ignore[attr-defined]
