@@ -45,33 +45,38 @@ def merged(trace_dir: Path, prefix: str) -> str:
 
 def started_before_container(trace: str) -> list[str]:
     """The process creations (forks, and execs of a program) in :func:`merged` strace output, in
-    order, up to the ``mv`` that writes app.started (the container's start); the container (the fork that runs ``setsid``) and its
-    descendants, and the ``sleep`` polls, are left out."""
-    events: list[str] = []
-    excluded: set[str] = set()
+    order, up to the ``mv`` that writes app.started (the container's start); the container (the fork
+    that runs ``setsid``) and its descendants, and the ``sleep`` polls, are left out, judged on the
+    whole trace (a poll forked before the ``mv`` may exec after it)."""
+    events: list[tuple[str, str, str]] = []  # (pid, "fork"/"exec", child pid or program)
     for line in trace.splitlines():
         m = _EVENT.match(line)
         if not m:
             continue
         pid, _, call, rest = m.groups()
         if call == "execve":
-            name = rest.split('"')[1].rsplit("/", 1)[-1]
-            if name == "mv" and '/app.started"' in rest:
-                break
-            if name in ("setsid", "sleep"):
-                excluded.add(pid)
-            if pid not in excluded:
-                events.append(f"exec {name}")
+            events.append((pid, "exec", rest.split('"')[1].rsplit("/", 1)[-1]))
+        elif (ret := re.search(r"= (\d+)\s*$", rest)) is not None:
+            events.append((pid, "fork", ret.group(1)))  # a fork's return value: the child's pid
+    excluded = {pid for pid, kind, what in events if kind == "exec" and what in ("setsid", "sleep")}
+    for pid, kind, what in events:  # in time order: a child is forked after its parent exists
+        if kind == "fork" and pid in excluded:
+            excluded.add(what)
+    out, marker = [], _marker_pids(trace)
+    for pid, kind, what in events:
+        if kind == "exec" and what == "mv" and pid in marker:
+            break
+        if pid in excluded or (kind == "fork" and what in excluded):
             continue
-        ret = re.search(r"= (\d+)\s*$", rest)
-        if ret is None:
-            continue
-        child = ret.group(1)  # a fork's return value: the child's pid
-        if pid in excluded:
-            excluded.add(child)
-        events.append(f"fork {child}")
-    # a fork whose child became the container or a sleep poll is theirs
-    return [e for e in events if not (e.startswith("fork ") and e.split()[1] in excluded)]
+        out.append(f"{kind} {what}")
+    return out
+
+
+def _marker_pids(trace: str) -> set[str]:
+    """The pid that ran the mv of app.started."""
+    return {m.group(1) for line in trace.splitlines()
+            if (m := _EVENT.match(line)) and m.group(3) == "execve" and '/app.started"' in line
+            and m.group(4).split('"')[1].endswith("/mv")}
 
 
 @pytest.mark.parametrize("mode", ["job", "pilot"])
