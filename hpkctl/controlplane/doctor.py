@@ -17,6 +17,7 @@ import os
 import pwd
 import socket
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +26,13 @@ from hpkctl.controlplane.statedir import read_endpoint
 from hpkctl.controlplane.image import host_arch, image_path
 from hpkctl.controlplane.launch import render_jobs
 from hpkctl.errors import HpkError
-from hpkctl.jobs import Slurm, SlurmError
+from hpkctl.jobs import TERMINAL_STATES, Slurm, SlurmError
 from hpkctl.runtime import apptainer_version
 from hpkctl.sites.loader import require_submittable
 from hpkctl.sites.schema import SiteProfile
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
+INFO = "INFO"  # what the site offers beyond what hpkctl needs: never a failure
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "coredns")
 #: where Apptainer looks for CNI network configurations (``<prefix>/etc/apptainer/network``)
 CNI_DIRS = ("/etc/apptainer/network", "/usr/local/etc/apptainer/network", "/etc/singularity/network",
@@ -42,7 +44,7 @@ DOWN = ("down", "drained", "draining", "fail", "failing", "future", "inval", "ma
 @dataclass(frozen=True)
 class Check:
     name: str
-    result: str  # OK, WARN or FAIL
+    result: str  # OK, WARN, FAIL or INFO
     detail: str
     fix: str = ""
 
@@ -98,6 +100,51 @@ def check_process_tracking(slurm: Slurm) -> Check:
                      "ask the admins which process tracking Slurm uses (proctrack/cgroup is what hpkctl expects)")
     return Check("proctrack", OK, f"{kind}: not proctrack/pgid, so containers in process groups of their own "
                                   "stay part of their job")
+
+
+def check_accounting(profile: SiteProfile, slurm: Slurm, *, now: float | None = None) -> Check:
+    """Whether the site's accounting answers for this user (``sacct`` of their jobs of the last 7 days),
+    as information: hpkctl needs none (final states come from ``scontrol`` and the jobcomp file), but
+    where it answers, ``sacct`` shows each pod's job or pilot step with its resources and use, and a
+    restarted kubelet finds its pods' ended jobs after ``MinJobAge``."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime((time.time() if now is None else now) - 7 * 86400))
+    answer = slurm.ask_accounting(since=since)
+    if not answer.enabled:
+        return Check("accounting", INFO, f"no accounting here ({answer.error}): sacct shows nothing; pods' final "
+                     "states come from scontrol (until MinJobAge) and the jobcomp file" +
+                     ("" if profile.slurm.jobcomp_file else " (slurm.jobcomp_file is not set)"))
+    if answer.error:
+        return Check("accounting", WARN, f"sacct failed: {answer.error}",
+                     "slurmdbd may be down or slow: ask the admins; hpkctl reads final states from scontrol and "
+                     "the jobcomp file meanwhile")
+    unused = ' (this profile reads no final states from it: slurm.use_sacct = "no")' \
+        if profile.slurm.use_sacct == "no" else ""
+    if answer.jobs:
+        newest = answer.jobs[-1]
+        return Check("accounting", OK, f"sacct answers: {len(answer.jobs)} of your jobs since {since[:10]}, the "
+                     f"newest {newest.job_id} ({newest.state}){_comments(slurm)}{unused}")
+    try:
+        known = [j for j in slurm.user_jobs() if j.state == "RUNNING" or j.state in TERMINAL_STATES]
+    except SlurmError:
+        known = []
+    if known:
+        return Check("accounting", INFO, f"sacct answers but has none of your jobs since {since[:10]}, while "
+                     f"slurmctld knows job {known[-1].job_id} ({known[-1].state}): slurmdbd may lag behind, or "
+                     f"not record this cluster{unused}", "ask again in a minute; if it still has none, ask the admins")
+    return Check("accounting", INFO, f"sacct answers, but you ran no job since {since[:10]} to check it with: "
+                 f"run a pod and ask again{unused}")
+
+
+def _comments(slurm: Slurm) -> str:
+    """Whether job comments reach sacct (``AccountingStoreFlags=job_comment``): a kubelet's way to find
+    its pods' jobs once slurmctld forgot them."""
+    try:
+        flags = slurm.settings().get("AccountingStoreFlags", "")
+    except SlurmError:
+        return ""
+    if "job_comment" in flags:
+        return "; job comments are stored (sacct -o Comment, once a job ended)"
+    return "; job comments are not stored (AccountingStoreFlags has no job_comment)"
 
 
 def check_submission(profile: SiteProfile, slurm: Slurm, *, site: str, python: str, image: str) -> list[Check]:
@@ -296,6 +343,7 @@ def run_checks(profile: SiteProfile, slurm: Slurm, *, site: str, python: str) ->
             image = ""
     if checks[0].result == OK:
         checks.append(check_process_tracking(slurm))
+        checks.append(check_accounting(profile, slurm))
         checks += check_submission(profile, slurm, site=site, python=python, image=image)
     checks += check_apptainer(profile)
     checks += check_directories(profile)
@@ -304,6 +352,7 @@ def run_checks(profile: SiteProfile, slurm: Slurm, *, site: str, python: str) ->
     return checks
 
 
-__all__ = ["BINARIES", "CNI_DIRS", "Check", "FAIL", "OK", "WARN", "check_apptainer", "check_directories",
+__all__ = ["BINARIES", "CNI_DIRS", "Check", "FAIL", "INFO", "OK", "WARN", "check_accounting", "check_apptainer",
+           "check_directories",
            "check_images", "check_ports", "check_process_tracking", "check_slurm", "check_submission",
            "run_checks"]

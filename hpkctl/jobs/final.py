@@ -25,7 +25,8 @@ from hpkctl.jobs.command import Commands, failure, slurm_text
 from hpkctl.jobs.errors import SlurmTimeout, SlurmUnavailable
 from hpkctl.jobs.info import JobInfo, UserJob
 from hpkctl.jobs.jobcomp import current_user, find_many_in_jobcomp
-from hpkctl.jobs.parse import SACCT_COMMENT_FORMAT, SACCT_FORMAT, parse_sacct, parse_sacct_comments, parse_scontrol
+from hpkctl.jobs.accounting import accounted_args
+from hpkctl.jobs.parse import SACCT_FORMAT, parse_sacct, parse_sacct_comments, parse_scontrol
 from hpkctl.jobs.query import check_id, chunks, unique_ids
 from hpkctl.jobs.states import TERMINAL_STATES
 
@@ -108,10 +109,8 @@ class FinalStates:
         are empty and nothing matches."""
         if self.config.use_sacct == "no" or self._accounting is False:
             return []
-        args = ["--noheader", "--parsable2", "--allocations", f"--starttime={since}",
-                f"--format={SACCT_COMMENT_FORMAT}"]
         try:
-            done = self._commands.run("sacct", args)
+            done = self._commands.run("sacct", accounted_args(since))
         except SlurmUnavailable as e:
             if self.config.use_sacct == "yes" or isinstance(e, SlurmTimeout):
                 raise

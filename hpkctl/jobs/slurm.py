@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpkctl.jobs import steps
+from hpkctl.jobs.accounting import AccountingAnswer, ask_accounting
 from hpkctl.jobs.cancel import scancel, shorten
 from hpkctl.jobs.command import Commands
 from hpkctl.jobs.config import job_partition, partition_limit, show_config
@@ -113,6 +114,11 @@ class Slurm:
         """This user's jobs slurmdbd recorded since ``since``, with their comments (``[]`` where
         accounting is off): the jobs ``user_jobs`` no longer lists (see ``FinalStates.accounted_jobs``)."""
         return self._finals.accounted_jobs(since=since)
+
+    def ask_accounting(self, *, since: str) -> AccountingAnswer:
+        """Whether sacct answers here, with this user's jobs since ``since``, whatever ``use_sacct`` says
+        (``hpkctl doctor``; see :mod:`hpkctl.jobs.accounting`)."""
+        return ask_accounting(self._commands, since=since)
 
     def final(self, job_id: str) -> JobInfo | None:
         """State and exit code of a job that finished (or left squeue); ``None`` if nobody knows it.
