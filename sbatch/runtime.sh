@@ -585,6 +585,16 @@ hpk_oom_v1() {
   done
 }
 
+# hpk_ranks_oom FUNCTION NAME: the container is an MPI launch (its ranks are a step of their own, on
+# every node of the pod; the memory cgroup hpk_oom_count reads is this node's only, and in pilot mode
+# this step's only) and srun's last words in its log say the OOM killer struck a task: "srun: error:
+# n2: task 1: Out Of Memory" (srun then exits 1, not 137). Runs only for a container that failed.
+hpk_ranks_oom() {
+  [[ $(declare -f "$1") == *hpk-mpi* ]] || return 1
+  tail -c 4096 -- "$HPK_LOGS/$2.log" 2>/dev/null | tail -n 20 \
+    | grep -q -E '^srun: error: [^:]+: tasks? [0-9,-]+: Out Of Memory$'
+}
+
 # hpk_run NAME POLICY FUNCTION: run a container, restarting it as restartPolicy says, with the
 # kubelet's back-off (HPK_RESTART_BACKOFF doubling up to HPK_RESTART_BACKOFF_MAX seconds). Runs as
 # a background subshell (its variables are its own). Returns the last exit code.
@@ -638,8 +648,12 @@ hpk_run() {
     hpk_put "$name.ready" 0
     hpk_put_now "$name.finished"
     hpk_termination_message "$name" "$rc"
-    # SIGKILLed while the OOM killer killed in the job's memory cgroup: OOMKilled, as the kubelet says
-    if [ "$rc" -eq 137 ] && hpk_oom_count && [ "$HPK_OOM_KILLS" -gt "$oom" ]; then hpk_put "$name.reason" OOMKilled; fi
+    # SIGKILLed while the OOM killer killed in the job's memory cgroup: OOMKilled, as the kubelet says;
+    # an MPI container's ranks: srun says so for a task on any node (hpk_ranks_oom)
+    if [ "$rc" -eq 137 ] && hpk_oom_count && [ "$HPK_OOM_KILLS" -gt "$oom" ] \
+      || { [ "$rc" -ne 0 ] && hpk_ranks_oom "$fn" "$name"; }; then
+      hpk_put "$name.reason" OOMKilled
+    fi
     # a restart to come: the status is waiting (CrashLoopBackOff) for these seconds, not terminated
     hpk_restarts "$policy" "$rc" && hpk_put "$name.backoff" "$delay"
     hpk_put "$name.exitcode" "$rc"

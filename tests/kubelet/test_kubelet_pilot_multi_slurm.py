@@ -90,6 +90,20 @@ def test_a_restarted_kubelet_books_a_running_mpi_pod_on_each_of_its_nodes(cluste
         shutil.rmtree(out, ignore_errors=True)
 
 
+def test_an_mpi_rank_oom_killed_on_its_second_node_makes_the_pod_oomkilled(cluster: Cluster) -> None:
+    """Rank 1 runs on the pod's second node, away from its script's step, and outgrows the ranks' memory
+    there (the cgroup's OOM killer, Slurm's ConstrainRAMSpace): the container and the pod say
+    OOMKilled, as for a container killed on the first node."""
+    grow = ('if [ "$SLURM_PROCID" = 1 ]; then head -c 419430400 /dev/zero | tail -c 314572800 >/dev/null; fi; '
+            'echo "rank $SLURM_PROCID on $SLURMD_NODENAME: $?"')
+    cluster.create(tasks_pod("pilot-mpi-oom", "--nodes=2 --ntasks=2 --mem=100M", grow,
+                             **{"slurm-job.hpk.io/mpi-flags": "--mpi=pmi2"}))
+    p = cluster.wait_phase("pilot-mpi-oom", "Succeeded", "Failed", timeout=180)
+    [c] = p["status"]["containerStatuses"]
+    assert (p["status"]["phase"], p["status"].get("reason"), c["state"]["terminated"]["reason"]) == \
+        ("Failed", "OOMKilled", "OOMKilled"), (p["status"], cluster.kubectl("logs", "pilot-mpi-oom").stdout)
+
+
 def test_a_pod_of_more_nodes_than_an_allocation_spans_fails_naming_the_profile_field(cluster: Cluster) -> None:
     cluster.create(tasks_pod("pilot-wide", "--nodes=3 --ntasks=3", "true"))
     p = cluster.wait_phase("pilot-wide", "Failed", timeout=60)

@@ -313,3 +313,33 @@ def test_a_pilot_pods_script_records_the_slurm_nodes_it_was_placed_on(stub_env, 
     proc, root, _ = _start(stub, spec, SLURM_JOB_ID="41", SLURM_STEP_ID="4", **env)
     proc.communicate(timeout=60)
     assert (_read(root, "job.id"), _read(root, "job.node")) == ("41.4", node)
+
+
+@pytest.mark.parametrize("pilot", [False, True])
+@pytest.mark.parametrize("said, reason", [("srun: error: n2: task 1: Out Of Memory", "OOMKilled"),
+                                          ("srun: error: n2: task 1: Exited with exit code 1", "Error")])
+def test_an_mpi_rank_the_oom_killer_struck_on_any_node_makes_the_container_oomkilled(
+        stub_env, pilot: bool, said: str, reason: str) -> None:  # type: ignore[no-untyped-def]
+    """The ranks are a step of their own on every node of the pod; this node's memory cgroup (in pilot
+    mode: this step's) never sees another node's, so srun's own words say which task the OOM killer
+    struck (and srun exits 1, not 137): the container is OOMKilled, in both providers, as for a
+    container killed on the batch node."""
+    from hpkctl.pod.status import containers_of, read_pod_status
+
+    profile = stub_env["profile"]
+    if pilot:
+        profile = profile.model_copy(update={"pilot": profile.pilot.model_copy(update={"enabled": True})})
+    srun = stub_env["tmp"] / "srun-bin"
+    srun.mkdir()
+    (srun / "srun").write_text(f'#!/bin/sh\necho "0: rank output"\necho "{said}" >&2\nexit 1\n')
+    (srun / "srun").chmod(0o755)
+    pod = pod_doc({"restartPolicy": "Never", "containers": [{"name": "ranks", "image": "busybox:1.36", "command": ["x"]}]})
+    pod["metadata"]["annotations"] = {"slurm-job.hpk.io/flags": "--nodes=2 --ntasks=2",
+                                      "slurm-job.hpk.io/mpi-flags": "--mpi=pmi2"}
+    root = write_pod_dir(render_pod(pod, _fast(profile)))
+    env = stub_environment(stub_env, stub_env["tmp"] / "record.jsonl", SLURM_JOB_ID="41", SLURM_STEP_ID="4")
+    env["PATH"] = f"{srun}:{env['PATH']}"
+    subprocess.run(["bash", str(root / "job" / "job.sh")], env=env, capture_output=True, timeout=60, check=False)
+    assert _read(root, "ranks.exitcode") == "1"
+    st = read_pod_status(root, containers_of(pod), None, job_known=False)
+    assert (st.phase, st.reason, st.containers[0].reason) == ("Failed", reason, reason)
