@@ -281,7 +281,8 @@ class PilotPodProvider(JobPodProvider):
         for uid in ended:
             self.pool.done(uid)
         try:
-            self.pool.refresh()
+            # at most one squeue per status_poll, however often a step's announcement starts a round
+            self.pool.refresh(max_age=self.profile.kubelet.status_poll)
             self.pool.tick(pending)
         except Exception:  # noqa: BLE001 - Slurm's trouble must not stop the pods' status
             log.exception("pilot: refreshing the allocations failed")
