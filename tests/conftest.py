@@ -42,7 +42,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return xdistgroups.scheduler(config, log) if xdistgroups.wanted(config) else None
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: The quick lane's longest tests (a cold mypy alone takes ~15 s of CPU): under ``--dist load`` (ci/quick)
+#: they go first, so the workers share out the short ones after them and none ends the lane alone on
+#: one of these. ci/test (``--dist loadgroup``) keeps the file order its lanes need.
+FIRST = (
+    "tests/test_architecture.py::test_mypy",
+    "tests/pod/test_pod_model.py::test_arbitrary_pod_shapes_render_or_fail_with_hpk_error",
+    "tests/pod/test_byte_exact.py::",
+    "tests/pod/test_lifecycle.py::test_an_exec_hook_reaches_the_container_exactly",
+    "tests/pod/test_secrets.py::test_any_secret_text_is_hidden_and_exact",
+    "tests/pod/test_probes_script.py::test_exec_words_reach_the_command_byte_for_byte",
+    "tests/test_architecture.py::test_a_hanging_test_fails_and_the_run_goes_on",
+)
+
+
+def _first(item: pytest.Item) -> int:
+    return next((i for i, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("dist", "no") == "load":
+        items.sort(key=_first)  # stable: the rest keeps its order
     for item in items:
         for marker in _REAL:
             if item.get_closest_marker(marker) is not None:

