@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from hpkctl.cli.common import add_site, site_of
@@ -61,11 +62,15 @@ def register(sub: Any) -> None:
                         "the profile), whatever the profile says")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("status", help="show the private cluster (hpkctl start), then the runs of 'hpkctl run'")
-    p.add_argument("name", nargs="?", help="pod name (all runs of the namespace when omitted)")
+    p = sub.add_parser("status", help="show the private cluster (hpkctl start), then the runs of 'hpkctl run' "
+                       "that wait, run or ended within the last hour (--all: every run)")
+    p.add_argument("name", nargs="?", help="pod name (when omitted: the namespace's runs that wait or run, and "
+                                           "those that ended within the last hour)")
     add_site(p)
     add_namespace(p)
     p.add_argument("-A", "--all-namespaces", action="store_true", help="runs of every namespace")
+    p.add_argument("--all", action="store_true", dest="every_run",
+                   help="finished runs too, however long ago they ended (until 'hpkctl delete' forgets them)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
 
@@ -246,12 +251,12 @@ def _unrecorded(profile: SiteProfile, slurm: Slurm, records: list[RunRecord]) ->
 def cmd_status(args: argparse.Namespace) -> int:
     from hpkctl.jobs import Slurm
     from hpkctl.provider.runrecords import all_records, load_record
-    from hpkctl.local.arrays import ArrayStatus
     from hpkctl.provider import PodRef
     from hpkctl.provider.pilotpod import run_provider
-    from hpkctl.pod.status import container_notes
+    from hpkctl.local.listing import is_listed, print_runs
 
     profile = _profile(args)
+    left_out = 0
     slurm = Slurm(profile.slurm)
     if args.name and args.all_namespaces:
         raise HpkError("a pod name cannot be given with -A/--all-namespaces", hint="use -n NAMESPACE NAME")
@@ -282,6 +287,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in records:
         provider.know(r)
     statuses = provider.pod_statuses([PodRef(r.uid, r.namespace, r.name) for r in records])
+    if not (args.name or args.every_run):  # live runs, and those that ended within the hour
+        now = time.time()
+        shown = [r for r in records if is_listed(statuses[r.uid], r.submitted, now)]
+        left_out, records = len(records) - len(shown), shown
     rows: list[tuple[str, str, str, str, str, Any]] = [
         (r.namespace, r.name, r.job_id, r.uid, r.pod_dir, statuses[r.uid]) for r in records]
     rows += [(o.namespace, o.name, o.job.job_id, o.uid, "", o.status()) for o in orphans]
@@ -290,28 +299,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                            "kind": getattr(st, "kind", "Pod"), "status": st.as_k8s()}
                           for ns, name, job, uid, pod_dir, st in rows], indent=2))
         return 0
-    if not rows:
-        print("no runs" + ("" if args.all_namespaces else f" in namespace {args.namespace}"))
-        return 0
-    head = f"{'NAMESPACE':16} " if args.all_namespaces else ""
-    print(f"{head}{'NAME':24} {'READY':5} {'JOB':>8} {'PHASE':10} {'REASON':18} {'NODE':10} MESSAGE")
-    for ns, name, job, _, _, st in rows:
-        col = f"{ns:16} " if args.all_namespaces else ""
-        if isinstance(st, ArrayStatus):
-            msg = f"{st.kind}: {st.summary()}" + (f"; {st.message}" if st.message else "")
-            print(f"{col}{name:24} {'-':5} {job or '-':>8} {st.phase:10} {st.reason or '-':18} {'-':10} {msg}")
-            for i in st.indexes:
-                p = i.pod
-                pmsg = (p.message if p.phase != "Running" else "") + (f" ({i.attempts} runs)" if i.attempts > 1 else "")
-                job_index = i.job_id.rsplit('_', 1)[-1] if i.job_id else '-'
-                print(f"{col}  {i.name:22} {p.ready_count():5} {job_index:>8} {p.phase:10} "
-                      f"{p.reason or '-':18} {p.node or '-':10} {pmsg.strip()}")
-            continue
-        msg = st.message if st.phase != "Running" else ""
-        print(f"{col}{name:24} {st.ready_count():5} {job or '-':>8} {st.phase:10} {st.reason or '-':18} "
-              f"{st.node or '-':10} {msg}")
-        for line in container_notes(st):
-            print(line)
+    print_runs(rows, namespace=None if args.all_namespaces else args.namespace, left_out=left_out)
     return 0
 
 
