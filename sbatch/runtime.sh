@@ -711,14 +711,27 @@ hpk_stop_sidecars() {
 # SECONDS to answer, or nothing is written (as where it cannot answer: inside a cni parent container,
 # where the host part asked already); Slurm's own verdict still wins when the status is read back.
 # SIGNALING is a running job whose signal slurmctld has not yet seen delivered (the time limit's, busy node).
+# Pilot mode: the allocation's own time limit ends its steps (Slurm says COMPLETING, reason TimeLimit):
+# the pod's node went away under it (hpk_allocation_ended).
 hpk_cancelled() {
   [ ! -e "$HPK_STATUS/pod.deleting" ] && [ ! -e "$HPK_STATUS/pod.failed" ] || return 0
   local state
-  state=$(timeout "$1" squeue --noheader --jobs="${SLURM_JOB_ID:-0}" --format=%T 2>/dev/null) || return 0
+  state=$(timeout "$1" squeue --noheader --jobs="${SLURM_JOB_ID:-0}" --format=%T/%r 2>/dev/null) || return 0
   case $state in
-    "" | RUNNING | SIGNALING) return 0 ;;
+    "" | RUNNING/* | SIGNALING/*) return 0 ;;
+    */TimeLimit) [ -z "${HPK_PILOT:-}" ] || { hpk_allocation_ended; return 0; } ;;
   esac
-  hpk_put pod.failed "Cancelled"$'\n'"the Slurm job was cancelled from outside hpkctl (scancel, an administrator or preemption; Slurm says $state); its containers were stopped with their grace period"
+  hpk_put pod.failed "Cancelled"$'\n'"the Slurm job was cancelled from outside hpkctl (scancel, an administrator or preemption; Slurm says ${state%%/*}); its containers were stopped with their grace period"
+}
+
+# hpk_allocation_ended: pod.failed of a pilot pod whose allocation reached its time limit, as the
+# kubelet's node shutdown says (reason Terminated), with what keeps a pod out of such an allocation
+# (the same words as hpkctl/pod/outcome.py allocation_ended, for a pod whose script had no time to say)
+hpk_allocation_ended() {
+  local fix="a pod without activeDeadlineSeconds is placed where its allocation has [pilot] renewal_margin left: give the pod an activeDeadlineSeconds that covers its run (it then goes only where the allocation outlasts it), or raise [pilot] renewal_margin or time_limit in the site profile"
+  [ "${HPK_ACTIVE_DEADLINE:-0}" -eq 0 ] \
+    || fix="its activeDeadlineSeconds should have kept it out of an allocation ending before it (a clock moved, or it was adopted): raise [pilot] time_limit in the site profile"
+  hpk_put pod.failed "Terminated"$'\n'"Pod was terminated in response to the end of its node: pilot allocation ${SLURM_JOB_ID:-?} reached its Slurm time limit; $fix"
 }
 
 # hpk_terminate: the job is being deleted or reached its time limit (SIGTERM to the batch shell):

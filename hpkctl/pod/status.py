@@ -291,7 +291,8 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
     if outcome is not None and outcome.reason == "DeadlineExceeded" and STEP_ID.match((pd.read(f.JOB_ID) or "").strip()):
         # a pilot pod's job is its allocation: its time limit ended the pod only when the pod's script
         # did not finish first (the time limit's TERM: Terminated without a delete's pod.deleting)
-        cut = done is None or ((failed or "").partition("\n")[0] == "Terminated" and not pd.exists(f.POD_DELETING))
+        cut = done is None or ((failed or "").partition("\n")[0] in ("Terminated", "Cancelled")
+                               and not pd.exists(f.POD_DELETING))
         outcome = allocation_ended(outcome, job, _part(pod, "spec")) if cut else None
     cs = container_statuses(pd, containers, oom=oom, pod_finished=finished, pod=pod, lost=finished and done is None)
     ip = pd.read(f.POD_IP)

@@ -343,3 +343,26 @@ def test_an_mpi_rank_the_oom_killer_struck_on_any_node_makes_the_container_oomki
     assert _read(root, "ranks.exitcode") == "1"
     st = read_pod_status(root, containers_of(pod), None, job_known=False)
     assert (st.phase, st.reason, st.containers[0].reason) == ("Failed", reason, reason)
+
+
+@pytest.mark.parametrize("deadline", [0, 600])
+def test_a_pilot_pod_whose_allocation_reached_its_time_limit_says_so_in_its_own_files(
+        stub_env, deadline: int) -> None:  # type: ignore[no-untyped-def]
+    """The allocation's time limit TERMs its steps while Slurm says COMPLETING, reason TimeLimit (22.05,
+    measured): not a cancel from outside, but the pod's node going away; the script writes the words
+    the status reader gives when Slurm says TIMEOUT (a kubelet round may read the files first)."""
+    from hpkctl.pod.outcome import PodOutcome, allocation_ended
+
+    profile = stub_env["profile"]
+    stub = dict(stub_env, profile=profile.model_copy(update={"pilot": profile.pilot.model_copy(update={"enabled": True})}))
+    (stub_env["bin"] / "squeue").write_text('#!/bin/sh\necho "COMPLETING/TimeLimit"\n')
+    (stub_env["bin"] / "squeue").chmod(0o755)
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "busybox:1.36", "command": ["x"]}]}
+    if deadline:
+        spec["activeDeadlineSeconds"] = deadline
+    proc, root, _ = _start(stub, spec, SLURM_JOB_ID="41", SLURM_STEP_ID="4", HPK_STUB_SLEEP="60")
+    wait_for("the container", lambda: (root / "status" / "app.started").exists(), timeout=30, every=0.05)
+    os.killpg(proc.pid, signal.SIGTERM)  # Slurm's TERM to the step's processes at the allocation's end
+    proc.communicate(timeout=60)
+    want = allocation_ended(PodOutcome("Failed", "DeadlineExceeded", ""), None, spec).message.replace("?", "41")
+    assert _read(root, "pod.failed") == "Terminated\n" + want
