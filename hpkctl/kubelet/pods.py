@@ -193,11 +193,11 @@ class PodManager:
                 self.queue.add_after(t.uid, wait)  # the gate holds: no render, no GETs, no token, no sbatch
             elif t.state.phase is not Phase.PULLING or t.state.pulled:
                 self._create(t)
-        elif t.state.annotated != t.job_id and t.state.annotate != t.job_id and \
-                (_meta(t.pod).get("annotations") or {}).get(JOB_ID_ANNOTATION) != t.job_id:
-            self._annotate(t, t.job_id)  # killed between sbatch and the annotation: finish the step
         else:
-            self._refresh_token(t)
+            if t.state.annotated != t.job_id and t.state.annotate != t.job_id and \
+                    (_meta(t.pod).get("annotations") or {}).get(JOB_ID_ANNOTATION) != t.job_id:
+                self._annotate(t, t.job_id)  # killed between sbatch and the annotation: finish the step
+            self._refresh_token(t)  # and before the token write: its job waits for it
 
     def _apply(self, t: Tracked, r: StatusReport) -> None:
         """Act on a report of the provider's status round."""

@@ -109,3 +109,26 @@ def test_a_failed_token_request_is_a_failed_mount_warning_and_is_tried_again(set
              timeout=60)
     assert (pod_dir / TOKEN).read_text() == "secret-token-1"
     assert slurm.submitted == 1  # never submitted twice
+
+
+def test_a_kubelet_killed_before_it_wrote_the_token_writes_it_at_its_first_sync(setup: Any, tmp_path: Path) -> None:
+    """Killed between sbatch and the token write (and before the job id annotation): the next kubelet
+    adopts the job from its record and writes the token at the pod's first sync, so the job, waiting
+    for it, goes on."""
+    m, kube, slurm, pod_dir = setup
+    m.on_event("ADDED", _token_pod())
+    m.queue.drain()  # submitted; the TokenRequest is held by the closed gate: no token yet
+    assert slurm.submitted == 1 and not (pod_dir / TOKEN).exists()
+    profile = m.profile
+    m.token_writer.close()
+    kube2 = TokenKube()
+    kube2.gate.set()
+    m2 = pod_manager(tmp_path, kube2, slurm, profile)  # the next kubelet: same records
+    try:
+        m2.load_records()
+        m2.on_sync([_token_pod()])
+        m2.queue.drain()
+        assert (pod_dir / TOKEN).read_text() == "secret-token-1"
+        assert slurm.submitted == 1  # adopted, not submitted again
+    finally:
+        m2.token_writer.close()
