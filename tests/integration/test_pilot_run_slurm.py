@@ -228,11 +228,14 @@ ALLOCATION_OF_WORKLOAD = re.compile(r"\(pilot allocation (\d+)\)")
 
 
 def test_a_pod_whose_allocation_ends_says_so_not_deadline_exceeded(hpk: Hpk) -> None:
-    """What the end of a pod's allocation does to its step (TERM to the task, no delete marker): the
-    pod's stop sequence runs (its handler within the grace period) and its status says the allocation
-    ended, Terminated as at a node shutdown, not DeadlineExceeded (the pod has no deadline of its own)."""
+    """The pod's allocation reaches its time limit (Slurm's shortest, a minute; the pod, without a
+    deadline, was placed with [pilot] renewal_margin left): Slurm TERMs its step while it says
+    COMPLETING, reason TimeLimit, not a cancel from outside; the pod's stop sequence runs (its handler
+    within the grace period) and its status says which allocation's time limit ended it and what keeps a
+    pod out of one that ends before it, Terminated as at a node shutdown, not DeadlineExceeded (the
+    pod has no deadline of its own) nor Cancelled."""
     node = unique("pt")
-    site = _own_pool(hpk, node, cpus=1, memory="512M", max_allocations=1)
+    site = _own_pool(hpk, node, cpus=1, memory="512M", max_allocations=1, time_limit="1", renewal_margin=5)
     out = _out_dir()
     name = unique("pilot-end")
     job = ""
@@ -243,10 +246,11 @@ def test_a_pod_whose_allocation_ends_says_so_not_deadline_exceeded(hpk: Hpk) -> 
         step = a.stdout.strip()
         job = step.split(".")[0]
         wait_for("the container's TERM trap", (out / "trapped").exists, timeout=60)
-        as_hpk(["scancel", "--signal=TERM", step], slurm_conf=SINGLE_CONF)  # as the allocation's end signals it
-        st = wait_for("the pod's end", lambda: (s := _status(hpk, name, site)) and s["phase"] == "Failed" and s,
-                      timeout=60, every=0.5)
-        assert st["reason"] == "Terminated" and "pilot allocation it ran in ended" in st["message"], st
+        st = wait_for("the pod's end at its allocation's time limit", lambda: (s := _status(hpk, name, site))
+                      and s["phase"] == "Failed" and s, timeout=150, every=1)
+        assert st["reason"] == "Terminated", st
+        assert f"pilot allocation {job} reached its Slurm time limit" in st["message"], st
+        assert "[pilot] renewal_margin" in st["message"] and "activeDeadlineSeconds" in st["message"], st
         assert (out / "term").read_text() == "got TERM\n"
     finally:
         if job:
