@@ -12,9 +12,10 @@ change log and the files, logs, exec. What differs is where the script runs and 
 * ``delete`` marks the pod deleted and sends TERM to the step's task alone (``scancel --signal=TERM
   J.S``), then kills the step once ``pod.done`` is there or the grace periods are over.
 * A pod is final when its files say it finished (``pod.done``): the allocation runs on for others.
-* A thread per running step waits for its srun: when it ends, the room is free and the pod that waited
-  longest is created again at once. Each status round also reaps the srun of ended steps and lets the
-  pool request and release allocations.
+* A thread per running step reads its srun's output, where the pod's script writes a line after each
+  status change (``changed``: the kubelet runs a status round at once), and waits for its srun: when
+  it ends, the room is free and the pod that waited longest is created again at once. Each status round
+  also reaps the srun of ended steps and lets the pool request and release allocations.
 
 * A kubelet restart books the running pods again with their whole room (their needs from the saved
   pod; their nodes from ``status/job.node``, else from Slurm's running steps), an MPI pod's on each node.
