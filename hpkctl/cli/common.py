@@ -24,6 +24,14 @@ _SITE_HELP = (
 )
 
 
+def say(text: str) -> None:
+    """A line on stderr that must not fail: after SIGHUP the terminal may be gone."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def add_site(p: argparse.ArgumentParser) -> None:
     p.add_argument("--site", metavar="NAME", default=None, help=_SITE_HELP)
 

@@ -10,11 +10,12 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from hpkctl.cli.common import add_site, site_of
+from hpkctl.cli.common import add_site, say as _say, site_of
 from hpkctl.errors import HpkError, PodError
 
 if TYPE_CHECKING:
     from hpkctl.jobs import Slurm
+    from hpkctl.local.runs import NeverStarts
     from hpkctl.provider.jobpod import JobPodProvider
     from hpkctl.provider.runrecords import RunRecord
     from hpkctl.provider.runstatus import Unrecorded
@@ -90,14 +91,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_delete)
 
 
-def _say(text: str) -> None:
-    """A line on stderr that must not fail: after SIGHUP the terminal may be gone."""
-    try:
-        print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
-
-
 def _cancel(slurm: Slurm, profile: SiteProfile, rec: RunRecord, why: str, *, wait: bool = False) -> None:
     """Delete the run's pod once, as ``hpkctl delete`` does (its status then says hpkctl deleted it, not
     "cancelled from outside hpkctl"); a workload's running pods too, then its array is cancelled.
@@ -115,20 +108,17 @@ def _cancel(slurm: Slurm, profile: SiteProfile, rec: RunRecord, why: str, *, wai
 def cmd_run(args: argparse.Namespace) -> int:
     from hpkctl.cli.common import EXIT_ERROR
     from hpkctl.jobs import Slurm
-    from hpkctl.local.follow import follow_run, result_line, settle
-    from hpkctl.provider.runrecords import RunRecords, forget_run
-    from hpkctl.local.runs import NeverStarts, exit_status
     from hpkctl.local.signals import Interrupted, Interrupts
     from hpkctl.local.submit import prepare_run, submit_prepared
     from hpkctl.sites import load_site
-    from hpkctl.provider.jobpod import JobPodProvider  # run_provider's, without pilot mode's code to import
 
     profile = load_site(site_of(args, announce=not args.quiet))
     out = sys.stderr
     slurm = Slurm(profile.slurm)
     if args.pilot or profile.pilot.enabled:
-        return _run_pilot(args, profile, slurm)
-    provider = JobPodProvider(slurm=slurm, profile=profile, records=RunRecords(profile))  # status, logs, delete
+        from hpkctl.cli.pilotrun import run_pilot
+
+        return run_pilot(args, profile, slurm)
     # SIGINT, SIGTERM (a batch system, `timeout`, `runuser`) and SIGHUP (a closing terminal) cancel
     # the job once; sbatch and the record of its job id are never interrupted (hpkctl.local.signals).
     interrupts = Interrupts().install()
@@ -146,21 +136,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"{what}: submitted as Slurm job {'array ' if rec.is_array else ''}{rec.job_id} "
                   f"({'workload' if rec.is_array else 'pod'} directory {rec.pod_dir})", file=out)
-        if args.detach:
+        if args.detach:  # imports nothing of following a run: its provider, the follow (issue 23.2)
             print(rec.job_id)
             return 0
-        provider.know(rec)
+        from hpkctl.local.follow import follow_run
+
+        provider = _run_provider(profile, slurm, rec)
         if rec.is_array:
             return _follow_array(provider, rec, quiet=args.quiet, slurm_poll=profile.kubelet.slurm_poll)
         st = follow_run(provider, rec, out=out, log_out=sys.stdout, quiet=args.quiet)
     except Interrupted as exc:
+        from hpkctl.local.follow import result_line, settle
+
         name = "interrupted" if exc.signum == signal.SIGINT else f"got {exc}"
         if rec is None:
             _say(f"\nhpkctl: {name} before a job was submitted; nothing to cancel")
             return exc.exit_status
         _cancel(slurm, profile, rec, f"\nhpkctl: {name}")
-        provider.know(rec)
-        st = settle(provider, rec)
+        st = settle(_run_provider(profile, slurm, rec), rec)
         _say(result_line(rec, st))
         return exc.exit_status
     except BrokenPipeError:  # `hpkctl run ... | head`: nobody reads the logs any more, as SIGPIPE would end it
@@ -168,55 +161,38 @@ def cmd_run(args: argparse.Namespace) -> int:
         if rec is not None:
             _cancel(slurm, profile, rec, "hpkctl: the output was closed")
         return 128 + signal.SIGPIPE
-    except NeverStarts as exc:
+    except _never_starts() as exc:
+        from hpkctl.provider.runrecords import forget_run
+
         _cancel(slurm, profile, exc.record, "hpkctl: the job can never start", wait=True)
         forget_run(profile, exc.record)
         raise
     finally:
         interrupts.restore()
-    print(result_line(rec, st), file=out)
-    return exit_status(rec, st)
-
-
-def _run_pilot(args: argparse.Namespace, profile: SiteProfile, slurm: Slurm) -> int:
-    """``hpkctl run --pilot``: the pod as a step of a held allocation (hpkctl.local.pilotrun)."""
-    from hpkctl.cli import EXIT_ERROR
     from hpkctl.local.follow import result_line
-    from hpkctl.local.pilotrun import follow_pilot, prepare_pilot, run_pilot_workload, start_pilot
-    from hpkctl.provider.pilotpod import pilot_enabled, pilot_run_provider
-    from hpkctl.local.runs import exit_status, stop_run
-    from hpkctl.local.signals import Interrupted, Interrupts
+    from hpkctl.local.runs import exit_status
 
-    profile = pilot_enabled(profile)
-    out = sys.stderr
-    interrupts = Interrupts().install()
-    rec = proc = None
-    try:
-        try:
-            prep = prepare_pilot(profile, args.filename, pod_name=args.pod, namespace=args.namespace,
-                                 replace=args.replace, slurm=slurm, now=args.now, detach=args.detach, out=out)
-            if prep.record.is_array:  # this process runs the workload's pods as steps
-                return run_pilot_workload(slurm, prep, interrupts, manifest=args.filename, pod_name=args.pod,
-                                          now=args.now, out=out, log_out=sys.stdout, quiet=args.quiet)
-            rec, proc = start_pilot(slurm, prep, interrupts, out=out, quiet=args.quiet)
-            provider = pilot_run_provider(slurm, profile)  # its status, logs and delete
-            provider.know(rec)
-            if args.detach:  # the step's srun runs on in a session of its own; its files say the rest
-                print(provider.step_id(rec.uid) or rec.allocation)
-                return 0
-            st = follow_pilot(provider, rec, proc, out=out, log_out=sys.stdout, quiet=args.quiet)
-        except PodError as exc:
-            print(f"hpkctl: pod cannot run: {exc.reason}: {exc}", file=out)
-            return EXIT_ERROR
-    except Interrupted as exc:
-        if rec is not None:
-            _say(f"\nhpkctl: {'interrupted' if exc.signum == signal.SIGINT else f'got {exc}'}")
-            stop_run(slurm, profile, rec, out=out, step=proc)  # through the pilot provider
-        return exc.exit_status
-    finally:
-        interrupts.restore()
     print(result_line(rec, st), file=out)
     return exit_status(rec, st)
+
+
+def _never_starts() -> type[NeverStarts]:
+    """The follow's ``NeverStarts``, imported only when an exception is matched against it: a detached
+    run imports nothing of the follow."""
+    from hpkctl.local.runs import NeverStarts
+
+    return NeverStarts
+
+
+def _run_provider(profile: SiteProfile, slurm: Slurm, rec: RunRecord) -> JobPodProvider:
+    """The job-per-pod provider that knows ``rec`` (its status, logs and delete): run_provider's,
+    without pilot mode's code to import."""
+    from hpkctl.provider.jobpod import JobPodProvider
+    from hpkctl.provider.runrecords import RunRecords
+
+    provider = JobPodProvider(slurm=slurm, profile=profile, records=RunRecords(profile))
+    provider.know(rec)
+    return provider
 
 
 def _follow_array(provider: JobPodProvider, rec: RunRecord, *, quiet: bool, slurm_poll: float) -> int:

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from hpkctl.cli import build_parser, main
+from hpkctl.cli import COMMANDS, MODULES, build_parser, main
 
 
 def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -44,3 +44,9 @@ def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) 
         with pytest.raises(SystemExit):
             main(argv)
         assert capsys.readouterr().out == build_parser().format_help(), argv
+
+
+def test_the_command_table_names_every_command_and_no_other() -> None:
+    """``COMMANDS`` says which module to import for a command (the others are not imported)."""
+    assert set(COMMANDS) == set(FULL)
+    assert set(COMMANDS.values()) == set(MODULES)
