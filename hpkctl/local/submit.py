@@ -17,8 +17,6 @@ from hpkctl.jobs import (InvalidAccount, InvalidPartition, InvalidQos, Resources
 from hpkctl.local.manifest import load_manifest, pod_warnings, refuse_suspended, select_pod, with_api_defaults
 from hpkctl.provider.runrecords import (SUBMITTING, RunExists, RunRecord, check_name, create_record, forget_run,
                                         read_record, record_path)
-from hpkctl.local.runs import delete_run
-from hpkctl.provider.runstatus import pod_status
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir
 from hpkctl.pod.flags import FLAGS_ANNOTATIONS
 from hpkctl.provider.runsubmit import pull_first, submit_run
@@ -136,6 +134,8 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
         if not replace:
             raise RunExists(f"pod {name!r} already exists in namespace {ns}; delete it first",
                             hint=f"'hpkctl delete {name} -n {ns} --site {profile.name}', or run with --replace")
+        from hpkctl.local.runs import delete_run  # only here: a run imports nothing of a delete (issue 23.2)
+
         delete_run(slurm, profile, read_record(path), out=out)
         print(f"pod {ns}/{name}: deleted the previous run (--replace)", file=out)
     for w in warnings:
@@ -192,5 +192,5 @@ def submit_pod(profile: SiteProfile, manifest_path: str, *, pod_name: str | None
     return submit_prepared(slurm, prep), prep.rendered
 
 
-__all__ = ["PreparedRun", "pod_status", "prepare_run", "resolve_namespace", "submit_pod",
+__all__ = ["PreparedRun", "prepare_run", "resolve_namespace", "submit_pod",
            "submit_prepared"]

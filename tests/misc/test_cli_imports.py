@@ -70,11 +70,12 @@ def test_help_imports_no_heavy_library(help_rows: list[tuple[int, int, int, str]
 #: what ``hpkctl run --detach`` of a plain Pod never needs: the Kubernetes client, asyncio (exec/attach of
 #: steps), the YAML parser (its manifest is JSON), the code of workloads (job arrays), pilot mode (its held
 #: allocations too) and the daemons, what follows a run after its submit (the follow, the provider's status
-#: rounds) and the other commands' CLI modules
+#: rounds, a delete: --replace imports it when it deletes) and the other commands' CLI modules
 NOT_FOR_A_POD = ("kubernetes", "asyncio", "yaml", "hpkctl.kube", "hpkctl.kubelet", "hpkctl.scheduler", "hpkctl.controlplane",
                  "hpkctl.pilot", "hpkctl.jobs.alloc", "hpkctl.local.arrays", "hpkctl.local.workload", "hpkctl.local.pilotrun",
                  "hpkctl.local.arrayfollow", "hpkctl.provider.pilotpod", "hpkctl.local.follow", "hpkctl.provider.jobpod",
-                 "hpkctl.provider.jobstatus", "hpkctl.cli.build", "hpkctl.cli.cluster", "hpkctl.cli.launch",
+                 "hpkctl.provider.jobstatus", "hpkctl.local.runs", "hpkctl.provider.runstatus",
+                 "hpkctl.provider.workloads", "hpkctl.cli.build", "hpkctl.cli.cluster", "hpkctl.cli.launch",
                  "hpkctl.cli.controlplane", "hpkctl.cli.render", "hpkctl.cli.pull", "hpkctl.cli.sites")
 
 
