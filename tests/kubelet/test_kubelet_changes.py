@@ -175,7 +175,7 @@ def test_stale_markers_of_removed_pods_are_cleaned(tmp_path: Path) -> None:
 def _runtime_marker_part() -> str:
     """The runtime's change-log lines and hpk_put, as the job runs them."""
     text = (REPO / "sbatch" / "runtime.sh").read_text()
-    changed = re.search(r"^HPK_CHANGED=.*?^hpk_changed\(\).*?$", text, re.S | re.M)
+    changed = re.search(r"^HPK_CHANGED=.*?^hpk_changed\(\) \{.*?^\}", text, re.S | re.M)
     put = re.search(r"^hpk_put\(\) \{.*?^\}", text, re.S | re.M)
     assert changed is not None and put is not None
     return changed.group(0) + "\n" + put.group(0) + "\n"
