@@ -208,7 +208,7 @@ def test_asking_slurm_whether_it_cancelled_the_job_runs_beside_the_stop_sequence
     fake = stub_env["tmp"] / "slow-squeue"
     fake.mkdir()
     (fake / "squeue").write_text('#!/bin/bash\nfor _ in $(seq 300); do\n'
-                                 '  [ -e "$HPK_STATUS/app.exitcode" ] && { echo CANCELLED; exit 0; }\n'
+                                 '  [ -e "$HPK_STATUS/app.exitcode" ] && { echo CANCELLED/None; exit 0; }\n'
                                  '  sleep 0.1\ndone\nexit 1\n')
     (fake / "squeue").chmod(0o755)
     spec = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "b:1", "command": ["x"]}]}
@@ -255,7 +255,7 @@ def test_a_term_without_a_delete_is_the_time_limit_while_slurm_runs_the_job(stub
     time limit's --signal not yet seen delivered by slurmctld, on a busy node), is the time limit
     (DeadlineExceeded); a job Slurm already ends is a cancel from outside (Cancelled, naming the state)."""
     squeue = stub_env["bin"] / "squeue"
-    squeue.write_text(f"#!/bin/sh\necho {state}\n")
+    squeue.write_text(f"#!/bin/sh\necho {state}/None\n")
     squeue.chmod(0o755)
     spec = {"restartPolicy": "Never", "containers": [{"name": "app", "image": "busybox:1.36", "command": ["x"]}]}
     proc, root, record = _start(stub_env, spec, HPK_STUB_SLEEP="300", SLURM_JOB_ID="42")
