@@ -470,8 +470,14 @@ def test_a_successor_takes_over_from_the_state_directory(site: Site) -> None:
     succ = re.findall(r"submitted successor Slurm job (\d+): it waits for job (\d+)", r.stderr)
     assert {old for _, old in succ} == {cp, kl}, r.stderr
     new_cp = next(new for new, old in succ if old == cp)
-    active = site.active()
-    assert all(active[new]["state"] == "PENDING" and active[new]["reason"] == "Dependency" for new, _ in succ)
+    # a successor is pending; its reason is the scheduler's latest verdict on it, which can say Resources
+    # before the singleton dependency is tested (seen on a busy node once accounting came): wait for it
+
+    def held() -> bool:
+        active = site.active()
+        return all(active.get(new, {}).get("state") == "PENDING" and active[new]["reason"] == "Dependency"
+                   for new, _ in succ)
+    wait_for("the successors held by their dependency", held, timeout=60, every=0.5)
     st = site.hpkctl("status", "--site", str(site.profile)).stdout
     assert re.search(rf"successor\s+{new_cp} PENDING\s+-\s+queued: Dependency", st), st
     # the old control plane's time is up (what its --signal does): the successor starts and resumes
