@@ -4,7 +4,7 @@ not be root's): ``python pilot_driver.py '{"conf": ..., "dir": ..., "calls": [..
 Each call is ``[method, kwargs]`` on one ``Slurm``; ``start_step`` keeps its srun in a table (the
 result is the srun's pid) and ``step_exit`` waits for one. Extra methods: ``wait_running`` (poll
 ``allocation`` until RUNNING), ``wait_file`` (until a file exists), ``step_id`` (the running step of a name), ``wait_gone`` (until the
-allocation has ended). ``"$job"`` as a value is the id ``hold`` returned, ``"$N"`` call N's result. Prints a JSON list.
+allocation has ended; COMPLETING is Slurm still ending it, slower with accounting's gather). ``"$job"`` as a value is the id ``hold`` returned, ``"$N"`` call N's result. Prints a JSON list.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main() -> None:
                                                                  if s.job_id == kw["job_id"] and s.name == kw["name"]), None))
             elif method == "wait_gone":
                 got = _poll("allocation ended", lambda: (a := slurm.allocation(kw["job_id"])) is None
-                            or a.state not in ("RUNNING", "PENDING", "CONFIGURING") and a, timeout=kw.get("timeout", 90))
+                            or a.state not in ("RUNNING", "PENDING", "CONFIGURING", "COMPLETING") and a, timeout=kw.get("timeout", 90))
             elif method == "start_step":
                 kw = {**kw, **{k: Path(kw[k]) for k in ("output", "workdir", "srun_log")}}
                 proc = slurm.start_step(kw.pop("job_id"), kw.pop("argv"), **kw)
