@@ -117,7 +117,9 @@ def test_http_probe_sends_the_kubelets_request_and_judges_the_status(tmp_path: P
 def test_tcp_and_connection_refused_messages(tmp_path: Path) -> None:
     srv, closed = Server(), _closed_port()
     try:
-        results = _once(tmp_path, livenessProbe={"tcpSocket": {"port": srv.port}},
+        # the probe that succeeds gets time to (timeoutSeconds 1 ended it as 'i/o timeout' once, on a busy
+        # 2-core machine in a full run); the refused ones end at once, whatever their timeout
+        results = _once(tmp_path, livenessProbe={"tcpSocket": {"port": srv.port}, "timeoutSeconds": 10},
                         readinessProbe={"httpGet": {"port": closed, "path": "/x"}},
                         startupProbe={"tcpSocket": {"port": closed}})
     finally:
