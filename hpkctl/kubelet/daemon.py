@@ -39,12 +39,12 @@ from hpkctl.sites.schema import SiteProfile
 
 log = logging.getLogger("hpkctl.kubelet")
 
-#: The per-object ConfigMap/Secret watches (:mod:`hpkctl.kubelet.objwatch`) are off for now: a watch's
-#: LIST could run after the last pod naming its object had left the API server (a pod deleted before
-#: the kubelet heard of it), and the Node authorizer refuses that ("no relationship found"), as a real
-#: one does; seen once in two full test runs. Until a watch starts only for a pod a worker is about to
-#: render, the kubelet GETs each object as it did before.
-OBJECT_WATCHES = False
+#: The ConfigMaps and Secrets its pods name come from per-object watches (:mod:`hpkctl.kubelet.objwatch`,
+#: the real kubelet's default ``Watch`` strategy), so no GET is on a pod's submit path (a burst read
+#: ``kube-root-ca.crt`` with a GET per pod). A watch starts at a worker's first read of its object, never when
+#: the kubelet merely hears of a pod: a LIST for a pod deleted before the kubelet heard of it is one
+#: the Node authorizer refuses (off in b9fb849 for that, when watches started at the registration).
+OBJECT_WATCHES = True
 
 CLEAN_EVERY = 60.0
 WATCH_TIMEOUT = 300  # seconds the server is asked to keep each pod watch open

@@ -5,13 +5,20 @@ real kubelet's default ``configMapAndSecretChangeDetectionStrategy: Watch`` does
 Why: rendering a pod read every ConfigMap and Secret it names with a GET, and every pod names
 ``kube-root-ca.crt`` (its service-account volume), so a burst of 200 pods cost 200 GETs of one
 object on the submit path (22 % of a pod's create, profiled). Now the first pod that names an
-object starts a watch of that object alone (a list + watch with ``fieldSelector=metadata.name=<name>``
-in its namespace, which the Node authorizer allows for objects its pods reference; a namespace-wide
-informer it would refuse), and every later pod reads it from memory.
+object to be read starts a watch of that object alone (a list + watch with
+``fieldSelector=metadata.name=<name>`` in its namespace, which the Node authorizer allows for objects
+its pods reference; a namespace-wide informer it would refuse), and every later pod reads it from
+memory: no API read is left on a pod's submit path.
 
 As the real one: references are counted per pod (registered when the kubelet learns of a pod it
 has to start, dropped when the pod leaves the node); the watch stops when no pod names the object
 any more, and at once for an object marked ``immutable`` (it cannot change; its last copy is kept).
+Unlike the real one, the watch starts at the first *read* (a worker about to render a pod), not at
+the registration: a pod can be deleted before the kubelet hears of it, and a LIST sent for it then
+finds no pod on the node naming the object, which the Node authorizer refuses ("no relationship
+found"); a worker renders only pods not known gone, the same moment a GET was sent before (the real
+kubelet restarts an idle object's watch at a read too, ``restartReflectorIfNeeded``). For the same
+reason the kubelet drops a pod's references before its own final delete of the pod.
 A read waits up to :data:`SYNC_WAIT` for the watch's first list; an object the watch does not
 hold is *missing*, exactly as a 404 to a GET (the pod then shows ``CreateContainerConfigError``
 and its ``…NotFound`` event, as before). A change reaches the cache as a watch event, so the next
@@ -46,6 +53,7 @@ class _Watched:
     """One watched object: who refers to it, its latest copy (``None``: it does not exist)."""
 
     refs: int = 0
+    started: bool = False  # its watch was started (at the first read)
     obj: dict[str, Any] | None = None
     synced: threading.Event = field(default_factory=threading.Event)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -93,8 +101,7 @@ class ObjectWatches:
     def _add(self, key: Key) -> None:
         item = self._items.get(key)
         if item is None:
-            item = self._items[key] = _Watched()
-            self._start(key, item)
+            item = self._items[key] = _Watched()  # its watch starts at the first read (see the module docstring)
         item.refs += 1
 
     def _drop(self, key: Key) -> None:
@@ -141,8 +148,12 @@ class ObjectWatches:
         """``(True, object)`` from the watch (``object`` is ``None`` when it does not exist);
         ``(False, None)`` when no pod registered the object or its watch has not synced within
         ``sync_wait``: then the caller asks the API server itself."""
+        key = (plural, namespace, name)
         with self._lock:
-            item = self._items.get((plural, namespace, name))
+            item = self._items.get(key)
+            if item is not None and not item.started:
+                item.started = True
+                self._start(key, item)
         if item is None:
             return False, None
         if not item.synced.wait(0.0 if item.late else self.sync_wait):

@@ -66,7 +66,7 @@ class PodManager:
         self.watches = watches  # the ConfigMaps and Secrets of the pods to start, watched (None: GETs)
         self.tokens = TokenCache()
         # a new pod's objects and tokens read ahead on threads of their own (None: by its worker)
-        self.prefetch = Prefetch(prefetch, self.tokens) if prefetch is not None else None
+        self.prefetch = Prefetch(prefetch, self.tokens, objects=watches is None) if prefetch is not None else None
         self._left: dict[str, Leftover] = {}  # what the previous kubelet left, by uid
         self._gone: set[str] = set()  # uids whose API object no longer exists
         self.status = StatusManager(kube=kube, events=self.events, host_ip=host_ip)
@@ -99,8 +99,8 @@ class PodManager:
                 self.prefetch.register(pod, since=t.seen)
         else:
             t.pod = pod
-        if self.watches is not None and not t.job_id and not t.state.final:
-            self.watches.register(uid, pod)  # its objects are watched before its worker renders it
+        if self.watches is not None and not (t.job_id or t.state.final or t.deleting or meta.get("deletionTimestamp")):
+            self.watches.register(uid, pod)  # its objects' watches start at its worker's first read
         return uid
 
     def on_event(self, typ: str, pod: dict[str, Any]) -> None:
@@ -325,6 +325,8 @@ class PodManager:
         grace = _meta(t.pod).get("deletionGracePeriodSeconds")
         ref = PodRef(t.uid, t.namespace, t.name)
         t.deleting = True
+        if self.watches is not None:  # no render follows; and no watch may outlive the pod (objwatch.py)
+            self.watches.unregister(t.uid)
         d = self.provider.delete(ref, grace=None if grace is None else float(grace), pod=t.pod,
                                  report=t.uid not in self._gone)
         if d.killing:
@@ -346,8 +348,6 @@ class PodManager:
                 if exc.code not in (404, 409):  # gone already, or the name is another pod's now
                     raise
         self.table.pop(t.uid)
-        if self.watches is not None:
-            self.watches.unregister(t.uid)
         self.tokens.forget_pod(t.uid)
         self._gone.discard(t.uid)
         if t.uid in self._left:

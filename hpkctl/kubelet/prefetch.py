@@ -16,6 +16,9 @@ API round trips of a backlog's pods overlap each other and the workers' renders 
 calls. Nothing changes in what a pod gets: the token is the pod's own, requested by the kubelet for
 a pod bound to it, and present in the pod directory before ``sbatch``, as before.
 
+With the kubelet's per-object watches on (:mod:`hpkctl.kubelet.objwatch`), only the tokens are
+read ahead: the objects come from the watches, which start at a worker's first read.
+
 A prefetch that fails (the pod was deleted meanwhile, the API server refused) is dropped without a
 word: the worker reads again and reports the error as it always did.
 """
@@ -41,9 +44,10 @@ THREADS = 4  # requests in flight at once (the workers' own reads come on top)
 class Prefetch:
     """Reads ahead for new pods; ``kube``: a client of its own (``THREADS`` connections)."""
 
-    def __init__(self, kube: Kube, tokens: TokenCache, *, threads: int = THREADS) -> None:
+    def __init__(self, kube: Kube, tokens: TokenCache, *, threads: int = THREADS, objects: bool = True) -> None:
         self.kube = kube
         self.tokens = tokens
+        self.read_objects = objects  # False: the kubelet's object watches serve them (a GET here would be one too many)
         self.objects = FreshObjects(kube)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="prefetch")
 
@@ -56,7 +60,7 @@ class Prefetch:
         ns = str(meta.get("namespace") or "default")
         objects = ApiObjects(self.kube, pod=pod, tokens=self.tokens, fresh=self.objects, since=since)
         try:
-            for plural, name in sorted(referenced_objects(pod)):
+            for plural, name in sorted(referenced_objects(pod)) if self.read_objects else ():
                 (objects.configmap if plural == "configmaps" else objects.secret)(ns, name)
             sa = str(spec.get("serviceAccountName") or "default")
             for _path, audience, seconds in token_files(pod):

@@ -379,3 +379,25 @@ def test_the_pods_objects_come_from_the_watches_and_their_references_go_with_the
     m.on_sync([])  # the pod is gone from the API: stopped, and its references with it
     m.sync("u-1")
     assert watches.unregistered == ["u-1"]
+
+
+def test_a_pods_references_go_before_its_final_delete_and_a_deleting_pod_registers_none(mgr: Any) -> None:
+    """A watch of an object no pod on the node names any more is refused by the Node authorizer: the
+    kubelet drops a pod's references when its stop sequence begins, before its own final ``DELETE``
+    makes the pod leave the API server, and a pod being deleted registers none again."""
+    m, kube, slurm = mgr
+    m.watches = watches = _Watches()
+    drops: list[int] = []
+    watches.unregister = lambda uid: drops.append(len(kube.calls))  # type: ignore[method-assign]
+    pod = _pod()
+    m.on_sync([pod])
+    assert list(watches.registered) == ["u-1"]
+    watches.registered.clear()
+    pod = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-11-24T05:00:00Z",
+                               "deletionGracePeriodSeconds": 30, "resourceVersion": "6"}}
+    m.on_event("MODIFIED", pod)
+    assert watches.registered == {}
+    m.sync("u-1")
+    deletes = [i for i, (verb, path, _) in enumerate(kube.calls) if verb == "DELETE" and path.endswith("/pods/p")]
+    assert deletes and drops and drops[0] <= deletes[0], (drops, kube.calls)
+    assert slurm.submitted == 0

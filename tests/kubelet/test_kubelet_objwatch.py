@@ -178,3 +178,20 @@ def test_a_token_is_reused_for_its_pod_only_and_renewed_at_80_percent() -> None:
     assert token(a) == b"tok4"  # past 80 % of its lifetime: renewed
     cache.forget_pod("uid-a")
     assert token(a) == b"tok5"
+
+
+def test_a_watch_starts_at_the_first_read_not_when_a_pod_is_registered(api: KubeApi, watches: ObjectWatches) -> None:
+    """A pod deleted before the kubelet heard of it names objects no pod on the node names any more,
+    and a LIST for them then is refused by the Node authorizer: registering only counts the
+    reference; the watch (its LIST) starts when a worker first reads the object to render a pod."""
+    assert api.post(CM, _configmap("lazy", "v"))[0] == 201
+    watches.register("l1", _pod("l1", "lazy"))
+    watches.register("l2", _pod("l2", "lazy"))
+    assert watches.started == 0
+    watches.unregister("l1")
+    watches.unregister("l2")
+    assert watches.started == 0  # never read: never listed
+    watches.register("l3", _pod("l3", "lazy"))
+    cached, obj = watches.get("configmaps", "default", "lazy")
+    assert cached and obj is not None and obj["data"] == {"k": "v"}
+    assert watches.started == 1
