@@ -19,7 +19,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from hpkctl.cli.common import add_site, site_of
+from hpkctl.cli.common import add_site, say, site_of
 
 if TYPE_CHECKING:
     from hpkctl.controlplane.lifecycle import Cluster, ClusterStatus
@@ -65,13 +65,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_selftest)
 
 
-def _say(text: str) -> None:
-    try:
-        print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
-
-
 def jobs_site(site: str) -> str:
     """``--site`` for the jobs: a profile name as it is, a path made absolute (the jobs start elsewhere)."""
     from hpkctl.sites.files import looks_like_path
@@ -86,7 +79,7 @@ def _cluster(profile: SiteProfile, site: str) -> Cluster:
 
     image = "" if profile.controlplane.bin_dir else image_path(profile, "controlplane", host_arch())
     return Cluster(profile, slurm=Slurm(profile.slurm), site=jobs_site(site), python=sys.executable, image=image,
-                   say=_say)
+                   say=say)
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -100,7 +93,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         try:
             require_submittable(profile)
         except ProfileError as e:
-            _say(f"hpkctl: warning: {e.message} (a real start refuses this)")
+            say(f"hpkctl: warning: {e.message} (a real start refuses this)")
         scripts = _cluster(profile, site).scripts(strict=False)
         root = profile.controlplane.state_dir
         print(f"# hpkctl start --dry-run: site {profile.name}, cluster {scripts.cluster}, state {root}")
@@ -115,7 +108,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     try:
         st = cluster.start(timeout=args.timeout, takeover=args.takeover)
     except KeyboardInterrupt:
-        _say("hpkctl start: interrupted; the submitted jobs stay (hpkctl status shows them, hpkctl stop stops them)")
+        say("hpkctl start: interrupted; the submitted jobs stay (hpkctl status shows them, hpkctl stop stops them)")
         return 130
     print_cluster(st, out=sys.stderr, pods=False)
     print(f"export KUBECONFIG={cluster.layout.kubeconfig('admin')}")
@@ -130,9 +123,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
     cluster = _stop_cluster(profile, site)
     done = cluster.stop(all_pods=args.all)
     if not done:
-        _say(f"nothing to stop: no job of the cluster in {cluster.layout.root} is queued or running")
+        say(f"nothing to stop: no job of the cluster in {cluster.layout.root} is queued or running")
     else:
-        _say(f"stopped; the state in {cluster.layout.root} is kept: hpkctl start resumes from it")
+        say(f"stopped; the state in {cluster.layout.root} is kept: hpkctl start resumes from it")
     return 0
 
 
@@ -140,7 +133,7 @@ def _stop_cluster(profile: SiteProfile, site: str) -> Cluster:
     from hpkctl.controlplane.lifecycle import Cluster
     from hpkctl.jobs import Slurm
 
-    return Cluster(profile, slurm=Slurm(profile.slurm), site=jobs_site(site), python=sys.executable, say=_say)
+    return Cluster(profile, slurm=Slurm(profile.slurm), site=jobs_site(site), python=sys.executable, say=say)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -156,7 +149,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.on_node:
         from hpkctl.controlplane.nodedoctor import run_node_checks
 
-        _say(f"hpkctl doctor: submitting the node-check job to {profile.slurm.partition or 'the default partition'}"
+        say(f"hpkctl doctor: submitting the node-check job to {profile.slurm.partition or 'the default partition'}"
              f" (up to {args.timeout:g} s)")
         checks += run_node_checks(profile, slurm, site=jobs_site(site), timeout=args.timeout)
     width = max(len(c.name) for c in checks)
@@ -201,7 +194,7 @@ def cluster_status(profile: SiteProfile) -> ClusterStatus | None:
     try:
         st = cluster.status()
     except SlurmError as e:
-        _say(f"hpkctl: warning: cannot list the cluster's Slurm jobs: {e.message}")
+        say(f"hpkctl: warning: cannot list the cluster's Slurm jobs: {e.message}")
         return None
     return st if st.exists else None
 
