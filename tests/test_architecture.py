@@ -1,8 +1,10 @@
 """Package boundaries and types, enforced: the import-linter contracts and mypy of pyproject.toml.
 
 Every contract is also shown to fail: a copy of the package gets a throwaway module that breaks it,
-and ``lint-imports`` run on the copy must report exactly the contracts expected broken. Process
-starts that import-linter cannot see (``os.system`` and friends) are found by an AST scan.
+and ``lint-imports`` run on the copy must report exactly the contracts expected broken. These ~55
+copies check the tooling, not the product (~10 s of CPU), so they are marked ``full``: ``ci/test`` runs
+them, ``ci/quick`` does not. Process starts that import-linter cannot see (``os.system`` and friends)
+are found by an AST scan.
 """
 
 from __future__ import annotations
@@ -166,6 +168,7 @@ def _ids() -> Iterator[str]:
         yield f"{where.replace('/_violation.py', '')}-{'+'.join(sorted(broken)) or 'allowed'}"
 
 
+@pytest.mark.full
 @pytest.mark.parametrize(("broken", "where", "source"), VIOLATIONS, ids=list(_ids()))
 def test_each_contract_can_fail(pristine: Path, tmp_path: Path, broken: set[str], where: str, source: str) -> None:
     shutil.copytree(pristine, tmp_path, dirs_exist_ok=True)
@@ -181,6 +184,7 @@ def test_each_contract_can_fail(pristine: Path, tmp_path: Path, broken: set[str]
         assert f"hpkctl.{where[:-3].replace('/', '.')}" in r.stdout, r.stdout
 
 
+@pytest.mark.full
 def test_indirect_violation_through_sites_reaches_pod(pristine: Path, tmp_path: Path) -> None:
     """pod/ imports nothing that runs processes, not even through another package."""
     shutil.copytree(pristine, tmp_path, dirs_exist_ok=True)
@@ -193,6 +197,7 @@ def test_indirect_violation_through_sites_reaches_pod(pristine: Path, tmp_path: 
     assert "hpkctl.sites.schema -> hpkctl.sites._violation" in r.stdout, r.stdout
 
 
+@pytest.mark.full
 @pytest.mark.parametrize(("module", "job_side"), [
     ("controlplane/clusterview.py", "from hpkctl.controlplane import steps  # noqa\n"),
     ("controlplane/statedir.py", "from hpkctl.runtime.supervise import Child  # noqa\n"),

@@ -6,6 +6,10 @@ A lane is only as good as its markers, so the helpers that bring in Slurm or a s
 :func:`need`, and a test that reaches them without the marker fails, naming the marker to add: an
 unmarked test can never slip into the quick lane with a job or a server behind it. ``tests/conftest.py``
 tells this module which test is running.
+
+One more marker says nothing of needs: ``@pytest.mark.full`` keeps a test to the full lane (``ci/test``)
+because it is costly and checks the tooling, or repeats what a quick sample already covers (the import
+contracts' self-checks, the golden scripts shellchecked whole beyond a sample): ``ci/quick`` deselects it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """shellcheck that remembers the scripts it passed, as mypy keeps its cache.
 
-ShellCheck 0.9 takes ~1.4 s of CPU for a job script with the runtime (sbatch/runtime.sh) inlined, and
-the golden test checks 31 of them: a third of the quick lane's CPU. Its verdict depends only on the
+ShellCheck 0.9 takes ~1.3 s of CPU for a job script with the runtime (sbatch/runtime.sh) inlined, and
+the golden test checks 22 of them whole (the quick lane a sample: tests/pod/test_golden.py). Its verdict depends only on the
 script's bytes, the arguments and the shellcheck binary, so a pass is recorded under pytest's cache
 (``.pytest_cache/d/shellcheck-passed``), keyed by all three, and the same check later passes at once.
 A failing script is never recorded: it is checked again each time and its findings shown. With
