@@ -7,7 +7,10 @@ uids), with one entry per key.
   has one entry, and of two deadlines for it the earlier wins. So a watch event queues a pod at once
   even while it waits out a back-off (the pod's own gate then decides whether there is anything to
   do), and a hundred re-adds of a pod cost one run.
-- Keys run in deadline order, each once its deadline has come.
+- Keys run in deadline order, each once its deadline has come; of the keys due, the ones ``urgent``
+  says are urgent when they are added first (the kubelet's pods still to be submitted: their
+  ``sbatch`` never waits behind other pods' status patches, as in the real kubelet, whose pod workers
+  are per pod and whose status manager writes on its own).
 
 The same shape as client-go's rate-limited workqueue, which virtual-kubelet uses; threads, because
 the work is blocking calls (sbatch, the API client).
@@ -28,9 +31,11 @@ _IDLE_WAIT = 1.0  # seconds a worker sleeps with nothing queued before it looks 
 
 class WorkQueue:
     def __init__(self, handler: Callable[[str], None], *, workers: int, name: str = "pod",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, urgent: Callable[[str], bool] | None = None) -> None:
         self.handler = handler
         self.clock = clock
+        self.urgent = urgent  # called with the queue's lock held: it must not add keys itself
+        self._hot: list[tuple[float, int, str]] = []  # the urgent keys' entries, taken before _heap's
         self._cv = threading.Condition()
         self._due: dict[str, float] = {}  # key -> its one deadline (keys not being worked on)
         self._heap: list[tuple[float, int, str]] = []  # (deadline, seq, key); stale entries skipped
@@ -64,8 +69,21 @@ class WorkQueue:
             return
         self._due[key] = when
         self._seq += 1
-        heapq.heappush(self._heap, (when, self._seq, key))
+        heap = self._hot if self.urgent is not None and self.urgent(key) else self._heap
+        heapq.heappush(heap, (when, self._seq, key))
         self._cv.notify()
+
+    def _next(self, now: float) -> tuple[str | None, float | None]:
+        """With the lock held: a key due at ``now`` (urgent ones first), taken off the queue; else
+        None and the earliest deadline queued (None: nothing queued)."""
+        for heap in (self._hot, self._heap):
+            while heap and self._due.get(heap[0][2]) != heap[0][0]:
+                heapq.heappop(heap)  # replaced by an earlier deadline, or taken already
+            if heap and heap[0][0] <= now:
+                _, _, key = heapq.heappop(heap)
+                del self._due[key]
+                return key, None
+        return None, min((h[0][0] for h in (self._hot, self._heap) if h), default=None)
 
     def due(self, key: str) -> float | None:
         """The key's deadline (clock seconds), None when it is not queued."""
@@ -93,12 +111,9 @@ class WorkQueue:
         runs = 0
         while runs < limit:
             with self._cv:
-                while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
-                    heapq.heappop(self._heap)
-                if not self._heap or self._heap[0][0] > self.clock():
-                    return runs
-                _, _, key = heapq.heappop(self._heap)
-                del self._due[key]
+                key, _ = self._next(self.clock())
+            if key is None:
+                return runs
             self.handler(key)
             runs += 1
         return runs
@@ -106,14 +121,11 @@ class WorkQueue:
     def _take(self) -> str | None:
         """With the lock held: the next due key, waiting for it; None once stopped."""
         while not self._stopped:
-            while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
-                heapq.heappop(self._heap)  # replaced by an earlier deadline, or taken already
             now = self.clock()
-            if self._heap and self._heap[0][0] <= now:
-                _, _, key = heapq.heappop(self._heap)
-                del self._due[key]
+            key, next_due = self._next(now)
+            if key is not None:
                 return key
-            self._cv.wait(min(self._heap[0][0] - now, _IDLE_WAIT) if self._heap else _IDLE_WAIT)
+            self._cv.wait(_IDLE_WAIT if next_due is None else min(next_due - now, _IDLE_WAIT))
         return None
 
     def _work(self) -> None:

@@ -61,7 +61,7 @@ class PodManager:
         self.kube, self.provider, self.profile, self.node_name = kube, provider, profile, node_name
         self.recorder, self.events, self.host_ip = recorder, PodEvents(recorder), host_ip
         self.table = table or PodTable()
-        self.queue = WorkQueue(self.sync, workers=profile.kubelet.workers)
+        self.queue = WorkQueue(self.sync, workers=profile.kubelet.workers, urgent=self.table.unsubmitted)
         self.services = ServiceCache(kube)
         self.watches = watches  # the ConfigMaps and Secrets of the pods to start, watched (None: GETs)
         self.tokens = TokenCache()

@@ -54,6 +54,11 @@ class PodTable:
         with self._lock:
             return self._pods.get(uid)
 
+    def unsubmitted(self, uid: str) -> bool:
+        """A pod still to be submitted: the work queue runs its worker before other pods' status work."""
+        t = self.get(uid)
+        return t is not None and not (t.job_id or t.state.final or t.deleting)
+
     def put(self, t: Tracked) -> None:
         with self._lock:
             self._pods[t.uid] = t

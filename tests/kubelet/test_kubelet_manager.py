@@ -401,3 +401,12 @@ def test_a_pods_references_go_before_its_final_delete_and_a_deleting_pod_registe
     deletes = [i for i, (verb, path, _) in enumerate(kube.calls) if verb == "DELETE" and path.endswith("/pods/p")]
     assert deletes and drops and drops[0] <= deletes[0], (drops, kube.calls)
     assert slurm.submitted == 0
+
+
+def test_a_pod_to_submit_is_urgent_in_the_work_queue_until_it_has_its_job(mgr: Any) -> None:
+    """Its worker goes before other pods' status work (WorkQueue's urgent keys), until its sbatch."""
+    m, kube, slurm = mgr
+    m.on_sync([_pod()])
+    assert m.queue.urgent is not None and m.queue.urgent("u-1")
+    m.sync("u-1")
+    assert slurm.submitted == 1 and not m.queue.urgent("u-1") and not m.queue.urgent("unknown")

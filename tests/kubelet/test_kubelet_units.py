@@ -68,6 +68,28 @@ def test_one_key_never_runs_twice_at_once_and_no_add_is_lost() -> None:
     assert calls["held"] == 2 and calls["a"] == before + 1, calls
 
 
+def test_urgent_keys_due_run_before_the_others_in_deadline_order_each() -> None:
+    """The kubelet's pods still to be submitted go before status work queued earlier (a burst's
+    creates waited up to 1.1 s behind other pods' status patches); a key not due yet waits all the
+    same, and a key's deadlines still coalesce."""
+    now = [100.0]
+    order: list[str] = []
+    urgent = {"new-1", "new-2", "new-later"}
+    q = WorkQueue(order.append, workers=1, clock=lambda: now[0], urgent=urgent.__contains__)
+    q.add("status-1")
+    now[0] += 1
+    q.add("status-2")
+    q.add("new-1")
+    q.add_after("new-later", 5)
+    now[0] += 1
+    q.add("new-2")
+    q.add("new-1")  # coalesced
+    assert q.drain() == 4
+    assert order == ["new-1", "new-2", "status-1", "status-2"]
+    now[0] += 5
+    assert q.drain() == 1 and order[-1] == "new-later"
+
+
 def test_add_after_delays_and_a_failing_handler_does_not_kill_workers() -> None:
     seen: list[tuple[str, float]] = []
     start = time.monotonic()
