@@ -55,6 +55,7 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
 import kubelet as kb  # noqa: E402
+from cpu import Meter, cpu_table  # noqa: E402
 from pod_start import TERMINAL, Latency as RunLatency, Side, environment, mtime, p90, wait_files  # noqa: E402
 
 from hpkctl.jobs import Slurm  # noqa: E402
@@ -156,6 +157,7 @@ class InProcess:
         from the first srun to the last step's file."""
         marks = [self.root / f"burst-step-{uuid.uuid4().hex[:8]}" for _ in range(n)]
         live: list[subprocess.Popen[bytes]] = []
+        meter = Meter({}, self_children="srun (the benchmark's children)")
         t0 = time.time()
         for mark in marks:
             while len(live) >= cpus:
@@ -168,7 +170,8 @@ class InProcess:
             p.wait()
         wait_files(marks, 120)
         ends = [m.stat().st_mtime for m in marks if m.exists()]
-        return {"n": n, "ok": len(ends), "finished": max(ends) - t0 if ends else float("nan")}
+        cpu = meter.stop(spot[0], "", n)
+        return {"n": n, "ok": len(ends), "finished": max(ends) - t0 if ends else float("nan"), "cpu": cpu}
 
 
 # ---------------------------------------------------------------------------- 1: latency
@@ -337,10 +340,14 @@ def backlog(bench: kb.Bench, n: int) -> dict[str, Any]:
     finally:
         bench.calls.take()
         cpu0 = cluster.cpu()
+        meter = Meter({"API stand-in": cluster.procs["apiserver"].pid, "kubelet": cluster.kubelet_pid})
         t0 = time.time()
         cluster.start_scheduler()
+        meter.add_new("scheduler", cluster.procs["scheduler"].pid)
     w.wait(f"{n} backlog pods to end", lambda: all((x := w.pods.get(nm)) and x.terminal() for nm in names), 1800)
     cpu = {k: v - cpu0.get(k, 0.0) for k, v in cluster.cpu().items()}
+    held = owned_jobs(bench.calls, {("kubelet", cluster.node)})
+    by_part = meter.stop(held[0] if held else "", tag, n) if cluster.pilot is not None else None
     timed = kb.count(bench.calls.take())
     seen = [x for nm in names if (x := w.get(nm)) is not None]
 
@@ -353,7 +360,8 @@ def backlog(bench: kb.Bench, n: int) -> dict[str, Any]:
     ok = sum(1 for x in seen if x.terminal() == "Succeeded")
     occupancy = steps_at_once(cluster, uids)
     bench.delete(names, 1800)
-    return {"n": n, "ok": ok, "posts_s": posted, "t": t, "calls": dict(timed), "cpu_s": cpu, "steps": occupancy}
+    return {"n": n, "ok": ok, "posts_s": posted, "t": t, "calls": dict(timed), "cpu_s": cpu, "steps": occupancy,
+            "cpu": by_part}
 
 
 def steps_at_once(cluster: kb.Cluster, uids: list[str]) -> dict[str, Any]:
@@ -416,6 +424,10 @@ def backlog_lines(n: int, res: dict[str, Any]) -> tuple[list[str], dict[str, Any
             out.append(f"  {key}: Slurm commands per pod {kb.per(Counter(r['calls']), n)}; CPU seconds "
                        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(r["cpu_s"].items())))
             out += occupancy_lines(r.get("steps") or {})
+    sides = {label: res[key]["cpu"] for key, label in (("pilot", "pilot"), ("steps", "bare steps"))
+             if key in res and res[key].get("cpu")}
+    if sides:
+        out += cpu_table(sides, n)
     return out, summary
 
 
@@ -524,12 +536,17 @@ class CountedCalls:
         return getattr(self._calls, name)
 
 
-def sweep(calls: kb.Calls, comments: set[tuple[str, str]], jobs: list[str]) -> None:
-    """Cancel this run's allocations (by their job comment) and bare jobs still there (real scancel)."""
+def owned_jobs(calls: kb.Calls, comments: set[tuple[str, str]]) -> list[str]:
+    """This user's pilot allocations whose job comment names one of ``comments`` (owner, node)."""
     r = subprocess.run([calls.real["squeue"] or "squeue", "--noheader", "--me", "--format=%i|%k"],
                        capture_output=True, text=True, check=False)
-    left = [jid for line in r.stdout.splitlines() for jid, _, comment in [line.strip().partition("|")]
+    return [jid for line in r.stdout.splitlines() for jid, _, comment in [line.strip().partition("|")]
             if comment_owner(comment.strip()) in comments]
+
+
+def sweep(calls: kb.Calls, comments: set[tuple[str, str]], jobs: list[str]) -> None:
+    """Cancel this run's allocations (by their job comment) and bare jobs still there (real scancel)."""
+    left = owned_jobs(calls, comments)
     st = calls.states(jobs) if jobs else {}
     left += [j for j, s in st.items() if s not in TERMINAL]
     if left:
