@@ -600,7 +600,8 @@ hpk_ranks_oom() {
 # a background subshell (its variables are its own). Returns the last exit code.
 hpk_run() {
   HPK_NAME=$1 HPK_FN=$3 HPK_CPID='' HPK_STOPPING=0 HPK_WAITING=''
-  local name=$1 policy=$2 fn=$3 rc restarts=0 delay=$HPK_RESTART_BACKOFF probes_pid f oom
+  local name=$1 policy=$2 fn=$3 rc restarts=0 delay=$HPK_RESTART_BACKOFF probes_pid f oom t
+  local -a ended
   trap hpk_stop_runner TERM
   while :; do
     umask 0111  # the termination log is 0666 (as chmod made it: a process fewer before each start)
@@ -645,18 +646,20 @@ hpk_run() {
       kill -TERM "$probes_pid" 2>/dev/null
       wait "$probes_pid" 2>/dev/null
     fi
-    hpk_put "$name.ready" 0
-    hpk_put_now "$name.finished"
+    hpk_clock t  # finishedAt: the container's end, however long the writes below take
     hpk_termination_message "$name" "$rc"
+    ended=("$name.ready" 0 "$name.finished" "$t")
     # SIGKILLed while the OOM killer killed in the job's memory cgroup: OOMKilled, as the kubelet says;
     # an MPI container's ranks: srun says so for a task on any node (hpk_ranks_oom)
     if [ "$rc" -eq 137 ] && hpk_oom_count && [ "$HPK_OOM_KILLS" -gt "$oom" ] \
       || { [ "$rc" -ne 0 ] && hpk_ranks_oom "$fn" "$name"; }; then
-      hpk_put "$name.reason" OOMKilled
+      ended+=("$name.reason" OOMKilled)
     fi
     # a restart to come: the status is waiting (CrashLoopBackOff) for these seconds, not terminated
-    hpk_restarts "$policy" "$rc" && hpk_put "$name.backoff" "$delay"
-    hpk_put "$name.exitcode" "$rc"
+    hpk_restarts "$policy" "$rc" && ended+=("$name.backoff" "$delay")
+    # the container's end in one process (one mv of them all, in this order): the exit code last,
+    # the file that says the container terminated
+    hpk_puts ${ended[@]+"${ended[@]}"} "$name.exitcode" "$rc"
     hpk_restarts "$policy" "$rc" || return "$rc"
     sleep "$delay" &
     HPK_WAITING=$!
@@ -810,7 +813,7 @@ hpk_wait_launched() {
 # started and its postStart hook returned; when they have all ended, the sidecars are stopped.
 # The pod's exit code is the first main container's.
 hpk_start_containers() {
-  local i rc=0 first=0 pid name
+  local i rc=0 first=0 pid name t
   for ((i = 0; i < ${#HPK_INIT[@]}; i += 3)); do
     name=${HPK_INIT[i]}
     if [ "${HPK_INIT[i + 1]}" = Always ]; then
@@ -832,13 +835,19 @@ hpk_start_containers() {
   for ((i = 0; i < ${#HPK_MAIN[@]}; i += 3)); do
     hpk_run "${HPK_MAIN[i]}" "${HPK_MAIN[i + 1]}" "${HPK_MAIN[i + 2]}" &
     HPK_RUNNERS+=("$!")
-    hpk_wait_launched "${HPK_MAIN[i]}" "$!"
+    # the next one starts once this one launched; after the last, only the wait for them all
+    [ $((i + 3)) -ge ${#HPK_MAIN[@]} ] || hpk_wait_launched "${HPK_MAIN[i]}" "$!"
   done
   for pid in ${HPK_RUNNERS[@]+"${HPK_RUNNERS[@]}"}; do
     wait "$pid"
     rc=$?
     [ "$first" -ne 0 ] || first=$rc
   done
+  if [ ${#HPK_SIDECARS[@]} = 0 ]; then  # no sidecars to stop: both in one process, pod.done last
+    hpk_clock t
+    hpk_puts pod.completing "$t" pod.done "$first"
+    return "$first"
+  fi
   hpk_put_now pod.completing  # the pod's result is known; only its sidecars are left to stop
   hpk_stop_sidecars
   hpk_put pod.done "$first"

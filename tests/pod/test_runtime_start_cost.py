@@ -79,8 +79,9 @@ def _marker_pids(trace: str) -> set[str]:
             and m.group(4).split('"')[1].endswith("/mv")}
 
 
-@pytest.mark.parametrize("mode", ["job", "pilot"])
-def test_the_way_to_the_first_container_starts_few_processes(stub_env: dict[str, Any], mode: str) -> None:
+def traced_run(stub_env: dict[str, Any], mode: str) -> tuple[Path, str]:
+    """SPEC's pod rendered for ``mode`` (job or pilot), its job script run under strace: (its pod
+    directory, :func:`merged` trace)."""
     strace = shutil.which("strace")
     if strace is None:
         pytest.fail("strace is not installed (apt-get install strace)")
@@ -99,10 +100,45 @@ def test_the_way_to_the_first_container_starts_few_processes(stub_env: dict[str,
                        env=env, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     assert (root / "status" / "app.started").exists() and (root / "status" / "pod.done").read_text() == "0\n"
-    started = started_before_container(merged(traces, "t"))
+    return root, merged(traces, "t")
+
+
+@pytest.mark.parametrize("mode", ["job", "pilot"])
+def test_the_way_to_the_first_container_starts_few_processes(stub_env: dict[str, Any], mode: str) -> None:
+    _, trace = traced_run(stub_env, mode)
+    started = started_before_container(trace)
     assert any(e == "exec mv" for e in started), started  # the job's status files were written on the way
     forks = sum(1 for e in started if e.startswith("fork "))
     assert forks <= BUDGET, f"{forks} processes before the first container (the programs they ran):\n" + "\n".join(started)
+
+
+def status_moves(trace: str) -> list[list[str]]:
+    """The status files each ``mv`` of :func:`merged` strace output wrote, in order (their names)."""
+    out = []
+    for line in trace.splitlines():
+        m = _EVENT.match(line)
+        if m and m.group(3) == "execve" and m.group(4).split('"')[1].endswith("/mv"):
+            args = re.findall(r'"([^"]*)"', m.group(4).split("]", 1)[0])[1:]
+            names = [a.rsplit("/", 1)[-1] for a in args if "/status/" in a]
+            out.append([n for n in names if n and not n.startswith(".")])  # not the staged or .tmp source
+    return out
+
+
+@pytest.mark.parametrize("mode", ["job", "pilot"])
+def test_a_container_and_a_pod_end_in_one_write_each(stub_env: dict[str, Any], mode: str) -> None:
+    """After the container started, three writes (processes) to the pod's end: its readiness, its
+    end (ready 0, finished, then the exit code, which says it terminated), the pod's end (no sidecars:
+    pod.completing, then pod.done); and the single main container is not polled for its launch (a
+    ``sleep`` each): nothing starts after it (bench/run pilot's backlog: a `true` pod's CPU)."""
+    root, trace = traced_run(stub_env, mode)
+    moves = status_moves(trace)
+    after = moves[next(i for i, m in enumerate(moves) if "app.started" in m) + 1:]
+    assert after == [["app.ready"], ["app.ready", "app.finished", "app.exitcode"], ["pod.completing", "pod.done"]]
+    assert not re.search(r'execve\("[^"]*/sleep"', trace)
+    st = root / "status"
+    assert (st / "app.ready").read_text() == "0\n" and (st / "app.exitcode").read_text() == "0\n"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n", (st / "app.finished").read_text())
+    assert (st / "pod.completing").exists()
 
 
 def test_the_count_sees_forks_execs_and_leaves_out_the_container() -> None:
