@@ -1,9 +1,10 @@
 """Package boundaries and types, enforced: the import-linter contracts and mypy of pyproject.toml.
 
 Every contract is also shown to fail: a copy of the package gets a throwaway module that breaks it,
-and ``lint-imports`` run on the copy must report exactly the contracts expected broken. These ~55
-copies check the tooling, not the product (~10 s of CPU), so they are marked ``full``: ``ci/test`` runs
-them, ``ci/quick`` does not. Process starts that import-linter cannot see (``os.system`` and friends)
+and ``lint-imports`` run on the copy must report exactly the contracts expected broken. These 50
+copies check the tooling, not the product: one process lints them all (tests/support/lintcopies.py,
+~3 s of CPU instead of ~10 s for a process each), and they are marked ``full``: ``ci/test`` runs them,
+``ci/quick`` does not. Process starts that import-linter cannot see (``os.system`` and friends)
 are found by an AST scan.
 """
 
@@ -23,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.lintcopies import lint_copies
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "hpkctl"
@@ -152,15 +155,43 @@ VIOLATIONS = [
 ]
 
 
+#: test_indirect_violation_through_sites_reaches_pod: a module of sites/ importing the violation
+INDIRECT = [("sites/_violation.py", "import subprocess\n", False),
+            ("sites/schema.py", "\nfrom hpkctl.sites import _violation  # noqa\n", True)]
+SUBMIT_HOST = [
+    ("controlplane/clusterview.py", "from hpkctl.controlplane import steps  # noqa\n"),
+    ("controlplane/statedir.py", "from hpkctl.runtime.supervise import Child  # noqa\n"),
+    ("cli/launch.py", "from hpkctl.cli import controlplane  # noqa\n"),  # the CLI module of `controlplane run`
+]
+#: Each copy's edits: (file in hpkctl/, text, appended or written); the first copy is left pristine.
+Edits = tuple[tuple[str, str, bool], ...]
+COPIES: list[Edits] = [(), *(((where, source, False),) for _, where, source in VIOLATIONS), tuple(INDIRECT),
+                       *(((module, "\n" + job_side, True),) for module, job_side in SUBMIT_HOST)]
+
+
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of hpkctl and pyproject.toml, checked once to keep every contract."""
-    root = tmp_path_factory.mktemp("pristine")
-    shutil.copytree(PACKAGE, root / "hpkctl", ignore=shutil.ignore_patterns("__pycache__", "_data"))
-    shutil.copy(REPO / "pyproject.toml", root)
-    r = lint_imports(root, root.parent / "grimp-cache")
-    assert r.returncode == 0, r.stdout + r.stderr
-    return root
+def linted(tmp_path_factory: pytest.TempPathFactory) -> dict[Edits, str]:
+    """lint-imports' report on each copy of hpkctl (and pyproject.toml) in COPIES, all in one process
+    (tests/support/lintcopies.py); the pristine copy keeps every contract."""
+    assert len(set(COPIES)) == len(COPIES)
+    pristine = tmp_path_factory.mktemp("pristine")
+    shutil.copytree(PACKAGE, pristine / "hpkctl", ignore=shutil.ignore_patterns("__pycache__", "_data"))
+    shutil.copy(REPO / "pyproject.toml", pristine)
+    dirs = [pristine]
+    for edits in COPIES[1:]:
+        root = tmp_path_factory.mktemp("copy")
+        shutil.copytree(pristine, root, dirs_exist_ok=True)
+        for where, text, append in edits:
+            target = root / "hpkctl" / where
+            target.write_text((target.read_text() if append else "") + text)
+        dirs.append(root)
+    results = lint_copies(dirs, pristine.parent / "grimp-cache")
+    assert results[0][0], results[0][1]
+    assert contract_results(results[0][1]) == dict.fromkeys(CONTRACTS, "KEPT"), results[0][1]
+    for (kept, report), edits in zip(results, COPIES):
+        # lint-imports' verdict agrees with its report (a contract broken: not kept)
+        assert kept == ("BROKEN" not in contract_results(report).values()), (edits, report)
+    return {edits: report for (_, report), edits in zip(results, COPIES)}
 
 
 def _ids() -> Iterator[str]:
@@ -170,49 +201,32 @@ def _ids() -> Iterator[str]:
 
 @pytest.mark.full
 @pytest.mark.parametrize(("broken", "where", "source"), VIOLATIONS, ids=list(_ids()))
-def test_each_contract_can_fail(pristine: Path, tmp_path: Path, broken: set[str], where: str, source: str) -> None:
-    shutil.copytree(pristine, tmp_path, dirs_exist_ok=True)
-    target = tmp_path / "hpkctl" / where
-    target.write_text(source)
-    r = lint_imports(tmp_path, pristine.parent / "grimp-cache")
-    results = contract_results(r.stdout)
-    assert set(results) == set(CONTRACTS), f"lint-imports did not report every contract:\n{r.stdout}{r.stderr}"
-    assert {cid for cid, verdict in results.items() if verdict == "BROKEN"} == broken, r.stdout
-    assert (r.returncode != 0) == bool(broken), r.stdout + r.stderr
+def test_each_contract_can_fail(linted: dict[Edits, str], broken: set[str], where: str, source: str) -> None:
+    report = linted[((where, source, False),)]
+    results = contract_results(report)
+    assert set(results) == set(CONTRACTS), f"lint-imports did not report every contract:\n{report}"
+    assert {cid for cid, verdict in results.items() if verdict == "BROKEN"} == broken, report
     if broken:
         # the report names the offending module
-        assert f"hpkctl.{where[:-3].replace('/', '.')}" in r.stdout, r.stdout
+        assert f"hpkctl.{where[:-3].replace('/', '.')}" in report, report
 
 
 @pytest.mark.full
-def test_indirect_violation_through_sites_reaches_pod(pristine: Path, tmp_path: Path) -> None:
+def test_indirect_violation_through_sites_reaches_pod(linted: dict[Edits, str]) -> None:
     """pod/ imports nothing that runs processes, not even through another package."""
-    shutil.copytree(pristine, tmp_path, dirs_exist_ok=True)
-    (tmp_path / "hpkctl" / "sites" / "_violation.py").write_text("import subprocess\n")
-    schema = tmp_path / "hpkctl" / "sites" / "schema.py"
-    schema.write_text(schema.read_text() + "\nfrom hpkctl.sites import _violation  # noqa\n")
-    r = lint_imports(tmp_path, pristine.parent / "grimp-cache")
-    results = contract_results(r.stdout)
-    assert results["pure-pod"] == "BROKEN", r.stdout
-    assert "hpkctl.sites.schema -> hpkctl.sites._violation" in r.stdout, r.stdout
+    report = linted[tuple(INDIRECT)]
+    assert contract_results(report)["pure-pod"] == "BROKEN", report
+    assert "hpkctl.sites.schema -> hpkctl.sites._violation" in report, report
 
 
 @pytest.mark.full
-@pytest.mark.parametrize(("module", "job_side"), [
-    ("controlplane/clusterview.py", "from hpkctl.controlplane import steps  # noqa\n"),
-    ("controlplane/statedir.py", "from hpkctl.runtime.supervise import Child  # noqa\n"),
-    ("cli/launch.py", "from hpkctl.cli import controlplane  # noqa\n"),  # the CLI module of `controlplane run`
-])
-def test_submit_host_contract_can_fail(pristine: Path, tmp_path: Path, module: str, job_side: str) -> None:
+@pytest.mark.parametrize(("module", "job_side"), SUBMIT_HOST)
+def test_submit_host_contract_can_fail(linted: dict[Edits, str], module: str, job_side: str) -> None:
     """One of the submit host's modules importing the job side, directly or through another module,
     breaks "submit-host" and names the chain."""
-    shutil.copytree(pristine, tmp_path, dirs_exist_ok=True)
-    target = tmp_path / "hpkctl" / module
-    target.write_text(target.read_text() + "\n" + job_side)
-    r = lint_imports(tmp_path, pristine.parent / "grimp-cache")
-    results = contract_results(r.stdout)
-    assert results["submit-host"] == "BROKEN", r.stdout
-    assert f"hpkctl.{module[:-3].replace('/', '.')} is not allowed to import" in r.stdout, r.stdout
+    report = linted[((module, "\n" + job_side, True),)]
+    assert contract_results(report)["submit-host"] == "BROKEN", report
+    assert f"hpkctl.{module[:-3].replace('/', '.')} is not allowed to import" in report, report
 
 
 # ---------------------------------------------------------------------------- what import-linter cannot see
