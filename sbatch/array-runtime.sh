@@ -45,10 +45,11 @@ hpk_a_fail_job() {
 # hpk_a_deadline: activeDeadlineSeconds, counted from the first element's start.
 hpk_a_deadline() {
   [ "$HPK_ACTIVE_DEADLINE" -gt 0 ] || return 0
-  (set -C && date +%s >"$HPK_ARRAY_STATUS/job.started") 2>/dev/null
-  local started left
-  started=$(cat "$HPK_ARRAY_STATUS/job.started") || started=$(date +%s)
-  left=$((started + HPK_ACTIVE_DEADLINE - $(date +%s)))
+  local now started left
+  printf -v now '%(%s)T' -1  # one reading: a second boundary between two made the first element's 1 s deadline 0
+  (set -C && echo "$now" >"$HPK_ARRAY_STATUS/job.started") 2>/dev/null
+  started=$(cat "$HPK_ARRAY_STATUS/job.started") || started=$now
+  left=$((started + HPK_ACTIVE_DEADLINE - now))
   if [ "$left" -le 0 ]; then
     hpk_a_fail_job DeadlineExceeded "Job was active longer than specified deadline"
     exit 1

@@ -1001,10 +1001,11 @@ hpk_cluster_resolv() {
 # to a minute early, so the job's limit is only the backstop.
 hpk_deadline() {
   [ "$HPK_ACTIVE_DEADLINE" -gt 0 ] || return 0
-  (set -C && date +%s >"$HPK_STATUS/deadline.start") 2>/dev/null
-  local started left
-  started=$(cat -- "$HPK_STATUS/deadline.start" 2>/dev/null) || started=$(date +%s)
-  left=$((started + HPK_ACTIVE_DEADLINE - $(date +%s)))
+  local now started left
+  printf -v now '%(%s)T' -1  # one reading: a second boundary between two would cut the first run short
+  (set -C && echo "$now" >"$HPK_STATUS/deadline.start") 2>/dev/null
+  started=$(cat -- "$HPK_STATUS/deadline.start" 2>/dev/null) || started=$now
+  left=$((started + HPK_ACTIVE_DEADLINE - now))
   [ "$left" -gt 0 ] || left=0
   (
     sleep "$left"

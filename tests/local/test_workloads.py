@@ -262,6 +262,24 @@ def test_active_deadline_fails_the_job_and_stops_the_running_pod(tmp_path: Path)
     assert (tmp_path / "scancel.log").read_text() == "77_1\n"
 
 
+def test_a_second_boundary_at_the_first_element_start_does_not_cut_its_deadline(tmp_path: Path) -> None:
+    """The deadline's start and the time left are one clock reading: with two, a second boundary between
+    them (any busy machine, now and then) left a 1 s deadline 0 and the first element failed the Job before
+    its pod started, with no index result (seen as FileNotFoundError: status/index.0). A ``date`` that moves
+    on a second at each call makes every such boundary happen."""
+    plan = _fast(_plan(tmp_path, 1, retries=True, backoff_limit=6, active_deadline=1))
+    plan.pod_dirs = _fake_pods(tmp_path, ["0"])
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "clock").write_text("1800000000")
+    (tmp_path / "bin" / "date").write_text(f'#!/bin/sh\nread -r t <{tmp_path}/clock; echo "$t"; '
+                                           f'echo $((t + 1)) >{tmp_path}/clock\n')
+    (tmp_path / "bin" / "date").chmod(0o755)
+    r = _element(tmp_path, plan, 0)
+    assert r.returncode == 0, r.stderr
+    assert _status(plan, "index.0") == "Succeeded"
+    assert (Path(plan.pod_dirs[0]) / "runs").read_text() == "run\n"
+
+
 def test_term_is_passed_on_to_the_pod(tmp_path: Path) -> None:
     plan = _fast(_plan(tmp_path, 1, retries=True, backoff_limit=6))
     plan.pod_dirs = _fake_pods(tmp_path, ["0"])
