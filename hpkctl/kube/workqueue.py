@@ -9,8 +9,10 @@ uids), with one entry per key.
   do), and a hundred re-adds of a pod cost one run.
 - Keys run in deadline order, each once its deadline has come; of the keys due, the ones ``urgent``
   says are urgent when they are added first (the kubelet's pods still to be submitted: their
-  ``sbatch`` never waits behind other pods' status patches, as in the real kubelet, whose pod workers
-  are per pod and whose status manager writes on its own).
+  ``sbatch`` does not wait behind other pods' status patches, as in the real kubelet, whose pod
+  workers are per pod and whose status manager writes on its own). The head start is bounded: a key
+  due for ``URGENT_LEAD`` seconds goes before the urgent ones, so urgent keys that come back again
+  and again (a pilot pod waiting for room, an sbatch retried) never starve status work and deletes.
 
 The same shape as client-go's rate-limited workqueue, which virtual-kubelet uses; threads, because
 the work is blocking calls (sbatch, the API client).
@@ -27,6 +29,7 @@ from collections.abc import Callable
 log = logging.getLogger("hpkctl.workqueue")
 
 _IDLE_WAIT = 1.0  # seconds a worker sleeps with nothing queued before it looks again (stop() wakes it)
+URGENT_LEAD = 1.0  # seconds urgent keys may keep a due key waiting; then it goes first
 
 
 class WorkQueue:
@@ -79,6 +82,8 @@ class WorkQueue:
         for heap in (self._hot, self._heap):
             while heap and self._due.get(heap[0][2]) != heap[0][0]:
                 heapq.heappop(heap)  # replaced by an earlier deadline, or taken already
+        aged = bool(self._heap) and self._heap[0][0] <= now - URGENT_LEAD
+        for heap in (self._heap, self._hot) if aged else (self._hot, self._heap):
             if heap and heap[0][0] <= now:
                 _, _, key = heapq.heappop(heap)
                 del self._due[key]

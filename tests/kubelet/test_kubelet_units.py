@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpkctl.jobs import NodeInfo
-from hpkctl.kube.workqueue import WorkQueue
+from hpkctl.kube.workqueue import URGENT_LEAD, WorkQueue
 from hpkctl.kubelet.node import NodeState, capacity, micro_time
 from hpkctl.kubelet.podstatus import api_status, forbidden_transitions, never_regresses, reported_starts, status_patch
 from hpkctl.provider.records import SUBMITTED, SUBMITTING, PodRecord, Records
@@ -77,17 +77,40 @@ def test_urgent_keys_due_run_before_the_others_in_deadline_order_each() -> None:
     urgent = {"new-1", "new-2", "new-later"}
     q = WorkQueue(order.append, workers=1, clock=lambda: now[0], urgent=urgent.__contains__)
     q.add("status-1")
-    now[0] += 1
+    now[0] += 0.3
     q.add("status-2")
     q.add("new-1")
     q.add_after("new-later", 5)
-    now[0] += 1
+    now[0] += 0.3
     q.add("new-2")
     q.add("new-1")  # coalesced
     assert q.drain() == 4
     assert order == ["new-1", "new-2", "status-1", "status-2"]
     now[0] += 5
     assert q.drain() == 1 and order[-1] == "new-later"
+
+
+def test_urgent_keys_that_keep_coming_do_not_starve_a_key_due_longer_than_the_lead() -> None:
+    """Each urgent run takes a quarter of URGENT_LEAD and brings a new urgent key and the same one
+    again (a pilot pod waiting for room, a burst's creates): the status key queued before them runs
+    once it has waited URGENT_LEAD, where an urgent-first queue would never run it."""
+    now = [100.0]
+    order: list[str] = []
+    q: WorkQueue
+
+    def handler(key: str) -> None:
+        order.append(key)
+        now[0] += URGENT_LEAD / 4
+        if key.startswith("new"):
+            q.add("new-waiting")
+            q.add(f"new-{len(order)}")
+
+    q = WorkQueue(handler, workers=1, clock=lambda: now[0], urgent=lambda k: k.startswith("new"))
+    q.add("status")
+    q.add("new-0")
+    q.drain(limit=12)
+    assert order[0] == "new-0" and "status" in order, order
+    assert order.index("status") == 4, order  # after four urgent runs: a lead's worth
 
 
 def test_add_after_delays_and_a_failing_handler_does_not_kill_workers() -> None:
