@@ -160,11 +160,8 @@ class PodManager:
                     self.queue.add_after(uid, wait)
                 if not t.state.final:
                     self._reconcile(t)
-        except (KubeError, KubeUnavailable) as exc:
-            log.warning("pod %s: API server: %s (retrying)", t.key, exc)
-            self._retry(t, report)
-        except SlurmError as exc:
-            log.warning("pod %s: Slurm: %s (retrying)", t.key, exc)
+        except (KubeError, KubeUnavailable, SlurmError) as exc:
+            log.warning("pod %s: %s: %s (retrying)", t.key, "Slurm" if isinstance(exc, SlurmError) else "API server", exc)
             self._retry(t, report)
         except OSError as exc:  # the pod directory cannot be written (disk full, quota): retry later
             log.warning("pod %s: %s (retrying)", t.key, exc)
@@ -179,8 +176,7 @@ class PodManager:
                 self._retry(t, None)
 
     def _retry(self, t: Tracked, report: StatusReport | None) -> None:
-        """After a failure: a status report is tried again soon (its own back-off, from 1 s), anything
-        else once the pod's gate opens again."""
+        """After a failure: a status report soon (its own back-off, from 1 s), anything else once the gate opens."""
         if report is not None:
             t.state.give_back(report)
             self.queue.add_after(t.uid, t.state.patch_backoff.next())
@@ -272,6 +268,7 @@ class PodManager:
         if t.state.phase is Phase.PULLING:
             self.events.post(t, "Pulled", "Image(s) pulled: " + ", ".join(t.state.pulling))
         t.state.phase = Phase.FINAL if created.final else Phase.SUBMITTED
+        self._forget_objects(t)
         if created.job_id:
             self._submitted(t, created)
         if created.tokens_later:
@@ -281,6 +278,10 @@ class PodManager:
         if first and created.job_id:  # where a create's time goes (bench/run kubelet reads it)
             log.info("pod %s: created %.3f s after it was seen: queued %.3f, create %.3f (API reads %.3f)", t.key,
                      time.monotonic() - t.seen, t0 - t.seen, time.monotonic() - t0, objects.read_s)
+
+    def _forget_objects(self, t: Tracked) -> None:  # submitted or ended: never rendered again (kubelet: terminated)
+        if self.watches is not None:
+            self.watches.unregister(t.uid)
 
     def _objects(self, t: Tracked) -> ApiObjects:  # a first create may read what was read since the pod was seen
         since = t.seen if t.state.phase is Phase.NEW else time.monotonic()
@@ -311,6 +312,7 @@ class PodManager:
         self.events.post(t, "Failed", f"{reason}: {message}", warning=True)
         t.error = reason
         t.state.phase = Phase.FINAL
+        self._forget_objects(t)
         status = {"phase": "Failed", "reason": reason, "message": message,
                   "containerStatuses": waiting_containers(t.pod, reason, message[:1000])}
         if not t.job_id:
@@ -325,8 +327,7 @@ class PodManager:
         grace = _meta(t.pod).get("deletionGracePeriodSeconds")
         ref = PodRef(t.uid, t.namespace, t.name)
         t.deleting = True
-        if self.watches is not None:  # no render follows; and no watch may outlive the pod (objwatch.py)
-            self.watches.unregister(t.uid)
+        self._forget_objects(t)  # no render follows; and no watch may outlive the pod (objwatch.py)
         d = self.provider.delete(ref, grace=None if grace is None else float(grace), pod=t.pod,
                                  report=t.uid not in self._gone)
         if d.killing:
@@ -341,8 +342,7 @@ class PodManager:
                 log.debug("pod %s: final status not sent: %s", t.key, exc)
         if final_delete:
             try:
-                self.kube.delete(pod_path(t.namespace, t.name), {"gracePeriodSeconds": 0,
-                                                                   "preconditions": {"uid": t.uid}},
+                self.kube.delete(pod_path(t.namespace, t.name), {"gracePeriodSeconds": 0, "preconditions": {"uid": t.uid}},
                                  query={"gracePeriodSeconds": 0})
             except KubeError as exc:
                 if exc.code not in (404, 409):  # gone already, or the name is another pod's now

@@ -365,7 +365,8 @@ class _Watches:
 
 def test_the_pods_objects_come_from_the_watches_and_their_references_go_with_the_pod(mgr: Any) -> None:
     """The PodManager registers a pod to start with the kubelet's object watches, renders it from them
-    (no GET of its ConfigMap), and drops its references when the pod leaves the node."""
+    (no GET of its ConfigMap), and drops its references once it is submitted: nothing renders it again,
+    and a kept completed pod must hold no watch (the real kubelet unregisters a terminated pod)."""
     m, kube, slurm = mgr
     m.watches = watches = _Watches()
     pod = _pod()
@@ -376,9 +377,13 @@ def test_the_pods_objects_come_from_the_watches_and_their_references_go_with_the
     assert slurm.submitted == 1
     assert ("configmaps", "default", "cm") in watches.reads
     assert not [p for verb, p, _ in kube.calls if verb == "GET" and "/configmaps/" in p]
-    m.on_sync([])  # the pod is gone from the API: stopped, and its references with it
-    m.sync("u-1")
     assert watches.unregistered == ["u-1"]
+    watches.registered.clear()
+    m.on_event("MODIFIED", {**pod, "metadata": {**pod["metadata"], "resourceVersion": "7"}})
+    assert watches.registered == {}  # submitted: an update registers none again
+    m.on_sync([])  # the pod is gone from the API: stopped
+    m.sync("u-1")
+    assert watches.unregistered[-1] == "u-1" and watches.registered == {}
 
 
 def test_a_pods_references_go_before_its_final_delete_and_a_deleting_pod_registers_none(mgr: Any) -> None:
