@@ -48,7 +48,8 @@ hpk_a_deadline() {
   local now started left
   printf -v now '%(%s)T' -1  # one reading: a second boundary between two made the first element's 1 s deadline 0
   (set -C && echo "$now" >"$HPK_ARRAY_STATUS/job.started") 2>/dev/null
-  started=$(cat "$HPK_ARRAY_STATUS/job.started") || started=$now
+  started=$(cat "$HPK_ARRAY_STATUS/job.started" 2>/dev/null) || started=$now
+  [[ $started =~ ^[0-9]+$ ]] || started=$now  # empty: another element is writing it (or died doing so)
   left=$((started + HPK_ACTIVE_DEADLINE - now))
   if [ "$left" -le 0 ]; then
     hpk_a_fail_job DeadlineExceeded "Job was active longer than specified deadline"

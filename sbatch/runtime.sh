@@ -1005,6 +1005,7 @@ hpk_deadline() {
   printf -v now '%(%s)T' -1  # one reading: a second boundary between two would cut the first run short
   (set -C && echo "$now" >"$HPK_STATUS/deadline.start") 2>/dev/null
   started=$(cat -- "$HPK_STATUS/deadline.start" 2>/dev/null) || started=$now
+  [[ $started =~ ^[0-9]+$ ]] || started=$now  # empty: cut short between its creation and its write
   left=$((started + HPK_ACTIVE_DEADLINE - now))
   [ "$left" -gt 0 ] || left=0
   (

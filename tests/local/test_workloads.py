@@ -4,6 +4,7 @@ and the array script's behaviour (retries, backoff limits, deadline) with fake p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -182,7 +183,8 @@ def _element(tmp: Path, plan: ArrayPlan, index: int, *, env: dict[str, str] | No
     full = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": str(index), "SLURM_ARRAY_JOB_ID": "77",
             "SLURM_JOB_NAME": "train", **(env or {})}
     if not wait:
-        return subprocess.Popen(["bash", str(script)], env=full, text=True, stderr=subprocess.PIPE)
+        return subprocess.Popen(["bash", str(script)], env=full, text=True, stderr=subprocess.PIPE,
+                                start_new_session=True)  # its group: what it left running can be ended
     return subprocess.run(["bash", str(script)], env=full, capture_output=True, text=True, check=False,
                           timeout=timeout)
 
@@ -262,22 +264,49 @@ def test_active_deadline_fails_the_job_and_stops_the_running_pod(tmp_path: Path)
     assert (tmp_path / "scancel.log").read_text() == "77_1\n"
 
 
+def _element_with_timer(tmp: Path, plan: ArrayPlan) -> tuple[int, str]:
+    """Element 0 to its end; its deadline timer, still sleeping then, is ended with the element's group
+    (Slurm ends a job's or step's leftover processes the same way). Its exit code and stderr."""
+    proc = _element(tmp, plan, 0, wait=False)
+    assert isinstance(proc, subprocess.Popen)
+    try:
+        rc = proc.wait(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    return rc, proc.stderr.read() if proc.stderr else ""
+
+
 def test_a_second_boundary_at_the_first_element_start_does_not_cut_its_deadline(tmp_path: Path) -> None:
     """The deadline's start and the time left are one clock reading: with two, a second boundary between
     them (any busy machine, now and then) left a 1 s deadline 0 and the first element failed the Job before
     its pod started, with no index result (seen as FileNotFoundError: status/index.0). A ``date`` that moves
-    on a second at each call makes every such boundary happen."""
-    plan = _fast(_plan(tmp_path, 1, retries=True, backoff_limit=6, active_deadline=1))
+    on 60 s at each call makes every such boundary happen; the 60 s deadline leaves the element all the
+    time it needs."""
+    plan = _fast(_plan(tmp_path, 1, retries=True, backoff_limit=6, active_deadline=60))
     plan.pod_dirs = _fake_pods(tmp_path, ["0"])
     (tmp_path / "bin").mkdir()
     (tmp_path / "clock").write_text("1800000000")
     (tmp_path / "bin" / "date").write_text(f'#!/bin/sh\nread -r t <{tmp_path}/clock; echo "$t"; '
-                                           f'echo $((t + 1)) >{tmp_path}/clock\n')
+                                           f'echo $((t + 60)) >{tmp_path}/clock\n')
     (tmp_path / "bin" / "date").chmod(0o755)
-    r = _element(tmp_path, plan, 0)
-    assert r.returncode == 0, r.stderr
+    rc, stderr = _element_with_timer(tmp_path, plan)
+    assert rc == 0, stderr
     assert _status(plan, "index.0") == "Succeeded"
+    assert not (Path(plan.array_dir) / "status" / "job.failed").exists()
     assert (Path(plan.pod_dirs[0]) / "runs").read_text() == "run\n"
+
+
+def test_an_empty_deadline_start_is_not_the_epoch(tmp_path: Path) -> None:
+    """``job.started`` is created, then written: an element that reads it in between (another node, a
+    crash in the gap) counts from its own start, not from 0, which failed the Job at once."""
+    plan = _fast(_plan(tmp_path, 1, retries=True, backoff_limit=6, active_deadline=60))
+    plan.pod_dirs = _fake_pods(tmp_path, ["0"])
+    (Path(plan.array_dir) / "status").mkdir(parents=True)
+    (Path(plan.array_dir) / "status" / "job.started").write_text("")
+    rc, stderr = _element_with_timer(tmp_path, plan)
+    assert rc == 0, stderr
+    assert _status(plan, "index.0") == "Succeeded"
 
 
 def test_term_is_passed_on_to_the_pod(tmp_path: Path) -> None:
