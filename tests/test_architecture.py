@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import textwrap
 import tomllib
 from collections.abc import Iterator
@@ -178,12 +179,15 @@ def linted(tmp_path_factory: pytest.TempPathFactory) -> dict[Edits, str]:
     shutil.copytree(PACKAGE, pristine / "hpkctl", ignore=shutil.ignore_patterns("__pycache__", "_data"))
     shutil.copy(REPO / "pyproject.toml", pristine)
     dirs = [pristine]
-    for edits in COPIES[1:]:
+    for n, edits in enumerate(COPIES[1:], start=1):
         root = tmp_path_factory.mktemp("copy")
         shutil.copytree(pristine, root, dirs_exist_ok=True)
         for where, text, append in edits:
             target = root / "hpkctl" / where
             target.write_text((target.read_text() if append else "") + text)
+            # grimp's cache (shared by the copies) knows a module by its name and mtime: an edit made in
+            # the same clock tick as another copy's of that module would be read as that one
+            os.utime(target, (time.time() + n, time.time() + n))
         dirs.append(root)
     results = lint_copies(dirs, pristine.parent / "grimp-cache")
     assert results[0][0], results[0][1]
