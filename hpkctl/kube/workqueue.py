@@ -29,7 +29,7 @@ from collections.abc import Callable
 log = logging.getLogger("hpkctl.workqueue")
 
 _IDLE_WAIT = 1.0  # seconds a worker sleeps with nothing queued before it looks again (stop() wakes it)
-URGENT_LEAD = 1.0  # seconds urgent keys may keep a due key waiting; then it goes first
+URGENT_LEAD = 5.0  # seconds urgent keys may keep a due key waiting (a burst of 200 creates takes ~4-5 s here)
 
 
 class WorkQueue:

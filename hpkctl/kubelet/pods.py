@@ -175,8 +175,7 @@ class PodManager:
             except Exception:  # noqa: BLE001 - the API is down too: the next sync tries again
                 self._retry(t, None)
 
-    def _retry(self, t: Tracked, report: StatusReport | None) -> None:
-        """After a failure: a status report soon (its own back-off, from 1 s), anything else once the gate opens."""
+    def _retry(self, t: Tracked, report: StatusReport | None) -> None:  # a report soon, the rest once the gate opens
         if report is not None:
             t.state.give_back(report)
             self.queue.add_after(t.uid, t.state.patch_backoff.next())
@@ -216,6 +215,7 @@ class PodManager:
             self.queue.add_after(t.uid, max(0.0, t.state.patch_gate - time.monotonic()))
         elif r.final:
             t.state.phase = Phase.FINAL
+            self._forget_objects(t)
 
     def _pulled(self, uid: str) -> None:
         """From a pull thread: the provider's pulls for ``uid`` ended; its worker creates it again."""
@@ -279,8 +279,8 @@ class PodManager:
             log.info("pod %s: created %.3f s after it was seen: queued %.3f, create %.3f (API reads %.3f)", t.key,
                      time.monotonic() - t.seen, t0 - t.seen, time.monotonic() - t0, objects.read_s)
 
-    def _forget_objects(self, t: Tracked) -> None:  # submitted or ended: never rendered again (kubelet: terminated)
-        if self.watches is not None:
+    def _forget_objects(self, t: Tracked) -> None:  # as the real kubelet unregisters a terminated pod
+        if self.watches is not None and (t.state.final or t.deleting):
             self.watches.unregister(t.uid)
 
     def _objects(self, t: Tracked) -> ApiObjects:  # a first create may read what was read since the pod was seen

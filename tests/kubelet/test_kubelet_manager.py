@@ -365,8 +365,8 @@ class _Watches:
 
 def test_the_pods_objects_come_from_the_watches_and_their_references_go_with_the_pod(mgr: Any) -> None:
     """The PodManager registers a pod to start with the kubelet's object watches, renders it from them
-    (no GET of its ConfigMap), and drops its references once it is submitted: nothing renders it again,
-    and a kept completed pod must hold no watch (the real kubelet unregisters a terminated pod)."""
+    (no GET of its ConfigMap), keeps its references while it runs (the next pod naming the object finds
+    the watch up: no LIST on its submit path) and drops them when the pod leaves the node."""
     m, kube, slurm = mgr
     m.watches = watches = _Watches()
     pod = _pod()
@@ -377,13 +377,25 @@ def test_the_pods_objects_come_from_the_watches_and_their_references_go_with_the
     assert slurm.submitted == 1
     assert ("configmaps", "default", "cm") in watches.reads
     assert not [p for verb, p, _ in kube.calls if verb == "GET" and "/configmaps/" in p]
-    assert watches.unregistered == ["u-1"]
-    watches.registered.clear()
-    m.on_event("MODIFIED", {**pod, "metadata": {**pod["metadata"], "resourceVersion": "7"}})
-    assert watches.registered == {}  # submitted: an update registers none again
-    m.on_sync([])  # the pod is gone from the API: stopped
+    assert watches.unregistered == []
+    m.on_sync([])  # the pod is gone from the API: stopped, and its references with it
     m.sync("u-1")
-    assert watches.unregistered[-1] == "u-1" and watches.registered == {}
+    assert watches.unregistered == ["u-1"]
+
+
+def test_a_pod_that_ends_drops_its_references_though_the_api_keeps_it(mgr: Any) -> None:
+    """As the real kubelet unregisters a terminated pod: a kept Failed (or Succeeded) pod holds no
+    watch, and none is listed again once the API server lets it go (the Node authorizer refuses)."""
+    m, kube, slurm = mgr
+    m.watches = watches = _Watches()
+    pod = _pod()
+    pod["status"] = {"phase": "Running", "containerStatuses": [
+        {"name": "c", "state": {"running": {"startedAt": "2020-01-01T00:00:00Z"}}}]}
+    m.on_sync([pod])
+    assert list(watches.registered) == ["u-1"]
+    m.sync("u-1")  # it ran, and its job left no trace: Failed (JobLost), never run twice
+    assert slurm.submitted == 0 and kube.status_patches()[-1]["status"]["phase"] == "Failed"
+    assert watches.unregistered == ["u-1"]
 
 
 def test_a_pods_references_go_before_its_final_delete_and_a_deleting_pod_registers_none(mgr: Any) -> None:
