@@ -153,6 +153,9 @@ VIOLATIONS = [
     (set(), "controlplane/_violation.py", "from hpkctl.controlplane import steps\n"),
     ({"no-standins"}, "local/_violation.py", "import tests.conftest\n"),
     ({"no-standins"}, "runtime/_violation.py", "from ci.standin import standin_apptainer\n"),
+    # the typed-model layer is a leaf (issue 23.2)
+    ({"layers", "typed-leaf"}, "typed/_violation.py", "from hpkctl.errors import ManifestError\n"),
+    ({"typed-leaf"}, "typed/_violation.py", "import pydantic\n"),
 ]
 
 

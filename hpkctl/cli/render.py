@@ -85,7 +85,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         check_out_dir(Path(pod_dir))  # before anything is written, and never after a deletion
     try:
         rendered = render_pod(pod, profile, objects=manifest.objects, pod_dir=pod_dir, strict=False,
-                              services=manifest.services)
+                              services=manifest.services, validated=True)  # select_pod or build_array did
     except PodError as exc:
         print(f"hpkctl: error: pod {pod['metadata']['name']}: {exc.reason}: {exc}", file=sys.stderr)
         return EXIT_ERROR

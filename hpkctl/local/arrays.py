@@ -97,7 +97,8 @@ def build_array(profile: SiteProfile, manifest: Manifest, template: dict[str, An
     for i, pod in enumerate(member_pods(workload, template, manifest.owner(template)[1])):  # type: ignore[index]
         validate_pod(pod, source=f"{source} (its pod {i}, {pod['metadata']['name']})", prefix=template_at)
         members.append(with_api_defaults(pod, namespace=namespace, create=create))
-    rendered = [render_pod(pod, profile, objects=manifest.objects, services=manifest.services, strict=create)
+    rendered = [render_pod(pod, profile, objects=manifest.objects, services=manifest.services, strict=create,
+                           validated=True)
                 for pod in members]
     uid = str(uuid.uuid4()) if create else str(uuid.uuid5(uuid.NAMESPACE_URL, members[0]["metadata"]["uid"]))
     array_dir = pod_dir_for(profile, uid)

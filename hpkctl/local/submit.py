@@ -151,7 +151,8 @@ def prepare_run(profile: SiteProfile, manifest_path: str, *, pod_name: str | Non
             raise
         return PreparedRun(profile=profile, record=rec, rendered=first, manifest_path=manifest_path)
     pod = with_api_defaults(pod, namespace=ns, create=True)
-    rendered = render_pod(pod, profile, objects=manifest.objects, services=manifest.services)
+    # select_pod validated the pod, check_name its name and namespace: rendering does not validate again
+    rendered = render_pod(pod, profile, objects=manifest.objects, services=manifest.services, validated=True)
     for w in rendered.warnings:
         print(f"hpkctl: warning: {w}", file=out)
     rec = RunRecord(name=name, namespace=ns, uid=pod["metadata"]["uid"], job_id="",

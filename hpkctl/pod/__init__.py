@@ -19,14 +19,15 @@ from hpkctl.sites.schema import SiteProfile
 
 def render_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSource | None = None,
                pod_dir: str | None = None, strict: bool = True, services: Sequence[Mapping[str, Any]] = (),
-               pvc_resolver: PvcResolver | None = None) -> RenderedPod:
+               pvc_resolver: PvcResolver | None = None, validated: bool = False) -> RenderedPod:
     """Translate a pod (shaped as the API server returns it) into its sbatch script and files.
 
     Raises :class:`hpkctl.errors.PodError` (with a Kubernetes-style ``reason``) when the pod cannot
-    run as asked. ``strict=False`` is a dry run: missing ConfigMaps/Secrets become warnings.
+    run as asked. ``strict=False`` is a dry run: missing ConfigMaps/Secrets become warnings. ``validated``:
+    the caller has validated the pod already (:func:`hpkctl.pod.translate.plan_pod` says when that holds).
     """
     plan = plan_pod(pod, profile, objects=objects, pod_dir=pod_dir, strict=strict, services=services,
-                    pvc_resolver=pvc_resolver)
+                    pvc_resolver=pvc_resolver, validated=validated)
     return render_plan(plan)
 
 

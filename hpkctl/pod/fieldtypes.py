@@ -15,9 +15,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
-from pydantic.alias_generators import to_camel
-from pydantic_core import PydanticCustomError
+from hpkctl.typed import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, RuleError, to_camel
 
 from hpkctl.pod.quantity import parse_quantity
 
@@ -30,9 +28,9 @@ PORT_NAME = re.compile(r"[-a-z0-9]+")
 MAX_QUANTITY = Decimal(2) ** 63
 
 
-def rule(message: str, hint: str = "") -> PydanticCustomError:
+def rule(message: str, hint: str = "") -> RuleError:
     """A broken rule: ``message`` says what the value must be, ``hint`` how to fix it."""
-    return PydanticCustomError("k8s_rule", message, {"hint": hint} if hint else {})
+    return RuleError("k8s_rule", message, {"hint": hint} if hint else {})
 
 
 def checked(check: Callable[[Any], None]) -> AfterValidator:
@@ -160,4 +158,4 @@ class K8sModel(BaseModel):
     """Kubernetes' JSON: camelCase names, unknown fields kept (and ignored), modelled ones strict."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, alias_generator=to_camel, strict=True,
-                              frozen=True, defer_build=True)
+                              frozen=True)

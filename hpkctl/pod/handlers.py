@@ -2,7 +2,7 @@
 (and ``grpc`` for probes), with the API server's rules (``validateHandler``, ``validateHTTPGetAction``,
 ``validateSleepAction`` in ``k8s.io/kubernetes/pkg/apis/core/validation``).
 
-Field types are checked by pydantic; :func:`handler_problems` checks what spans fields (exactly one
+Field types are checked by :mod:`hpkctl.typed`; :func:`handler_problems` checks what spans fields (exactly one
 handler, a named port that names a container port, sleep within the grace period) and yields
 ``(path, value, message, hint)`` for :mod:`hpkctl.pod.validation` to turn into problems.
 """
@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from hpkctl.typed import Field
 
 from hpkctl.pod.fieldtypes import K8sModel, Text, checked, rule
 

@@ -15,7 +15,7 @@ import binascii
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field
+from hpkctl.typed import Field
 
 from hpkctl.pod.handlers import Lifecycle
 from hpkctl.pod.probes import Probe

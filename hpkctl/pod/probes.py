@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import Field
+from hpkctl.typed import Field
 
 from hpkctl.errors import PodError
 from hpkctl.pod.fieldtypes import K8sModel, checked, rule

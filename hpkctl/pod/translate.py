@@ -22,7 +22,6 @@ from hpkctl.pod.env import container_env, service_env
 from hpkctl.pod.expansion import expand
 from hpkctl.pod.images import ImageRef, parse_image
 from hpkctl.pod.lifecycle import grace_period, log_fallback, message_path, plan_hooks
-from hpkctl.pod.model import Pod
 from hpkctl.pod.objects import ObjectSource, StaticObjects
 from hpkctl.pod.plan import ContainerPlan, PodPlan
 from hpkctl.pod.probes import plan_probes
@@ -35,12 +34,12 @@ from hpkctl.pod.volumes import PvcResolver, VolumePlan, bindable, container_bind
 from hpkctl.sites.schema import SiteProfile
 
 
-def _validated(pod: Mapping[str, Any]) -> Pod:
+def _validated(pod: Mapping[str, Any]) -> None:
     """The API server's rules (:mod:`hpkctl.pod.validation`), as a pod error with a reason."""
     meta = pod.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     try:
-        return validate_pod(pod, source=f"pod {name}" if isinstance(name, str) and name else "pod")
+        validate_pod(pod, source=f"pod {name}" if isinstance(name, str) and name else "pod")
     except PodValidationError as exc:
         first = exc.problems[0].path if exc.problems else ""
         reason = ("InvalidVolume" if "volumes[" in first or "volumeMounts[" in first else
@@ -63,13 +62,20 @@ def image_sif(profile: SiteProfile, image: ImageRef) -> str:
 
 def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSource | None = None,
              pod_dir: str | None = None, strict: bool = True, services: Sequence[Mapping[str, Any]] = (),
-             pvc_resolver: PvcResolver | None = None) -> PodPlan:
-    """Translate ``pod`` for ``profile``. ``strict=False`` is a dry run (missing objects warn)."""
+             pvc_resolver: PvcResolver | None = None, validated: bool = False) -> PodPlan:
+    """Translate ``pod`` for ``profile``. ``strict=False`` is a dry run (missing objects warn).
+
+    ``validated``: the caller has checked ``pod`` with :func:`~hpkctl.pod.validation.validate_pod`, or the
+    manifest's pod it was made from by :func:`hpkctl.local.manifest.with_api_defaults` (which adds only
+    valid defaults), with messages naming the file: ``hpkctl run`` and ``render``. Every other pod (the
+    kubelet's, from the API server) is validated here, and a bad one becomes a :class:`PodError`.
+    """
     pod = dict(pod)
-    model = _validated(pod)
+    if not validated:
+        _validated(pod)
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    if not model.metadata.name:
+    if not meta.get("name"):
         raise PodError("InvalidPod", "metadata.name: a pod needs a name")
     if not meta.get("uid"):
         raise PodError("InvalidPod", "metadata.uid: a pod needs a uid (the API server sets one)")
@@ -81,7 +87,7 @@ def plan_pod(pod: Mapping[str, Any], profile: SiteProfile, *, objects: ObjectSou
     for warning in unhonoured_fields(pod, profile.apptainer.binds):
         ctx.warn(warning)
 
-    restart = model.spec.restart_policy or "Always"
+    restart = spec.get("restartPolicy") or "Always"
 
     resources = pod_resources(ctx)
     volumes = plan_volumes(ctx, resources, pvc_resolver=pvc_resolver or default_pvc_resolver(

@@ -14,9 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
-import pydantic
-
 from hpkctl.errors import ManifestError
+from hpkctl.typed import ValidationError
 from hpkctl.pod.fieldtypes import K8sModel
 from hpkctl.pod.handlers import handler_problems
 from hpkctl.pod.lifecycle import DEFAULT_MESSAGE_PATH, message_bound
@@ -134,7 +133,7 @@ def _validate(cls: type[M], doc: Any, *, source: str, prefix: str) -> M:
         _raise(source, [Problem(prefix.rstrip(".") or "(object)", doc, "must be a mapping (a Kubernetes object)")])
     try:
         return cls.model_validate(dict(doc))
-    except pydantic.ValidationError as exc:
+    except ValidationError as exc:
         _raise(source, [_problem(e, prefix=prefix) for e in exc.errors()])
 
 

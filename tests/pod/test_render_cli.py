@@ -174,3 +174,41 @@ def test_render_names_the_runtime_and_render_runtime_prints_it(manifest, capsys)
     assert out == current_runtime().data.decode() and where in err and current_runtime().sha256 in err
     assert main(["render", "--site", "ci"]) != 0
     assert "render needs -f MANIFEST (or --runtime)" in capsys.readouterr().err
+
+
+def _count_validations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sources of every validate_pod call from now on (its cross-field step runs once per call)."""
+    import hpkctl.pod.validation as validation
+
+    seen: list[str] = []
+    cross = validation._cross_field
+
+    def counted(model, raw, *, prefix):  # type: ignore[no-untyped-def]
+        seen.append(str((raw.get("metadata") or {}).get("name")))
+        return cross(model, raw, prefix=prefix)
+    monkeypatch.setattr(validation, "_cross_field", counted)
+    return seen
+
+
+def test_render_validates_the_pod_once(manifest, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 23.2: select_pod validates the file's pod (naming the file); rendering it does not again."""
+    seen = _count_validations(monkeypatch)
+    pod = "kind: Pod\nmetadata: {name: once}\nspec: {containers: [{name: c, image: busybox}]}\n"
+    assert main(["render", "-f", manifest(pod), "--site", "ci"]) == 0
+    assert seen == ["once"], capsys.readouterr().err
+
+
+def test_a_pod_not_validated_before_is_validated_by_render_pod(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The kubelet's pods come from the API server: render_pod validates them, and a bad one is a PodError
+    with a reason (its status), not a crash."""
+    from hpkctl.errors import PodError
+    from hpkctl.pod import render_pod
+    from tests.support.pods import make_profile, pod_doc
+
+    seen = _count_validations(monkeypatch)
+    profile = make_profile(tmp_path)
+    render_pod(pod_doc({"containers": [{"name": "c", "image": "b:1"}]}), profile)
+    assert len(seen) == 1
+    with pytest.raises(PodError) as err:
+        render_pod(pod_doc({"containers": [{"name": "c", "image": "b:1", "ports": [{"containerPort": 0}]}]}), profile)
+    assert err.value.reason == "InvalidPod" and "spec.containers[0].ports[0].containerPort" in str(err.value)
