@@ -10,9 +10,9 @@ and the container (the Apptainer stand-in). Read how each is measured:
   ``os.times()`` for this process);
 * Slurm's daemons of the local cluster (``-f /etc/slurm/slurm.conf``) by name: they serve every
   engineer's jobs, so their share is an upper bound;
-* ``slurmstepd``: daemonized, re-parented to PID 1, so no one's ``cutime``: a thread samples every
-  ``/proc/*/stat`` named ``slurmstepd`` whose command line names the allocation (``[JOB.STEP]``) each
-  0.1 s and keeps each one's last value (its zombie keeps it until PID 1 reaps it);
+* ``slurmstepd``: daemonized, re-parented to PID 1, so no one's ``cutime``: a thread lists ``/proc``
+  each 10 ms and follows every ``slurmstepd`` (:class:`Stepds`: its job from its title or memory cgroup,
+  its last CPU value; its zombie keeps the final one until PID 1 reaps it);
 * the steps' own processes (job script, runtime, container): ``sacct``'s ``TotalCPU`` (accounting is
   on). Slurm 22.05's cgroup v1 plugin here makes no ``cpuacct`` group for jobs (``task/cgroup``
   constrains cores and memory only), so the cgroup cannot give it.
@@ -68,44 +68,102 @@ def machine_busy() -> float:
 
 
 class Stepds(threading.Thread):
-    """The last CPU seconds of each ``slurmstepd`` seen (sampled each 0.1 s), by allocation; those
-    already running at the start count from their first sample."""
+    """The last CPU seconds of each ``slurmstepd`` seen, by allocation, sampled each ``interval`` s.
 
-    def __init__(self) -> None:
+    A step's stepd lives 30-60 ms here, and is first seen as ``/usr/sbin/slurmstepd`` (it retitles
+    itself ``slurmstepd: [J.S]`` later, and a zombie has no command line): the first version sampled
+    each 0.1 s and took the job from the first command line it read, so it missed most short steps'
+    stepds or filed them under no job. Now only new PIDs are read (a listing of ``/proc`` per tick);
+    a stepd is known by PID and start time (PIDs wrap in a long run), its job is read from its command
+    line or its memory cgroup (``.../job_J/step_S``) on every tick until found, and a forked
+    ``slurmd`` is watched until it execs. Its CPU is the last value seen: a zombie keeps its final
+    value until PID 1 reaps it (ms to seconds later). Stepds whose job was never read (dead within a
+    tick) are counted apart as unattributed, so the undercount is visible, not silent."""
+
+    def __init__(self, interval: float = 0.01) -> None:
         super().__init__(daemon=True)
-        self.seen: dict[int, tuple[str, float]] = {}
-        self.base: dict[int, float] = {}
+        self.interval = interval
+        self.cpu: dict[tuple[int, str], float] = {}
+        self.job: dict[tuple[int, str], str] = {}
+        self.base: dict[tuple[int, str], float] = {}
+        self.watch: set[int] = set()   # stepds (alive or not yet reaped), slurmd and its forks
+        self.listed: set[int] = set()
+        self.stepd_pids: set[int] = set()
         self._halt = threading.Event()
 
+    @staticmethod
+    def _job_of(pid: int) -> str:
+        """The allocation a stepd serves, from its title or its memory cgroup; empty before it set either."""
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            if "[" in title:
+                return title.partition("[")[2].partition(".")[0]
+            for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+                if "/job_" in line:
+                    return line.partition("/job_")[2].partition("/")[0]
+        except OSError:
+            pass
+        return ""
+
+    def _look(self, pid: int, first: bool) -> None:
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            self.watch.discard(pid)
+            return
+        head, _, tail = text.rpartition(")")
+        f = tail.split()
+        if len(f) < 20:
+            return
+        comm, state, ppid, start = head.partition("(")[2], f[0], int(f[1]), f[19]
+        if comm == "slurmd":
+            self.watch.add(pid)     # the daemons, and their forks: a fork becomes a stepd when it execs
+            return
+        if comm != "slurmstepd" or ppid in self.stepd_pids:
+            self.watch.discard(pid)   # not a stepd, or a stepd's fork before it execs a task (sacct has it)
+            return
+        key = (pid, start)
+        self.stepd_pids.add(pid)
+        self.cpu[key] = (int(f[11]) + int(f[12])) / TICK
+        if first:
+            self.base[key] = self.cpu[key]
+        if not self.job.get(key) and state != "Z":
+            self.job[key] = self._job_of(pid)
+        self.job.setdefault(key, "")
+        self.watch.add(pid)
+
     def _sample(self, first: bool) -> None:
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
+        try:
+            now = {int(n) for n in os.listdir("/proc") if n.isdigit()}
+        except OSError:
+            return
+        fresh = now if first else now - self.listed
+        for pid in fresh:
+            self._look(pid, first)
+        for pid in list(self.watch):
+            if pid in fresh:
                 continue
-            pid = int(d.name)
-            try:
-                text = (d / "stat").read_text()
-                if "(slurmstepd)" not in text:
-                    continue
-                job = self.seen[pid][0] if pid in self.seen else \
-                    (d / "cmdline").read_bytes().decode(errors="replace").partition("[")[2].partition(".")[0]
-                f = text.rsplit(")", 1)[1].split()
-                self.seen[pid] = (job, (int(f[11]) + int(f[12])) / TICK)
-                if first:
-                    self.base[pid] = self.seen[pid][1]
-            except (OSError, IndexError, ValueError):
-                continue
+            if pid in now:
+                self._look(pid, False)
+            else:
+                self.watch.discard(pid)
+                self.stepd_pids.discard(pid)
+        self.listed = now
 
     def run(self) -> None:
         self._sample(True)
-        while not self._halt.wait(0.1):
+        while not self._halt.wait(self.interval):
             self._sample(False)
 
-    def stop(self, job: str) -> tuple[float, int]:
-        """CPU seconds of allocation ``job``'s stepds over the span, and how many were seen."""
+    def stop(self, job: str) -> tuple[float, int, float, int]:
+        """CPU seconds of allocation ``job``'s stepds over the span and how many were seen; the same
+        for stepds (anyone's) whose job could not be read."""
         self._halt.set()
         self.join()
-        mine = [(pid, v) for pid, (j, v) in self.seen.items() if j == job]
-        return sum(v - self.base.get(pid, 0.0) for pid, v in mine), len(mine)
+        def part(want: str) -> tuple[float, int]:
+            keys = [k for k, j in self.job.items() if j == want]
+            return sum(self.cpu[k] - self.base.get(k, 0.0) for k in keys), len(keys)
+        return (*part(job), *part(""))
 
 
 def parse_cpu(text: str) -> float:
@@ -170,12 +228,13 @@ class Meter:
     def stop(self, job: str, match: str, want: int) -> dict[str, Any]:
         span = time.time() - self.t0
         after = self._read()
-        stepd, self.stepds_seen = self.stepds.stop(job)
+        stepd, self.stepds_seen, lost, lost_n = self.stepds.stop(job)
         comps = {k: v - self.before.get(k, 0.0) for k, v in after.items() if k != "machine"}
         comps["slurmstepd (sampled)"] = stepd
         comps["steps' processes (sacct TotalCPU)"], got = sacct_steps(job, match, want)
         return {"span_s": span, "cores": os.cpu_count() or 1, "machine_s": after["machine"] - self.before["machine"],
-                "components": comps, "sacct_steps": got, "stepds": self.stepds_seen, "want_steps": want, "job": job}
+                "components": comps, "sacct_steps": got, "stepds": self.stepds_seen, "want_steps": want, "job": job,
+                "stepds_unattributed": lost_n, "stepds_unattributed_s": lost}
 
 
 def cpu_table(sides: dict[str, dict[str, Any]], n: int) -> list[str]:
@@ -205,4 +264,7 @@ def cpu_table(sides: dict[str, dict[str, Any]], n: int) -> list[str]:
         out.append(f"  {label:44} " + " ".join(f"{f(sides[k]):12.3f}" for k in keys))
     out.append("  steps' sacct records found / stepds sampled / pods: " + ", ".join(
         f"{k} {r['sacct_steps']}/{r['stepds']}/{r['want_steps']} (job {r['job']})" for k, r in sides.items()))
+    out.append("  stepds of no known job (dead within a sampling tick; anyone's, not counted above): " + ", ".join(
+        f"{k} {r.get('stepds_unattributed', 0)} ({r.get('stepds_unattributed_s', 0.0):.3f} CPU-s)"
+        for k, r in sides.items()))
     return out

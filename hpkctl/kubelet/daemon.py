@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpkctl.errors import HpkError
 from hpkctl.files import ExclusiveLock, LockHeld
@@ -32,10 +33,12 @@ from hpkctl.kubelet.objects import cluster_dns
 from hpkctl.kubelet.objwatch import ObjectWatches
 from hpkctl.kubelet.pods import PodManager
 from hpkctl.provider.jobpod import JobPodProvider, node_state_dir
-from hpkctl.kubelet.server import KubeletServer
 from hpkctl.kubelet.wake import Wake
 from hpkctl.runtime import apptainer_version
 from hpkctl.sites.schema import SiteProfile
+
+if TYPE_CHECKING:
+    from hpkctl.kubelet.server import KubeletServer
 
 log = logging.getLogger("hpkctl.kubelet")
 
@@ -95,10 +98,12 @@ class Kubelet:
                                prefetch=self.kube.clone(pool_size=cfg.workers + 4))  # its threads, the workers' GETs
         self.server: KubeletServer | None = None
         self.node_state = NodeState(name=opts.node_name, address=self.address, port=opts.port, site=profile.name,
-                                    runtime_version=apptainer_version(profile.apptainer.binary))
+                                    runtime_version="apptainer://unknown")
+        # `apptainer --version` (a process; the stand-in's is a Python start) on the node thread, not the start's path
         self.reporter = NodeReporter(self.kube.clone(pool_size=2), self.node_state,
                                      slurm_nodes=self._capacity_nodes(),
-                                     max_pods=cfg.max_pods, stop=stop)
+                                     max_pods=cfg.max_pods, stop=stop,
+                                     runtime=lambda: apptainer_version(profile.apptainer.binary))
         self.lease = LeaseKeeper(self.kube.clone(pool_size=2), node_name=opts.node_name,
                                  node_uid=lambda: self.reporter.uid, stop=stop)
         self.reflector = Reflector(self.kube.clone(pool_size=2), "/api/v1/pods",
@@ -107,16 +112,21 @@ class Kubelet:
                                    timeout_seconds=WATCH_TIMEOUT, name="pods")
         self._loops: list[threading.Thread] = []
 
-    def _serve(self) -> None:
-        from hpkctl.kubelet.certs import self_signed
-
-        cert, key = self.opts.cert_file, self.opts.key_file
-        if not cert or not key:
-            cert, key = self_signed(self.state_dir / "pki", node_name=self.opts.node_name, addresses=[self.address])
+    def _client_ca(self) -> str:
         ca = self.opts.client_ca_file or self.kube.ca_file
         if not ca:
             raise ValueError("no client CA for the kubelet API: pass --client-ca-file (the cluster CA that signs "
                              "the API server's kubelet client certificate)")
+        return ca
+
+    def _serve(self) -> None:
+        from hpkctl.kubelet.certs import self_signed
+        from hpkctl.kubelet.server import KubeletServer  # aiohttp: imported while the first pods are submitted
+
+        cert, key = self.opts.cert_file, self.opts.key_file
+        if not cert or not key:
+            cert, key = self_signed(self.state_dir / "pki", node_name=self.opts.node_name, addresses=[self.address])
+        ca = self._client_ca()
         self.server = KubeletServer(self.pods.table, provider=self.provider, node_name=self.opts.node_name,
                                     host=self.address, port=self.opts.port, cert_file=cert, key_file=key,
                                     client_ca_file=ca, clients=self.profile.kubelet.api_clients,
@@ -203,11 +213,14 @@ class Kubelet:
         self.refresh_dns()
         self.provider.start()  # before any pod is submitted: its job writes markers from the start
         self.pods.load_records()
+        self._client_ca()  # a kubelet that cannot serve its API stops before it submits anything
+        # the pods first: a restarted kubelet's first list (a backlog of bound pods) is submitted while the
+        # HTTPS API (aiohttp's import, its certificate) comes up and the node registers (issue 23.2)
+        self.pods.queue.start()
+        self.reflector.start()
         self._serve()
         self.reporter.thread.start()
         self.lease.thread.start()
-        self.pods.queue.start()
-        self.reflector.start()
         for target, name in ((self._status_loop, "status"), (self._janitor, "janitor")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()

@@ -130,9 +130,10 @@ class NodeReporter:
     five minutes, and refreshes capacity from Slurm every minute."""
 
     def __init__(self, kube: Kube, state: NodeState, *, slurm_nodes: Callable[[], Sequence[NodeInfo]],
-                 max_pods: int, stop: threading.Event) -> None:
+                 max_pods: int, stop: threading.Event, runtime: Callable[[], str] | None = None) -> None:
         self.kube = kube
         self.state = state
+        self.runtime = runtime  # the container runtime's version, asked on this thread before the registration
         self.slurm_nodes = slurm_nodes
         self.max_pods = max_pods
         self.stop = stop
@@ -185,6 +186,8 @@ class NodeReporter:
         while not self.stop.is_set():
             try:
                 if not self.registered.is_set():
+                    if self.runtime is not None:
+                        self.state.runtime_version, self.runtime = self.runtime(), None
                     self.refresh_capacity()
                     self.register()
                 else:

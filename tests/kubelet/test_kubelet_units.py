@@ -296,6 +296,45 @@ def test_node_status_heartbeat_only_change_is_not_a_change() -> None:
     assert a["declaredFeatures"] == ["ExtendWebSocketsToKubelet"]
 
 
+def test_node_reporter_asks_the_runtime_version_on_its_thread_before_registering() -> None:
+    """The kubelet's start does not wait for `apptainer --version` (a process: the stand-in's is a Python
+    start): the node thread asks it, once, and the Node it registers carries the answer."""
+    import threading
+
+    from hpkctl.kubelet.node import NodeReporter
+
+    stop = threading.Event()
+    asked: list[str] = []
+    posted: list[dict[str, object]] = []
+
+    class Kube:
+        def get(self, path: str, **kw: object) -> object:
+            return {"major": "1", "minor": "30"}
+
+        def post(self, path: str, body: dict[str, object], **kw: object) -> object:
+            posted.append(body)
+            return {"metadata": {"uid": "node-uid"}}
+
+        def patch(self, path: str, body: object, **kw: object) -> object:
+            stop.set()  # the registration's first status: enough
+            return {}
+
+    def runtime() -> str:
+        asked.append(threading.current_thread().name)
+        return "apptainer://9.9.9"
+
+    state = NodeState(name="hpk", address="10.1.1.1", port=10250, site="ci", runtime_version="apptainer://unknown")
+    rep = NodeReporter(Kube(), state, slurm_nodes=lambda: [], max_pods=10, stop=stop,  # type: ignore[arg-type]
+                       runtime=runtime)
+    assert asked == []  # not at construction: the kubelet's start goes on meanwhile
+    rep.thread.start()
+    rep.thread.join(30)
+    assert not rep.thread.is_alive() and rep.uid == "node-uid"
+    assert asked == ["node-status"]
+    info = posted[0]["status"]["nodeInfo"]  # type: ignore[index]
+    assert info["containerRuntimeVersion"] == "apptainer://9.9.9"
+
+
 def test_cluster_dns_is_coredns_on_port_53_from_the_kube_dns_endpoints() -> None:
     from hpkctl.kube import KubeError
     from hpkctl.kubelet.objects import cluster_dns

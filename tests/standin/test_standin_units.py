@@ -48,3 +48,21 @@ def test_env_file_parser(module) -> None:  # type: ignore[no-untyped-def]
     for bad in ("X=$(id)", "id", "X=`id`", "X=1 > f", "a | b", "X=${H:-d}"):
         with pytest.raises(module.EnvFileError):
             module.evaluate_env_file(bad, {})
+
+
+@pytest.mark.parametrize("value", ["home,cwd,tmp", "a,,b", ",", "a b, c", " x", "x,", 'a,"b,c"', '"q""x",y',
+                                   "a\r", "tmp"])
+def test_split_slice_is_one_csv_record(module, value: str) -> None:  # type: ignore[no-untyped-def]
+    # pflag's StringSlice reads its value as one CSV record: the split without csv (no quote, no line
+    # break) gives the same fields as csv, and the rest still goes through csv
+    import csv
+    try:
+        want: object = next(csv.reader([value]))
+    except csv.Error as e:
+        want = type(e)
+    try:
+        got: object = module.flags.split_slice(value)
+    except csv.Error as e:
+        got = type(e)
+    assert got == want
+    assert module.flags.split_slice("") == []

@@ -63,9 +63,15 @@ KNOWN_COMMANDS = {"exec", "run", "pull", "version", "shell", "build", "inspect",
 
 
 def split_slice(value):
-    """pflag StringSlice reads its value as one CSV record."""
+    """pflag StringSlice reads its value as one CSV record. Without a quote or a line break a record
+    is its fields split at commas, which str.split gives without importing csv (and with it re and
+    enum: 9 ms of every container start here, for --no-mount home,cwd,tmp)."""
+    if not value:
+        return []
+    if '"' not in value and "\n" not in value and "\r" not in value:
+        return value.split(",")
     import csv
-    return next(csv.reader([value])) if value else []
+    return next(csv.reader([value]))
 
 
 def parse_flags(command, argv, table, *, interspersed, unimplemented=(), unimpl_short=None):
