@@ -157,6 +157,8 @@ def plan(helds: Sequence[Held], pending: Sequence[Need], now: float, rules: Rule
     sim += [_blank(h.job_id, rules, now) for h in live if h.state in WAITING]
     new = 0
     for need in pending:
+        if len(live) + new >= rules.max_allocations:
+            break  # no request can follow, and where the rest would go changes nothing: O(room), not O(pending)
         if unfit(need, rules):
             continue
         spot = place(sim, need, now, rules)

@@ -29,7 +29,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ from hpkctl.errors import HpkError, PodError
 from hpkctl.jobs import JobInfo, NodeInfo, Slurm
 from hpkctl.jobs.steps import StepProcess, is_step_id
 from hpkctl.pilot.launch import need_of, start_pod_step
-from hpkctl.pilot.plan import Need, unfit
+from hpkctl.pilot.plan import unfit
 from hpkctl.pilot.pool import Pool
 from hpkctl.pod import render_pod, write_pod_dir
 from hpkctl.pod.lifecycle import stop_wait
@@ -47,6 +46,7 @@ from hpkctl.provider.api import (Created, Deletion, ExecSession, Leftover, Outco
 from hpkctl.provider.jobpod import DELETE_CHECK, STOP_MARGIN, JobPodProvider
 from hpkctl.provider.jobstatus import final_report
 from hpkctl.provider.pilotadopt import rebook
+from hpkctl.provider.pilotbook import PilotBook
 from hpkctl.provider.pilotworkload import PilotWorkloadStops
 from hpkctl.provider.records import STOPPED, SUBMITTING, PodRecord, RecordStore, Records
 from hpkctl.provider.runrecords import RunRecords
@@ -63,20 +63,6 @@ WAIT_FOR_ROOM = 1.0  # seconds before create is asked again while an allocation 
 def pilot_enabled(profile: SiteProfile) -> SiteProfile:
     """``profile`` with ``[pilot] enabled`` (``--pilot`` turns it on whatever the profile says)."""
     return profile.model_copy(update={"pilot": profile.pilot.model_copy(update={"enabled": True})})
-
-
-@dataclass
-class PilotPod:
-    """What this provider knows of one pod besides its record, in one place (one lock, ``_plock``):
-    the room it waits for, the srun of its step, and how far its delete has got."""
-
-    waiting: Need | None = None  # booked nowhere yet: create is asked again once an allocation has room
-    waited: float = 0.0  # monotonic time it began to wait (the longest waiting are woken first)
-    wake: Callable[[str], None] | None = None  # the front end's inputs.ready: re-queue it now, room freed
-    step: StepProcess | None = None  # the srun of its step, while this process started it
-    deleting: bool = False  # a delete has begun (the status rounds leave it to the delete)
-    term_sent: float | None = None  # monotonic time the step's task got TERM (the stop sequence began)
-    cancelled: float | None = None  # monotonic time the step was cancelled (the delete's last part)
 
 
 RUN_OWNER = "run"  # the allocations of this user's ``hpkctl run --pilot`` (a pilot kubelet's: PILOT_OWNER)
@@ -102,18 +88,10 @@ class PilotPodProvider(JobPodProvider):
                  owner: str = PILOT_OWNER) -> None:
         super().__init__(slurm=slurm, profile=pilot_enabled(profile), records=records)
         self.pool = Pool(slurm, self.profile, owner=owner, node=node, state_dir=state_dir)
-        self._pods: dict[str, PilotPod] = {}  # uid -> its state; under _plock
+        self._book = PilotBook()  # each pod's state and the waiting queue; under _plock
         self._plock = threading.Lock()
         self.pilot_workloads = PilotWorkloadStops(slurm, margin=STOP_MARGIN)
         self.changed: Callable[[], None] = lambda: None  # a step said its pod changed (the kubelet: a round now)
-
-    def _pod(self, uid: str) -> PilotPod:
-        """The pod's state, made on first use (call with ``_plock`` held)."""
-        return self._pods.setdefault(uid, PilotPod())
-
-    def _waiting(self) -> list[Need]:
-        with self._plock:
-            return [p.waiting for p in self._pods.values() if p.waiting is not None]
 
     def step_id(self, uid: str) -> str:
         """The pod's step, ``J.S``, as its script wrote it ("" before it did)."""
@@ -124,11 +102,11 @@ class PilotPodProvider(JobPodProvider):
         """The srun of pod ``uid``'s step, started by this process (``hpkctl run --pilot``): its delete
         waits for it to end."""
         with self._plock:
-            self._pod(uid).step = proc
+            self._book.pod(uid).step = proc
 
     def deleting_uids(self) -> set[str]:
         with self._plock:
-            return {uid for uid, p in self._pods.items() if p.deleting}
+            return {uid for uid, p in self._book.pods.items() if p.deleting}
 
     @property
     def profile(self) -> SiteProfile:
@@ -181,17 +159,21 @@ class PilotPodProvider(JobPodProvider):
             self.pool.refresh(max_age=WAIT_FOR_ROOM)
             spot = self.pool.place(need)
         if spot is None:
+            # A pod that begins to wait ticks now (it may need an allocation requested); one asked again
+            # ticks only if no tick came within WAIT_FOR_ROOM: each waiting pod retries each second, and
+            # a tick for every retry was O(N) each, O(N^2) a second for a backlog of N.
+            now = time.monotonic()
             with self._plock:
-                state = self._pod(ref.uid)
-                if state.waiting is None:
-                    state.waited = time.monotonic()
-                state.waiting, state.wake = need, inputs.ready
-            self.pool.tick(self._waiting())
+                due = self._book.wait(ref.uid, need, inputs.ready) or now - self._book.ticked >= WAIT_FOR_ROOM
+                pending = self._book.waiting() if due else []
+                if due:
+                    self._book.ticked = now
+            if due:
+                self.pool.tick(pending)
             self._park(ref.uid, rendered)  # kept while it waits for room: no re-render, no GETs, no token
             return Created(Outcome.RETRY, retry_after=WAIT_FOR_ROOM, warnings=tuple(rendered.warnings))
         with self._plock:
-            state = self._pod(ref.uid)
-            state.waiting, state.wake = None, None
+            self._book.stop_waiting(ref.uid)
         t_place = time.monotonic()
         root = Path(rendered.plan.pod_dir)
         rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=str(root), state=SUBMITTING,
@@ -205,7 +187,7 @@ class PilotPodProvider(JobPodProvider):
             self.pool.done(ref.uid)
             raise
         with self._plock:
-            self._pod(ref.uid).step = proc
+            self._book.pod(ref.uid).step = proc
         threading.Thread(target=self._reap, args=(ref.uid, proc), name=f"pilot-step-{ref.name}", daemon=True).start()
         t_srun = time.monotonic()
         notes = self._submitted(ref, rec, spot[0])
@@ -227,14 +209,13 @@ class PilotPodProvider(JobPodProvider):
                             cancelled=cancelled)
         if rec is None or rec.state == STOPPED or not rec.pod_dir:
             with self._plock:
-                self._pods.pop(ref.uid, None)
+                self._book.drop(ref.uid)
             return super().delete(ref, grace=grace, pod=pod, report=report)
         pd = PodDir(Path(rec.pod_dir))
         step = (pd.read(JOB_ID) or "").strip()
         now = time.monotonic()
         with self._plock:
-            state = self._pod(ref.uid)
-            state.waiting = None
+            state = self._book.stop_waiting(ref.uid)
             killing = not state.deleting and not pd.exists(POD_DONE)
             state.deleting = True
             sent, proc = state.term_sent, state.step
@@ -264,7 +245,7 @@ class PilotPodProvider(JobPodProvider):
             proc.kill()
             proc.poll()
         with self._plock:
-            self._pods.pop(ref.uid, None)
+            self._book.drop(ref.uid)
         self.pool.done(ref.uid)
         final = final_report(ref.uid, Path(rec.pod_dir), pod) if report else None
         rec.state, rec.stopped = STOPPED, time.time()
@@ -274,11 +255,12 @@ class PilotPodProvider(JobPodProvider):
 
     def statuses(self, pods: Sequence[Watched], *, now: float | None = None) -> list[StatusReport]:
         with self._plock:
-            ended = [uid for uid, p in self._pods.items() if p.step is not None and p.step.poll() is not None
+            ended = [uid for uid, p in self._book.pods.items() if p.step is not None and p.step.poll() is not None
                      and not p.deleting]
             for uid in ended:
-                del self._pods[uid]
-            pending = [p.waiting for p in self._pods.values() if p.waiting is not None]
+                self._book.drop(uid)
+            pending = self._book.waiting()
+            self._book.ticked = time.monotonic()
         for uid in ended:
             self.pool.done(uid)
         try:
@@ -324,10 +306,10 @@ class PilotPodProvider(JobPodProvider):
             log.debug("pilot: waiting for the srun of pod %s failed", uid, exc_info=True)
             return
         with self._plock:
-            state = self._pods.get(uid)
+            state = self._book.pods.get(uid)
             mine = state is not None and state.step is proc and not state.deleting
             if mine:
-                del self._pods[uid]
+                self._book.drop(uid)
         if mine:
             self.pool.done(uid)
             log.info("pilot: the step of pod uid %s ended (srun exit status %s): its room is free", uid, rc)
@@ -340,11 +322,9 @@ class PilotPodProvider(JobPodProvider):
         if n <= 0:
             return
         with self._plock:
-            waiting = sorted((p.waited, uid, p.wake) for uid, p in self._pods.items()
-                             if p.waiting is not None and p.wake is not None)
-        for _, uid, wake in waiting[:n]:
-            if wake is not None:
-                wake(uid)
+            wakes = self._book.first_wakes(n)
+        for uid, wake in wakes:
+            wake(uid)
 
     # ------------------------------------------------------------------ what a kubelet left (stop --all)
     def owns_job(self, uid: str, comment: str) -> bool:

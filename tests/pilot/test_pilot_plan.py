@@ -92,3 +92,23 @@ def test_a_pod_of_more_nodes_than_the_shape_says_which_profile_field_to_change()
     assert unfit(Need("m", 8, 100, nodes=2), rules) == ""
     assert plan([], [Need("m", 1, 100, nodes=2)], NOW, RULES) == Plan()  # requests nothing for it
     assert plan([], [Need("m", 1, 100, nodes=2)], NOW, rules).request == 1  # a 2-node allocation holds it
+
+
+def test_a_backlog_is_planned_only_as_far_as_requests_can_follow(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # once the most allocations are held or requested, where the rest of a backlog would go changes
+    # nothing: plan stops there (a waiting pod's tick was O(backlog) in placements, O(N^2) a second)
+    import hpkctl.pilot.plan as plan_mod
+    calls = []
+    real = plan_mod.place
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plan_mod, "place", counted)
+    backlog = [need(f"p{i}", 2) for i in range(5000)]
+    assert plan([running("1", a=("n1", need("a", 4)))], backlog, NOW, RULES) == Plan(request=2)
+    assert len(calls) <= 2 * 4  # the few pods that fill the two new allocations, not 5,000
+    calls.clear()
+    assert plan([running(str(i), a=("n1", need("a", 4))) for i in range(3)], backlog, NOW, RULES) == Plan()
+    assert calls == []

@@ -92,10 +92,12 @@ def test_a_pilot_pod_waiting_for_room_is_rendered_once(tmp_path: Path, monkeypat
 
     provider.pool = FullPool()  # type: ignore[assignment]
     renders = count_renders(monkeypatch)
+    monkeypatch.setattr("hpkctl.provider.pilotpod.WAIT_FOR_ROOM", 3600.0)  # the retries come within it
     pod = _pod()
     for _ in range(3):
         assert provider.create(pod, PodInputs()).outcome is Outcome.RETRY
-    assert renders == ["u-1"] and provider.pool.ticks == 3  # type: ignore[attr-defined]
+    # it ticked when it began to wait; its retries within WAIT_FOR_ROOM of that tick do not
+    assert renders == ["u-1"] and provider.pool.ticks == 1  # type: ignore[attr-defined]
     provider.give_up(PodRef.of(pod))
     assert "u-1" not in provider._parked
 
@@ -132,7 +134,7 @@ def test_pilot_pods_waiting_for_room_are_woken_when_a_step_ends(tmp_path: Path) 
     provider.statuses([])
     assert woken == []  # nothing freed: they wait for their retry
     with provider._plock:
-        provider._pod("running").step = Ended()  # type: ignore[assignment]
+        provider._book.pod("running").step = Ended()  # type: ignore[assignment]
     provider.statuses([])
     assert provider.pool.freed == ["running"] and woken == ["u-1"]  # type: ignore[attr-defined]
 
