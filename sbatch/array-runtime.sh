@@ -42,15 +42,12 @@ hpk_a_fail_job() {
   [ "${#others[@]}" -eq 0 ] || scancel "${others[@]}"
 }
 
-# hpk_a_deadline: activeDeadlineSeconds, counted from the first element's start.
+# hpk_a_deadline: activeDeadlineSeconds, counted from the first element's start (hpk_deadline_left,
+# the pod runtime's clock, pasted above this runtime).
 hpk_a_deadline() {
   [ "$HPK_ACTIVE_DEADLINE" -gt 0 ] || return 0
-  local now started left
-  printf -v now '%(%s)T' -1  # one reading: a second boundary between two made the first element's 1 s deadline 0
-  (set -C && echo "$now" >"$HPK_ARRAY_STATUS/job.started") 2>/dev/null
-  started=$(cat "$HPK_ARRAY_STATUS/job.started" 2>/dev/null) || started=$now
-  [[ $started =~ ^[0-9]+$ ]] || started=$now  # empty: another element is writing it (or died doing so)
-  left=$((started + HPK_ACTIVE_DEADLINE - now))
+  local left
+  hpk_deadline_left left "$HPK_ARRAY_STATUS/job.started"
   if [ "$left" -le 0 ]; then
     hpk_a_fail_job DeadlineExceeded "Job was active longer than specified deadline"
     exit 1

@@ -601,7 +601,7 @@ hpk_ranks_oom() {
 hpk_run() {
   HPK_NAME=$1 HPK_FN=$3 HPK_CPID='' HPK_STOPPING=0 HPK_WAITING=''
   local name=$1 policy=$2 fn=$3 rc restarts=0 delay=$HPK_RESTART_BACKOFF probes_pid f oom t
-  local -a ended
+  local -a ended up
   trap hpk_stop_runner TERM
   while :; do
     umask 0111  # the termination log is 0666 (as chmod made it: a process fewer before each start)
@@ -614,8 +614,11 @@ hpk_run() {
     # The container is not Running until postStart returns (poststart is written before started, so
     # started without poststart means the hook returned); if it fails, the container is killed.
     declare -F "${fn}_post_start" >/dev/null && hpk_put_now "$name.poststart"
-    hpk_put_now "$name.started"
+    hpk_clock t
+    up=("$name.started" "$t")  # written with ready (one mv) when no hook or probe comes between
     if declare -F "${fn}_post_start" >/dev/null; then
+      hpk_puts ${up[@]+"${up[@]}"}
+      up=()
       hpk_hook "$name" "$fn" post_start &
       HPK_WAITING=$!
       while kill -0 "$HPK_WAITING" 2>/dev/null; do wait "$HPK_WAITING"; done
@@ -627,12 +630,15 @@ hpk_run() {
     probes_pid=''
     if [ "$HPK_STOPPING" = 0 ] && kill -0 "$HPK_CPID" 2>/dev/null; then
       if declare -F "${fn}_probes" >/dev/null; then
+        hpk_puts ${up[@]+"${up[@]}"}
+        up=()
         "${fn}_probes" "$HPK_CPID" &
         probes_pid=$!
       else
-        hpk_put "$name.ready" 1
+        up+=("$name.ready" 1)
       fi
     fi
+    hpk_puts ${up[@]+"${up[@]}"}
     # wait returns early when a trap ran (the container may still be stopping); the last one
     # gives the container's exit status.
     while kill -0 "$HPK_CPID" 2>/dev/null; do wait "$HPK_CPID"; done
@@ -995,18 +1001,31 @@ hpk_cluster_resolv() {
   done <<<"${1%$'\n'}"
 }
 
+# ---- the deadline clock: hpkctl/pod/array.py pastes this part into a Job array's script too ----
+# hpk_deadline_left VAR FILE: VAR is the seconds of HPK_ACTIVE_DEADLINE left (0 or less: none) on the
+# clock the first caller started in FILE (a requeued job, a Job's later elements count from it). One
+# reading of the time for the start and the time left: with two, a second boundary between them cut
+# a 1 s deadline to 0. An empty FILE (created, not yet written: read in between, or left so by a
+# crash) counts as now, not as the epoch. No process: the clock runs at every pod's start.
+hpk_deadline_left() {
+  local now started=''
+  printf -v now '%(%s)T' -1
+  { set -C; printf '%s\n' "$now" >"$2"; } 2>/dev/null
+  set +C
+  { read -r started <"$2"; } 2>/dev/null
+  [[ $started =~ ^[0-9]+$ ]] || started=$now
+  printf -v "$1" '%d' $((started + HPK_ACTIVE_DEADLINE - now))
+}
+# ---- end of the deadline clock ----
+
 # hpk_deadline: spec.activeDeadlineSeconds, counted from the pod's first start (a requeued job keeps
 # it). When it passes, the pod is stopped with its stop sequence (the TERM trap) and fails with
 # DeadlineExceeded, to the second: Slurm's time limit is whole minutes and its --signal may come up
 # to a minute early, so the job's limit is only the backstop.
 hpk_deadline() {
   [ "$HPK_ACTIVE_DEADLINE" -gt 0 ] || return 0
-  local now started left
-  printf -v now '%(%s)T' -1  # one reading: a second boundary between two would cut the first run short
-  (set -C && echo "$now" >"$HPK_STATUS/deadline.start") 2>/dev/null
-  started=$(cat -- "$HPK_STATUS/deadline.start" 2>/dev/null) || started=$now
-  [[ $started =~ ^[0-9]+$ ]] || started=$now  # empty: cut short between its creation and its write
-  left=$((started + HPK_ACTIVE_DEADLINE - now))
+  local left
+  hpk_deadline_left left "$HPK_STATUS/deadline.start"
   [ "$left" -gt 0 ] || left=0
   (
     sleep "$left"

@@ -49,9 +49,17 @@ class ArrayPlan:
     version: str = __version__
 
 
+CLOCK_BEGIN = "# ---- the deadline clock:"
+CLOCK_END = "# ---- end of the deadline clock ----\n"
+
+
 @functools.cache
 def _array_runtime() -> Shell:
-    return Shell((data_dir("sbatch") / "array-runtime.sh").read_text())
+    """``sbatch/array-runtime.sh``, after the deadline clock (``hpk_deadline_left``) of the pod runtime,
+    ``sbatch/runtime.sh``: one clock for a pod's ``activeDeadlineSeconds`` and a Job's."""
+    pod_runtime = (data_dir("sbatch") / "runtime.sh").read_text()
+    clock = pod_runtime[pod_runtime.index(CLOCK_BEGIN):pod_runtime.index(CLOCK_END) + len(CLOCK_END)]
+    return Shell(clock + (data_dir("sbatch") / "array-runtime.sh").read_text())
 
 
 def array_options(plan: ArrayPlan) -> list[SlurmOption]:

@@ -36,8 +36,8 @@ def test_the_job_writes_exactly_the_named_pod_level_files() -> None:
 
 def test_the_job_writes_exactly_the_named_container_files() -> None:
     written = set(re.findall(r'hpk_put(?:_now)? "\$name\.([a-z-]+)"', RUNTIME))
-    # several at once: hpk_puts NAME VALUE..., and the container's end staged in `ended` for it
-    written |= {f for line in RUNTIME.splitlines() if re.search(r"^\s*hpk_puts |\bended\+?=\(", line)
+    # several at once: hpk_puts NAME VALUE..., and the container's start (`up`) and end (`ended`) staged for it
+    written |= {f for line in RUNTIME.splitlines() if re.search(r"^\s*hpk_puts |\b(ended|up)\+?=\(", line)
                 for f in re.findall(r'"\$name\.([a-z-]+)"', line)}
     raw = set(re.findall(r'mv -f "\$tmp" "\$HPK_STATUS/\$name\.([a-z-]+)"', RUNTIME))
     # before a restart the current run's files become last-*: `for f in ...; do ... mv ... last-$f`
