@@ -555,6 +555,11 @@ class Bench:
         self.memory.append({"moment": moment, "pods_tracked": pods, "rss_kb": m.get("VmRSS"),
                             "hwm_kb": m.get("VmHWM"), "threads": m.get("Threads"), "cpu_s": self.cluster.cpu()})
 
+    def requests(self) -> dict[str, dict[str, int]]:
+        """The stand-in's counts so far: requests by client and kind, watch events sent (GET /standin/requests)."""
+        code, body = self.api.call("GET", "/standin/requests")
+        return body if code == 200 and isinstance(body, dict) else {}
+
     # ------------------------------------------------------------------ pods
     def create(self, body: dict[str, Any]) -> str:
         code, obj = self.api.call("POST", f"/api/v1/namespaces/{NS}/pods", body)
@@ -724,6 +729,7 @@ class Bench:
         self.calls.take()
         w = self.watch
         cpu0 = self.cluster.cpu()
+        req0 = self.requests()
         t0 = time.time()
         uids, created = [], []
         for b in bodies:
@@ -732,6 +738,7 @@ class Bench:
         submitted = time.time()
         w.wait(f"{n} burst pods to end", lambda: all((s := w.pods.get(nm)) and s.terminal() for nm in names), 900)
         cpu = {k: v - cpu0.get(k, 0.0) for k, v in self.cluster.cpu().items()}
+        req = {k: dict(Counter(v) - Counter(req0.get(k) or {})) for k, v in self.requests().items()}
         seen = [w.get(nm) or Seen(u) for nm, u in zip(names, uids)]
         timed = self.calls.take()
 
@@ -763,7 +770,7 @@ class Bench:
                 "lag_submitted": lag_submitted,
                 "calls": dict(count(timed)), "calls_cleanup": dict(count(cl)),
                 "jobs": len(set(jobs)), "job_duration_median": statistics.median(durations) if durations else None,
-                "cpu_s": cpu}
+                "cpu_s": cpu, "api_requests": req}
 
     # ------------------------------------------------------------------ 2b: a backlog of bound pods
     def backlog(self, n: int) -> dict[str, Any]:
@@ -1058,6 +1065,7 @@ def burst_table(bursts: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]
     cpu = sum((Counter(b["hpk"].get("cpu_s") or {}) for b in bursts), Counter())
     lines.append("  CPU seconds used by the hpkctl side's processes while it ran: "
                  + ", ".join(f"{name} {v / len(bursts):.1f}" for name, v in sorted(cpu.items())))
+    lines += api_requests_table([b["hpk"].get("api_requests") or {} for b in bursts], k)
     lines.append(f"  succeeded: bare {sum(b['bare']['ok'] for b in bursts)}/{k}, hpkctl "
                  f"{sum(b['hpk']['ok'] for b in bursts)}/{k}; distinct jobs: "
                  f"{sum(b['hpk']['jobs'] for b in bursts)}")
@@ -1067,6 +1075,27 @@ def burst_table(bursts: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]
             for i, b in enumerate(bursts)))
     return lines, {"bare_finished_s": bf, "hpk_succeeded_s": hs, "hpk_finished_s": hf, "bare_jobs_per_s": n / bf,
                    "hpk_jobs_per_s": n / hs}
+
+
+#: the stand-in's users (client certificate CNs) by the component that uses them
+CLIENTS = {"kubernetes-admin": "bench", "system:kube-scheduler": "scheduler"}
+
+
+def api_requests_table(counts: list[dict[str, dict[str, int]]], pods: int) -> list[str]:
+    """Requests per pod at the API stand-in by client and kind (and errors, watch events sent to each)."""
+    if not any(counts):
+        return []
+    lines = ["  API requests per pod at the stand-in, from the first POST to all Succeeded (GET /standin/requests):"]
+    for part, what in (("requests", "requests"), ("errors", "answered with an error"), ("events", "watch events sent")):
+        total = sum((Counter(c.get(part) or {}) for c in counts), Counter())
+        by: dict[str, list[str]] = {}
+        for key, n in sorted(total.items()):
+            user, _, kind = key.partition(" ")
+            client = CLIENTS.get(user) or ("kubelet" if user.startswith("system:node:") else user)
+            by.setdefault(client, []).append(f"{kind} {n / pods:.2f}")
+        for client, kinds in sorted(by.items()):
+            lines.append(f"    {what:24} {client:10} " + ", ".join(kinds))
+    return lines
 
 
 def poll_table(polls: list[dict[str, Any]]) -> list[str]:

@@ -529,3 +529,44 @@ def test_eviction_is_a_graceful_delete(kube: KubeApi) -> None:
     assert (code, out["status"]) == (201, "Success")
     p = kube.get(f"{NS}/pods/evict")[1]
     assert p["metadata"]["deletionGracePeriodSeconds"] == 7 and p["metadata"]["deletionTimestamp"]
+
+
+def test_fields_equal_to_the_stored_ones_are_not_walked_but_changed_ones_are(kube: KubeApi) -> None:
+    """An update or patch validates only the top-level fields it changes (the rest passed when stored):
+    a change anywhere is still checked, with the full path in the answer."""
+    create(kube, pod("reval", node="hpk"))
+    code, out = kube.patch(f"{NS}/pods/reval/status", {"status": {"phase": "Running"}})
+    assert code == 200 and out["spec"]["containers"][0]["image"] == "busybox:1.36"
+    code, out = kube.patch(f"{NS}/pods/reval/status", {"status": {"hostIPx": "10.0.0.1"}},
+                           params={"fieldValidation": "Strict"})
+    assert (code, out["reason"]) == (400, "BadRequest")
+    assert out["message"].endswith('strict decoding error: unknown field "status.hostIPx"')
+    code, out = kube.patch(f"{NS}/pods/reval", {"spec": {"activeDeadlineSeconds": "soon"}}, kind="merge-patch")
+    assert (code, out["reason"]) == (400, "BadRequest")
+    assert "Pod.spec.activeDeadlineSeconds of type int64" in out["message"]
+    p = kube.get(f"{NS}/pods/reval")[1]
+    p["metadata"]["labels"] = {"a": "b"}
+    p["spec"]["containers"][0]["image"] = 7
+    code, out = kube.put(f"{NS}/pods/reval", p)
+    assert (code, out["reason"]) == (400, "BadRequest")
+    assert "Pod.spec.containers[0].image of type string" in out["message"]
+
+
+def test_request_counts_by_client_and_kind(kube: KubeApi) -> None:
+    """GET /standin/requests (a benchmark's hook): requests as they arrive by user, verb and
+    resource[/subresource], errors with their code, watch events sent by user."""
+    before = kube.get("/standin/requests")[1]
+    create(kube, pod("counted"))
+    kube.post(f"{NS}/pods/counted/binding", {"target": {"kind": "Node", "name": "hpk"}})
+    kube.get(f"{NS}/pods/not-there")
+    events = kube.watch(f"{NS}/pods", {"fieldSelector": "metadata.name=counted"}, count=1)
+    assert [e["type"] for e in events] == ["ADDED"]
+    after = kube.get("/standin/requests")[1]
+
+    def delta(part: str) -> dict[str, int]:
+        return {k: n - before[part].get(k, 0) for k, n in after[part].items() if n != before[part].get(k, 0)}
+
+    assert delta("requests") == {"kubernetes-admin create pods": 1, "kubernetes-admin create pods/binding": 1,
+                                 "kubernetes-admin get pods": 1, "kubernetes-admin watch pods": 1}
+    assert delta("errors") == {"kubernetes-admin get pods 404": 1}
+    assert delta("events") == {"kubernetes-admin pods ADDED": 1}

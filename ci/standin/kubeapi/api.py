@@ -7,7 +7,6 @@ HTTP lives in ``handlers``; this module raises ``ApiError``s and returns objects
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 import json
 import uuid
@@ -22,7 +21,7 @@ from .errors import ApiError, FieldError, already_exists, bad_request, conflict,
 from .patch import StrategicMerge, json_patch, merge_patch
 from .resources import ResourceType, find
 from .schema import Schemas
-from .store import Store
+from .store import Store, clone
 from .strategies import check_name, strategy_for
 
 PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json",
@@ -57,7 +56,12 @@ class Api:
         obj = self.store.get(rt.key, ns if rt.namespaced else "", name)
         if obj is None:
             raise not_found(rt.plural, rt.group, name)
-        return copy.deepcopy(obj)
+        return clone(obj)
+
+    def _stored_view(self, rt: ResourceType, ns: str, name: str) -> dict[str, Any] | None:
+        """The stored object as ``rt`` shows it, not copied: only compared with (``Schemas.validate``)."""
+        obj = self.store.get(rt.key, ns if rt.namespaced else "", name)
+        return None if obj is None else self.encode(rt, obj)
 
     def encode(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         """The stored object as the requested group/version shows it."""
@@ -66,7 +70,8 @@ class Api:
         return obj
 
     # ------------------------------------------------------------------ decoding
-    def _decode(self, rt: ResourceType, body: Any, ns: str, *, field_validation: str, name: str) -> tuple[dict[str, Any], list[str]]:
+    def _decode(self, rt: ResourceType, body: Any, ns: str, *, field_validation: str, name: str,
+                stored: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
         api_version, kind = body.get("apiVersion", rt.api_version), body.get("kind", rt.kind)
@@ -74,12 +79,12 @@ class Api:
             raise bad_request(f"the API version in the data ({api_version}) does not match the expected API version ({rt.api_version})")
         if kind != rt.kind:
             raise bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
-        obj = copy.deepcopy(body)
+        obj = clone(body)
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
         if not isinstance(obj.get("metadata"), dict):
             obj["metadata"] = {}
         warnings = self.schemas.validate(rt, obj, field_validation=field_validation,
-                                         name=obj["metadata"].get("name") or name)
+                                         name=obj["metadata"].get("name") or name, stored=stored)
         if rt.group == "events.k8s.io":
             obj = events.from_v1(obj)
         meta = obj["metadata"]
@@ -165,13 +170,14 @@ class Api:
         stored = self.store.put(rt.key, obj, dry_run=dry_run)
         if not dry_run:
             st.after_create(stored, self)
-        return copy.deepcopy(stored), warnings
+        return clone(stored), warnings
 
     # ------------------------------------------------------------------ update / patch
     def update(self, rt: ResourceType, ns: str, name: str, body: Any, *, sub: str = "",
                field_validation: str = "Warn", dry_run: bool = False,
                user: str = "") -> tuple[dict[str, Any], list[str]]:
-        new, warnings = self._decode(rt, body, ns, field_validation=field_validation, name=name)
+        new, warnings = self._decode(rt, body, ns, field_validation=field_validation, name=name,
+                                     stored=self._stored_view(rt, ns, name))
         if new["metadata"].get("name") != name:
             raise bad_request(f"the name of the object ({new['metadata'].get('name', '')}) does not match "
                               f"the name on the URL ({name})")
@@ -222,7 +228,8 @@ class Api:
                                                                "field is immutable", meta.get("uid"))])
         if meta.get("resourceVersion") != old_view["metadata"]["resourceVersion"]:
             raise conflict(rt.plural, rt.group, name)
-        new, warnings = self._decode(rt, patched, ns, field_validation=field_validation, name=name)
+        new, warnings = self._decode(rt, patched, ns, field_validation=field_validation, name=name,
+                                     stored=self._stored_view(rt, ns, name))
         return self._write(rt, new, self.get(rt, ns, name), sub, dry_run, warnings, user), warnings, False
 
     def _write(self, rt: ResourceType, new: dict[str, Any], old: dict[str, Any], sub: str,
@@ -247,7 +254,7 @@ class Api:
         m = stored["metadata"]
         if m.get("deletionTimestamp") and not m.get("finalizers") and m.get("deletionGracePeriodSeconds") == 0:
             stored = self.store.remove(rt.key, stored, dry_run=dry_run)
-        return copy.deepcopy(stored)
+        return clone(stored)
 
     # ------------------------------------------------------------------ delete
     def delete(self, rt: ResourceType, ns: str, name: str, opts: dict[str, Any], *,
@@ -276,10 +283,10 @@ class Api:
             meta["deletionGracePeriodSeconds"] = grace
             if meta.get("generation"):
                 meta["generation"] += 1
-            return copy.deepcopy(self.store.put(rt.key, obj, dry_run=dry_run))
+            return clone(self.store.put(rt.key, obj, dry_run=dry_run))
         last = self.store.remove(rt.key, obj, dry_run=dry_run)
         if rt.key == POD_KEY:
-            return copy.deepcopy(last)
+            return clone(last)
         return status_success(name=name, kind=rt.plural, group=rt.group, uid=meta["uid"])
 
     def _delete_namespace(self, rt: ResourceType, obj: dict[str, Any], dry_run: bool) -> dict[str, Any]:
@@ -293,7 +300,7 @@ class Api:
         obj["status"] = {"phase": "Terminating"}
         stored = self.store.put(rt.key, obj)
         self.sweep_namespace(name)
-        return copy.deepcopy(stored)
+        return clone(stored)
 
     def sweep_namespace(self, name: str) -> bool:
         """The namespace controller's step: delete the content, drop the namespace once empty."""
@@ -360,7 +367,7 @@ class Api:
         if ep is None:
             self.create(ep_rt, "default", {"metadata": {"name": "kubernetes"}, "subsets": subsets})
         elif ep.get("subsets") != subsets:
-            self.update(ep_rt, "default", "kubernetes", {**copy.deepcopy(ep), "subsets": subsets})
+            self.update(ep_rt, "default", "kubernetes", {**clone(ep), "subsets": subsets})
 
 
 def _types_by_key() -> list[ResourceType]:

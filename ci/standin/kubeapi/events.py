@@ -3,8 +3,10 @@ through it, ``kubectl describe`` reads core/v1): the field renames of pkg/apis/e
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from .store import clone
+
 
 # events.k8s.io/v1 field -> core/v1 field
 RENAMES = {"regarding": "involvedObject", "note": "message", "reportingController": "reportingComponent",
@@ -13,7 +15,7 @@ RENAMES = {"regarding": "involvedObject", "note": "message", "reportingControlle
 
 
 def to_v1(core: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(core)
+    out = clone(core)
     for new, old in RENAMES.items():
         if old in out:
             out[new] = out.pop(old)
@@ -22,7 +24,7 @@ def to_v1(core: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_v1(obj: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(obj)
+    out = clone(obj)
     for new, old in RENAMES.items():
         if new in out:
             out[old] = out.pop(new)

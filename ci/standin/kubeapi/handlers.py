@@ -26,6 +26,8 @@ from .matching import Selector
 log = logging.getLogger("kubeapi")
 PUBLIC = ("/healthz", "/readyz", "/livez", "/version")
 FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
+#: the request's key in the stand-in's counts (``counts``), once it is known to be an API request
+COUNTED = "standin.counted"
 
 
 @dataclass
@@ -117,14 +119,18 @@ class Server:
             return error_response(ApiError(401, "Unauthorized", "Unauthorized"))
         nodeauth.CURRENT.set((user or "", tuple(self.groups(request))))  # for NodeRestriction in the Api
         try:
-            return await handler(request)
+            resp = await handler(request)
         except ApiError as e:
-            return error_response(e)
+            resp = error_response(e)
         except web.HTTPException:
             raise
         except Exception as e:  # noqa: BLE001 - a bug must answer 500 like the real server, not hang
             log.exception("internal error on %s %s", request.method, request.path)
-            return error_response(ApiError(500, "InternalError", f"Internal error occurred: {e}"))
+            resp = error_response(ApiError(500, "InternalError", f"Internal error occurred: {e}"))
+        counted = request.get(COUNTED)
+        if counted and resp.status >= 400:
+            self.api.store.counts.error(counted, resp.status)
+        return resp
 
     # ------------------------------------------------------------------ dispatch
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
@@ -135,6 +141,8 @@ class Server:
             return json_response(resources.VERSION)
         if path == "/standin/compact" and request.method == "POST":
             return json_response({"resourceVersion": str(self.api.store.compact())})
+        if path == "/standin/requests" and request.method == "GET":
+            return json_response(self.api.store.counts.document())
         if path == "/openapi/v3":
             return json_response(openapi.index())
         if path.startswith("/openapi/v3/"):
@@ -156,6 +164,10 @@ class Server:
             if target.get("discovery") == "api":
                 return json_response(resources.api_versions(self.api.server))
             return json_response(target)
+        user = nodeauth.CURRENT.get()[0]
+        request[COUNTED] = key = self.api.store.counts.key(
+            user, nodeauth.verb(request.method, target.name, request.query), target.rt.plural, target.sub)
+        self.api.store.counts.request(key)
         self._authorize(request, target)
         if target.rt.extra.get("read_only") and request.method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"the API stand-in serves no {target.rt.plural}: it cannot serve "

@@ -10,11 +10,11 @@ kubelet would silently erase what others wrote. Directives: ``$patch: replace|de
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from .errors import ApiError, bad_request
 from .schema import Schemas
+from .store import clone
 
 _DELETE = object()
 
@@ -75,7 +75,7 @@ def _remove(doc: Any, parts: list[str], path: str) -> Any:
 def json_patch(doc: dict[str, Any], ops: Any) -> dict[str, Any]:
     if not isinstance(ops, list):
         raise bad_request("json patch: the patch must be a JSON array of operations")
-    doc = copy.deepcopy(doc)
+    doc = clone(doc)
     for op in ops:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise bad_request(f"json patch: invalid operation {op!r}")
@@ -83,14 +83,14 @@ def json_patch(doc: dict[str, Any], ops: Any) -> dict[str, Any]:
         if kind in ("add", "replace"):
             if "value" not in op:
                 raise bad_request(f'json patch: missing value for "{op["path"]}"')
-            doc = _add(doc, parts, copy.deepcopy(op["value"]), op["path"], kind == "replace")
+            doc = _add(doc, parts, clone(op["value"]), op["path"], kind == "replace")
         elif kind == "remove":
             _remove(doc, parts, op["path"])
         elif kind in ("move", "copy"):
             value = _walk(doc, _pointer(op.get("from", "")), op.get("from", ""))
             if kind == "move":
                 _remove(doc, _pointer(op["from"]), op["from"])
-            doc = _add(doc, parts, copy.deepcopy(value), op["path"], False)
+            doc = _add(doc, parts, clone(value), op["path"], False)
         elif kind == "test":
             if _walk(doc, parts, op["path"]) != op.get("value"):
                 raise ApiError(422, "Invalid", f'json patch: testing value {op["path"]} failed: test failed')
@@ -104,7 +104,7 @@ def json_patch(doc: dict[str, Any], ops: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------- RFC 7386 merge patch
 def merge_patch(doc: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     out = dict(doc) if isinstance(doc, dict) else {}
     for k, v in patch.items():
         if v is None:
@@ -124,7 +124,7 @@ class StrategicMerge:
     def apply(self, doc: dict[str, Any], patch: Any, root: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(patch, dict):
             raise bad_request("strategic merge patch: the patch must be a JSON object")
-        out = self._map(copy.deepcopy(doc), copy.deepcopy(patch), root)
+        out = self._map(clone(doc), clone(patch), root)
         return {} if out is _DELETE else out
 
     def _map(self, doc: Any, patch: dict[str, Any], schema: dict[str, Any]) -> Any:

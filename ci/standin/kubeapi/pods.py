@@ -8,11 +8,11 @@ Priority admission plugins, ``pkg/apis/core/validation`` and ``pkg/registry/core
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any
 
 from .errors import ApiError, FieldError
 from .names import check, random_suffix
+from .store import clone
 from .strategies import Strategy
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ class PodStrategy(Strategy):
                  for i, g in enumerate(new.get("schedulingGates") or []) if g.get("name") not in old_gates]
         if added:  # validation.go validateOnlyDeletedSchedulingGates
             return added
-        allowed = copy.deepcopy(old)
+        allowed = clone(old)
         for field in ("containers", "initContainers"):
             for c_new, c_old in zip(new.get(field) or [], allowed.get(field) or []):
                 if "image" in c_new:

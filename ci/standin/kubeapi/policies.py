@@ -25,7 +25,6 @@ policy's status).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import celpy
@@ -33,6 +32,7 @@ from celpy import celtypes
 
 from .errors import ApiError, FieldError, invalid
 from .patch import json_patch
+from .store import clone
 
 MAP_KEY = "mutatingadmissionpolicies.admissionregistration.k8s.io"
 MAPB_KEY = "mutatingadmissionpolicybindings.admissionregistration.k8s.io"
@@ -201,7 +201,7 @@ def validate(api: Any, rt: Any, operation: str, obj: dict[str, Any], old: dict[s
             continue
         pname, bname = policy["metadata"]["name"], binding["metadata"]["name"]
         actions = (binding.get("spec") or {}).get("validationActions") or []
-        act = _activation(rt, operation, copy.deepcopy(obj), old, ns, user)
+        act = _activation(rt, operation, clone(obj), old, ns, user)
         try:
             if not _conditions_hold(policy, act):
                 continue

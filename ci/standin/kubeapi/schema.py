@@ -10,6 +10,7 @@ too, and strategic merge uses the real merge keys. Go-level rules (names, immuta
 
 from __future__ import annotations
 
+import contextvars
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -23,6 +24,22 @@ from .errors import ApiError, FieldError, invalid
 from .resources import SCHEMA_VERSION, ResourceType
 
 DEFS_ID = "https://kubernetes.io/api/_definitions.json"
+#: ids of the top-level fields (dicts, lists) of the object being validated that equal the stored object's
+_KNOWN: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("known_valid", default=frozenset())
+
+
+def _properties(validator: Any, properties: dict[str, Any], instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's ``properties`` keyword, except that a field known valid (``_KNOWN``) is not descended."""
+    if not validator.is_type(instance, "object"):
+        return
+    known = _KNOWN.get()
+    for prop, subschema in properties.items():
+        if prop in instance and not (known and id(instance[prop]) in known):
+            yield from validator.descend(instance[prop], subschema, path=prop, schema_path=prop)
+
+
+_Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": _properties})
+
 GO_TYPES = {"string": "string", "integer": "int64", "number": "float64", "boolean": "bool",
             "array": "[]interface {}", "object": "map[string]interface {}"}
 
@@ -94,21 +111,35 @@ class Schemas:
         if name is None:
             return None
         if name not in self._validators:
-            self._validators[name] = jsonschema.Draft202012Validator(
+            self._validators[name] = _Validator(
                 {"$ref": f"{DEFS_ID}#/$defs/{name}"}, registry=self.registry)
         return self._validators[name]
 
     def validate(self, rt: ResourceType, obj: dict[str, Any], *, field_validation: str,
-                 name: str) -> list[str]:
+                 name: str, stored: dict[str, Any] | None = None) -> list[str]:
         """Check ``obj`` against its kind's strict schema; returns warnings for dropped fields.
 
         Unknown fields: 400 under ``fieldValidation=Strict`` (kubectl's default), else dropped
         (with a warning under ``Warn``, the server default). Wrong JSON types: 400 (the decoder
         fails). Missing required fields, enums: 422 Invalid.
+
+        ``stored``: the object an update or patch replaces, in the same view. Its top-level fields
+        passed this validation when it was written (and were pruned and zero-filled then), so a
+        field of ``obj`` equal to its one there (the spec under a status patch) cannot fail: it is
+        not walked again. The result is the same; a pod's status patch costs about half.
         """
         v = self._validator(rt)
         if v is None:
             return []
+        same = frozenset(id(x) for k, x in obj.items() if isinstance(x, (dict, list)) and stored is not None
+                         and stored.get(k) == x)
+        token = _KNOWN.set(same)
+        try:
+            return self._check(rt, v, obj, field_validation=field_validation, name=name)
+        finally:
+            _KNOWN.reset(token)
+
+    def _check(self, rt: ResourceType, v: Any, obj: dict[str, Any], *, field_validation: str, name: str) -> list[str]:
         warnings: list[str] = []
         for _ in range(50):  # pruning can uncover nothing new; bounded anyway
             errors = list(v.iter_errors(obj))

@@ -6,12 +6,12 @@ The default strategy fits the stored-only kinds; Pod lives in ``pods``, the othe
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import TYPE_CHECKING, Any
 
 from .errors import FieldError
 from .names import CONFIG_KEY, check
+from .store import clone
 
 if TYPE_CHECKING:
     from .api import Api
@@ -45,7 +45,7 @@ class Strategy:
     def prepare_update(self, rt: "ResourceType", new: dict[str, Any], old: dict[str, Any], sub: str) -> None:
         """Status/spec separation: a main write keeps the old status, a status write the old rest."""
         if sub == "status":
-            keep = copy.deepcopy(old)
+            keep = clone(old)
             if "status" in new:
                 keep["status"] = new["status"]
             else:
@@ -62,7 +62,7 @@ class Strategy:
             return
         if rt.has_status:
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = clone(old["status"])
             else:
                 new.pop("status", None)
         if "generation" in old["metadata"]:

@@ -4,7 +4,6 @@ kubelet proxies ``log``, ``exec``, ``attach``, ``proxy`` (see ``proxy``)."""
 
 from __future__ import annotations
 
-import copy
 import time
 import uuid
 from datetime import datetime, timezone
@@ -15,6 +14,7 @@ from aiohttp import web
 from . import nodeauth, proxy
 from .api import now
 from .errors import ApiError, FieldError, conflict, invalid, not_found
+from .store import clone
 
 if TYPE_CHECKING:
     from .handlers import Server, Target
@@ -73,7 +73,7 @@ def bind(srv: "Server", ns: str, name: str, body: dict[str, Any]) -> None:
     pod = pods.get("pods.", ns, name)
     if pod is None:
         raise not_found("pods", "", name)
-    pod = copy.deepcopy(pod)
+    pod = clone(pod)
     uid = (body.get("metadata") or {}).get("uid")
     if uid and uid != pod["metadata"]["uid"]:
         raise conflict("pods", "", name, f"Precondition failed: UID in precondition: {uid}, "

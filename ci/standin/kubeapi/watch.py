@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from . import nodeauth
 from .errors import ApiError
 from .resources import ResourceType
 from .matching import Selector
@@ -62,6 +63,11 @@ async def serve(request: web.Request, store: Store, rt: ResourceType, ns: str | 
         timeout = float(q["timeoutSeconds"])
     else:
         timeout = settings.min_request_timeout * (1 + random.random())
+    user = nodeauth.CURRENT.get()[0]
+
+    def tally(typ: str) -> None:  # an event written to this client (GET /standin/requests)
+        store.counts.event(user, rt.plural, typ)
+
     watcher = Watcher(rt.key)
     store.watchers.add(watcher)
     backlog: list[tuple[str, dict[str, Any]]] = []
@@ -91,11 +97,12 @@ async def serve(request: web.Request, store: Store, rt: ResourceType, ns: str | 
             await _send(resp, {"type": "ERROR", "object": error.status()})
             return resp
         for typ, obj in backlog:
-            await _send(resp, {"type": typ, "object": encode(obj)})
+            await _send_event(resp, store, rt, typ, obj, encode)
+            tally(typ)
         if initial and bookmarks:
             await _send(resp, _bookmark(rt, store.rv, initial_end=True))
         await _follow(resp, store, watcher, rt, ns, sel, encode, last, timeout,
-                      settings.bookmark_interval if bookmarks else None)
+                      settings.bookmark_interval if bookmarks else None, tally)
         return resp
     except (ConnectionResetError, asyncio.CancelledError):
         raise
@@ -104,7 +111,8 @@ async def serve(request: web.Request, store: Store, rt: ResourceType, ns: str | 
 
 
 async def _follow(resp: web.StreamResponse, store: Store, watcher: Watcher, rt: ResourceType, ns: str | None,
-                  sel: Selector, encode: Encoder, last: int, timeout: float, bookmark: float | None) -> None:
+                  sel: Selector, encode: Encoder, last: int, timeout: float, bookmark: float | None,
+                  tally: Callable[[str], None]) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     next_bookmark = loop.time() + bookmark if bookmark else None
@@ -132,7 +140,8 @@ async def _follow(resp: web.StreamResponse, store: Store, watcher: Watcher, rt: 
             last = ev.rv
             t = translate(ev, ns, sel)
             if t:
-                await _send(resp, {"type": t[0], "object": encode(t[1])})
+                await _send_event(resp, store, rt, t[0], t[1], encode)
+                tally(t[0])
             continue
         if next_bookmark is not None and loop.time() >= next_bookmark and watcher.queue.empty():
             # every event up to store.rv has been handled: the bookmark may claim it
@@ -145,6 +154,15 @@ def _bookmark(rt: ResourceType, rv: int, *, initial_end: bool = False) -> dict[s
     if initial_end:
         meta["annotations"] = {"k8s.io/initial-events-end": "true"}
     return {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}
+
+
+async def _send_event(resp: web.StreamResponse, store: Store, rt: ResourceType, typ: str, obj: dict[str, Any],
+                      encode: Encoder) -> None:
+    """One event, as ``_send`` writes it; an object sent as stored is encoded once for all watchers."""
+    out = encode(obj)
+    if out is not obj:
+        return await _send(resp, {"type": typ, "object": out})
+    await resp.write(f'{{"type":{json.dumps(typ)},"object":{store.text(rt.key, obj)}}}\n'.encode())
 
 
 async def _send(resp: web.StreamResponse, event: dict[str, Any]) -> None:
