@@ -535,12 +535,17 @@ def test_fields_equal_to_the_stored_ones_are_not_walked_but_changed_ones_are(kub
     """An update or patch validates only the top-level fields it changes (the rest passed when stored):
     a change anywhere is still checked, with the full path in the answer."""
     create(kube, pod("reval", node="hpk"))
-    code, out = kube.patch(f"{NS}/pods/reval/status", {"status": {"phase": "Running"}})
+    code, out = kube.patch(f"{NS}/pods/reval/status", {"status": {"phase": "Running", "conditions": [
+        {"type": "Initialized", "status": "True"}, {"type": "PodScheduled", "status": "True"}]}})
     assert code == 200 and out["spec"]["containers"][0]["image"] == "busybox:1.36"
     code, out = kube.patch(f"{NS}/pods/reval/status", {"status": {"hostIPx": "10.0.0.1"}},
                            params={"fieldValidation": "Strict"})
     assert (code, out["reason"]) == (400, "BadRequest")
     assert out["message"].endswith('strict decoding error: unknown field "status.hostIPx"')
+    code, out = kube.patch(f"{NS}/pods/reval/status", [{"op": "add", "path": "/status/conditions/-",
+                                                        "value": {"type": "Ready", "status": 1}}], kind="json-patch")
+    assert (code, out["reason"]) == (400, "BadRequest")
+    assert "Pod.status.conditions[2].status of type string" in out["message"]
     code, out = kube.patch(f"{NS}/pods/reval", {"spec": {"activeDeadlineSeconds": "soon"}}, kind="merge-patch")
     assert (code, out["reason"]) == (400, "BadRequest")
     assert "Pod.spec.activeDeadlineSeconds of type int64" in out["message"]
