@@ -155,7 +155,8 @@ VIOLATIONS = [
     ({"no-standins"}, "runtime/_violation.py", "from ci.standin import standin_apptainer\n"),
     # the typed-model layer is a leaf (issue 23.2)
     ({"layers", "typed-leaf"}, "typed/_violation.py", "from hpkctl.errors import ManifestError\n"),
-    ({"typed-leaf"}, "typed/_violation.py", "import pydantic\n"),
+    ({"typed-leaf", "no-pydantic"}, "typed/_violation.py", "import pydantic\n"),
+    ({"no-pydantic"}, "sites/_violation.py", "from pydantic import BaseModel\n"),
 ]
 
 

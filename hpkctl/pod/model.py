@@ -219,7 +219,7 @@ class SecretProjection(K8sModel):
 class VolumeProjection(K8sModel):
     config_map: ConfigMapProjection | None = None
     secret: SecretProjection | None = None
-    downward_api: DownwardAPIProjection | None = Field(None, alias="downwardAPI")
+    downward_api: DownwardAPIProjection | None = Field(default=None, alias="downwardAPI")
     service_account_token: ServiceAccountTokenProjection | None = None
 
 
@@ -251,7 +251,7 @@ class Volume(K8sModel):
     persistent_volume_claim: PVCVolume | None = None
     config_map: ConfigMapVolume | None = None
     secret: SecretVolume | None = None
-    downward_api: DownwardAPIVolume | None = Field(None, alias="downwardAPI")
+    downward_api: DownwardAPIVolume | None = Field(default=None, alias="downwardAPI")
     projected: ProjectedVolume | None = None
 
 
@@ -354,7 +354,7 @@ class ServicePort(K8sModel):
 
 
 class ServiceSpec(K8sModel):
-    cluster_ip: Text | None = Field(None, alias="clusterIP")
+    cluster_ip: Text | None = Field(default=None, alias="clusterIP")
     ports: list[ServicePort] | None = None
 
 

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pydantic
 import tomli_w
 
 from hpkctl.sites.expansion import PATH_KEYS, expand_value
@@ -19,6 +18,7 @@ from hpkctl.sites.loader import SiteExplanation, SiteSource
 from hpkctl.sites.provenance import SCHEMA_DEFAULT
 from hpkctl.sites.schema import SiteProfile
 from hpkctl.sites.tomltext import tilde, toml_key, toml_value
+from hpkctl.typed import BaseModel
 
 
 def list_text(sites: Sequence[SiteSource], *, user_dir: Path, selected: str = "") -> str:
@@ -152,7 +152,7 @@ def defaults_toml() -> str:
     lines = [header.rstrip("\n")]
     for sname, sfield in SiteProfile.model_fields.items():
         model = sfield.annotation
-        if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
             continue  # `name`: the file name, not a key
         doc = (model.__doc__ or "").strip()
         lines.append("")

@@ -7,7 +7,7 @@ this shape and packs pods into them as steps (``hpkctl.pilot``).
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from hpkctl.typed import Field, field_validator, model_validator
 
 from hpkctl.sites.slurmfmt import _Section, _slurm_mem, slurm_time_to_seconds
 
@@ -25,23 +25,23 @@ def mem_mb(value: str) -> int:
 class PilotSection(_Section):
     """Pilot mode: pods run as job steps inside allocations the kubelet holds."""
 
-    enabled: bool = Field(False, description="run pods as job steps in held allocations instead of one job each; "
+    enabled: bool = Field(default=False, description="run pods as job steps in held allocations instead of one job each; "
                           "`hpkctl kubelet --pilot` and `hpkctl run --pilot` turn it on whatever this says")
-    nodes: int = Field(0, ge=0, description="whole nodes per allocation (--exclusive --mem=0); 0: a share of one "
+    nodes: int = Field(default=0, ge=0, description="whole nodes per allocation (--exclusive --mem=0); 0: a share of one "
                        "node, as cpus, memory and gpus say")
-    cpus: int = Field(4, ge=1, description="CPUs per allocation when nodes = 0")
-    memory: str = Field("8G", description="memory per allocation when nodes = 0 (an sbatch --mem value)")
-    gpus: int = Field(0, ge=0, description="GPUs per allocation when nodes = 0 (--gres=<[gpu] gres_name>:N)")
-    partition: str = Field("", description="partition of the allocations; empty: [slurm] partition")
-    time_limit: str = Field("04:00:00", description="--time of each allocation; a successor is requested before "
+    cpus: int = Field(default=4, ge=1, description="CPUs per allocation when nodes = 0")
+    memory: str = Field(default="8G", description="memory per allocation when nodes = 0 (an sbatch --mem value)")
+    gpus: int = Field(default=0, ge=0, description="GPUs per allocation when nodes = 0 (--gres=<[gpu] gres_name>:N)")
+    partition: str = Field(default="", description="partition of the allocations; empty: [slurm] partition")
+    time_limit: str = Field(default="04:00:00", description="--time of each allocation; a successor is requested before "
                             "it ends (renewal_margin)")
-    max_allocations: int = Field(4, ge=1, description="the most allocations held (running or pending) at once")
-    idle_release: int = Field(300, ge=10, description="seconds an allocation without pods is kept before it is "
+    max_allocations: int = Field(default=4, ge=1, description="the most allocations held (running or pending) at once")
+    idle_release: int = Field(default=300, ge=10, description="seconds an allocation without pods is kept before it is "
                               "released (its own script releases it after twice this, if the kubelet is gone)")
-    renewal_margin: int = Field(600, ge=0, description="seconds: no pod is placed in an allocation that ends sooner "
+    renewal_margin: int = Field(default=600, ge=0, description="seconds: no pod is placed in an allocation that ends sooner "
                                 "than this (or than the pod's activeDeadlineSeconds), and a successor is requested "
                                 "when the last allocation with room gets this close to its end")
-    step_memory: str = Field("512M", description="memory of a pod's step when the pod requests none and [pods] "
+    step_memory: str = Field(default="512M", description="memory of a pod's step when the pod requests none and [pods] "
                              "default_memory is empty (a step without one would take the whole allocation's)")
 
     @field_validator("memory", "step_memory")

@@ -11,7 +11,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel
+from hpkctl.typed import BaseModel
 
 #: Origin of a value no file set.
 SCHEMA_DEFAULT = "schema default"

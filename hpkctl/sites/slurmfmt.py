@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict
+from hpkctl.typed import BaseModel, ConfigDict
 
 # Slurm's time formats: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
 # "days-hours:minutes", "days-hours:minutes:seconds"; "" means "not set".

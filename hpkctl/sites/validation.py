@@ -1,4 +1,4 @@
-"""Validating a merged profile, and turning pydantic's errors into messages a user can act on.
+"""Validating a merged profile, and turning its validation errors into messages a user can act on.
 
 Every problem names the file that set the value (from the merge's origins), the key as a TOML path
 (``[apptainer].network``), what was expected, what was given, and a fix to copy into the file.
@@ -14,12 +14,11 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import pydantic
-
 from hpkctl.errors import ProfileError
 from hpkctl.sites.provenance import SCHEMA_DEFAULT, Key
 from hpkctl.sites.schema import SiteProfile
 from hpkctl.sites.tomltext import toml_key, toml_value
+from hpkctl.typed import BaseModel, ValidationError
 
 _TIME_FIX = 'use Slurm\'s time format, e.g. "30" (minutes), "01:30:00", "1-00:00:00" (days-hours:minutes:seconds)'
 _SCALAR_EXPECTED = {
@@ -36,7 +35,7 @@ def validate(name: str, merged: dict[str, Any], *, origins: dict[Key, str], file
     """The merged data as a :class:`SiteProfile` named ``name``; else a :class:`ProfileError` listing every problem."""
     try:
         return SiteProfile.model_validate({**merged, "name": name}, strict=True)
-    except pydantic.ValidationError as exc:
+    except ValidationError as exc:
         problems = [_problem(err, origins=origins, files=files) for err in exc.errors()]
     if len(problems) == 1:
         what, fix = problems[0]
@@ -47,10 +46,10 @@ def validate(name: str, merged: dict[str, Any], *, origins: dict[Key, str], file
     raise ProfileError("\n".join(lines), hint=f"`hpkctl sites show {name}` shows which file sets each value") from None
 
 
-def _sections() -> dict[str, type[pydantic.BaseModel]]:
-    out: dict[str, type[pydantic.BaseModel]] = {}
+def _sections() -> dict[str, type[BaseModel]]:
+    out: dict[str, type[BaseModel]] = {}
     for n, f in SiteProfile.model_fields.items():
-        if isinstance(f.annotation, type) and issubclass(f.annotation, pydantic.BaseModel):
+        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
             out[n] = f.annotation
     return out
 
@@ -104,7 +103,7 @@ def _allowed_literals(loc: Key) -> list[Any]:
 
 
 def _problem(err: Any, *, origins: dict[Key, str], files: tuple[Path, ...]) -> tuple[str, str]:
-    """(what is wrong, how to fix it) for one pydantic error."""
+    """(what is wrong, how to fix it) for one validation error."""
     raw_loc = tuple(err["loc"])
     loc: Key = tuple(str(x) for x in raw_loc)
     typ = err["type"]

@@ -141,25 +141,42 @@ def _nullable(inner: Check) -> Check:
     return check_nullable
 
 
-def bounded(inner: Check, b: Bounds, *, generic: bool = False) -> Check:
+def bounded(inner: Check, b: Bounds, *, generic: bool = False, floats: bool = False) -> Check:
     """``inner`` then ``b``'s rules; a list longer than ``max_length`` fails before its items are checked.
-    ``generic``: the bounds follow a validator function, and pydantic words a length error as of a "Value"."""
+    ``generic``: the bounds follow a validator function, and pydantic words a length error as of a "Value".
+    ``floats``: a ``float`` field, whose bounds an error's context gives as floats (``{'ge': 0.0}``)."""
+    numbers = [(kind, key, text, limit, float(limit) if floats else limit) for kind, key, text, limit in (
+        ("greater_than_equal", "ge", "greater than or equal to", b.ge), ("greater_than", "gt", "greater than", b.gt),
+        ("less_than_equal", "le", "less than or equal to", b.le), ("less_than", "lt", "less than", b.lt))
+        if limit is not None]
+    lengths = b.min_length is not None or b.max_length is not None
+
     def check_bounded(v: Any) -> Any:
         if b.max_length is not None and isinstance(v, (list, dict)) and len(v) > b.max_length:
             _length(v, b, generic)
         v = inner(v)
-        if b.ge is not None and v < b.ge:
-            raise error("greater_than_equal", f"Input should be greater than or equal to {b.ge}", v, {"ge": b.ge})
-        if b.gt is not None and not v > b.gt:
-            raise error("greater_than", f"Input should be greater than {b.gt}", v, {"gt": b.gt})
-        if b.le is not None and v > b.le:
-            raise error("less_than_equal", f"Input should be less than or equal to {b.le}", v, {"le": b.le})
-        if b.lt is not None and not v < b.lt:
-            raise error("less_than", f"Input should be less than {b.lt}", v, {"lt": b.lt})
-        if b.min_length is not None or b.max_length is not None:
+        for kind, key, text, limit, shown in numbers:
+            if not _within(kind, v, limit):
+                raise error(kind, f"Input should be {text} {_number(limit)}", v, {key: shown})
+        if lengths:
             _length(v, b, generic)
         return v
     return check_bounded
+
+
+def _within(kind: str, v: Any, limit: Any) -> bool:
+    if kind == "greater_than_equal":
+        return bool(v >= limit)
+    if kind == "greater_than":
+        return bool(v > limit)
+    if kind == "less_than_equal":
+        return bool(v <= limit)
+    return bool(v < limit)
+
+
+def _number(x: Any) -> str:
+    """A bound as pydantic's messages show it: 30.0 as 30."""
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
 
 
 def _length(v: Any, b: Bounds, generic: bool) -> None:
@@ -208,7 +225,7 @@ def _annotated(base: Any, metadata: tuple[Any, ...]) -> Check:
         elif isinstance(meta, BeforeValidator):
             check, wrapped = _before(check, meta.func), True
         elif isinstance(meta, FieldInfo) and meta.bounds.any():
-            check = bounded(check, meta.bounds, generic=wrapped)
+            check = bounded(check, meta.bounds, generic=wrapped, floats=base is float)
     return check
 
 

@@ -49,7 +49,7 @@ class _Plan:
                 info.metadata = list(hint.__metadata__)
             check = compile_type(hint)
             if info.bounds.any():
-                check = bounded(check, info.bounds)
+                check = bounded(check, info.bounds, floats=info.annotation is float)
             for v in validators:
                 if name in v.fields:
                     check = after_check(check, v.func.__get__(None, cls))

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import ValidationError
+from hpkctl.typed import ValidationError
 
 from hpkctl.controlplane import components as comp
 from hpkctl.controlplane import objects

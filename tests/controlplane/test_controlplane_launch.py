@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from hpkctl.typed import ValidationError
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from hpkctl.cli import main

@@ -67,11 +67,12 @@ def test_help_imports_no_heavy_library(help_rows: list[tuple[int, int, int, str]
         "hpkctl run --help imports " + ", ".join(sorted(loaded(help_rows) & set(HEAVY)))
 
 
-#: what ``hpkctl run --detach`` of a plain Pod never needs: the Kubernetes client, asyncio (exec/attach of
+#: what ``hpkctl run --detach`` of a plain Pod never needs: the Kubernetes client, pydantic (the pod's and the
+#: profile's models are hpkctl.typed's; its import and schema build were most of run's CPU before sbatch), asyncio (exec/attach of
 #: steps), the YAML parser (its manifest is JSON), the code of workloads (job arrays), pilot mode (its held
 #: allocations too) and the daemons, what follows a run after its submit (the follow, the provider's status
 #: rounds, a delete: --replace imports it when it deletes) and the other commands' CLI modules
-NOT_FOR_A_POD = ("kubernetes", "asyncio", "yaml", "hpkctl.kube", "hpkctl.kubelet", "hpkctl.scheduler", "hpkctl.controlplane",
+NOT_FOR_A_POD = ("kubernetes", "pydantic", "pydantic_core", "asyncio", "yaml", "hpkctl.kube", "hpkctl.kubelet", "hpkctl.scheduler", "hpkctl.controlplane",
                  "hpkctl.pilot", "hpkctl.jobs.alloc", "hpkctl.local.arrays", "hpkctl.local.workload", "hpkctl.local.pilotrun",
                  "hpkctl.local.arrayfollow", "hpkctl.provider.pilotpod", "hpkctl.local.follow", "hpkctl.provider.jobpod",
                  "hpkctl.provider.jobstatus", "hpkctl.local.runs", "hpkctl.provider.runstatus",
@@ -124,6 +125,8 @@ def test_render_imports_print_the_slowest(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr[-2000:]
         assert "#SBATCH" in r.stdout
         report(f"hpkctl render --site ci ({round_} run)", rows)
+        # issue 23.2: the pod and the profile are validated by hpkctl.typed, not pydantic
+        assert not loaded(rows) & {"pydantic", "pydantic_core", "kubernetes"}, sorted(loaded(rows))
 
 
 def test_the_slurm_layer_does_not_import_asyncio_or_plumbum(tmp_path: Path) -> None:

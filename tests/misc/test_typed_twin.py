@@ -1,5 +1,5 @@
 """Property tests: hpkctl.typed gives every document the errors pydantic gives it (type, location, message,
-context, input), for the pod's models (tests/support/pydantic_twin.py builds the
+context, input), for the pod's models and the site profile's (tests/support/pydantic_twin.py builds the
 pydantic twin of each from the same annotations and rule functions). The messages users see are built from
 these errors (hpkctl/pod/validation.py, hpkctl/sites/validation.py) and were written against pydantic's."""
 
@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpkctl.pod.model import ConfigMapObject, Pod, SecretObject, ServiceObject
+from hpkctl.sites.schema import SiteProfile
 from tests.support.pods import PODS, load_pod
 from tests.support.pydantic_twin import errors_of, twin
 
@@ -74,3 +75,16 @@ def test_pod_errors_are_pydantics(doc: dict[str, Any]) -> None:
 def test_object_errors_are_pydantics(doc: dict[str, Any]) -> None:
     cls = {"ConfigMap": ConfigMapObject, "Service": ServiceObject}.get(str(doc.get("kind")), SecretObject)
     assert errors_of(cls, doc) == errors_of(twin(cls), doc)
+
+
+PROFILES = [SiteProfile(name="p").model_dump(),
+            {"name": "q", "slurm": {"default_time": "02:00:00", "max_time": "1-00:00:00", "extra_directives": ["--x"]},
+             "apptainer": {"network": "cni", "parent_image": "docker://p"}, "gpu": {"extended_resources": {"a": "b"}},
+             "controlplane": {"service_cidr": "10.96.0.0/12,fd00::/108", "dns_upstream": ["1.1.1.1:53", "/r"]},
+             "site": {"hostnames": ["login*"]}, "pilot": {"enabled": True, "nodes": 1}}]
+
+
+@settings(max_examples=300, deadline=None)
+@given(mutated(PROFILES))
+def test_profile_errors_are_pydantics(doc: dict[str, Any]) -> None:
+    assert errors_of(SiteProfile, doc) == errors_of(twin(SiteProfile), doc)

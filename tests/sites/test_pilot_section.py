@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
+from hpkctl.typed import ValidationError
 
 from hpkctl.sites import load_site
 from hpkctl.sites.pilot import PilotSection, mem_mb
