@@ -170,6 +170,13 @@ class Pool:
                 if held.pods.pop(uid, None) is not None and not held.pods:
                     held.idle_since = self.clock()
 
+    def settled(self) -> bool:
+        """Every allocation on the books runs, its nodes known: Slurm has nothing the pool waits for (an
+        allocation's start), only an unexpected end, which the kubelet's status rounds find as often
+        ([kubelet] slurm_poll)."""
+        with self._lock:
+            return all(h.state == RUNNING and h.nodes for h in self._helds.values())
+
     def where(self, uid: str) -> tuple[str, str] | None:
         with self._lock:
             return next(((h.job_id, h.pods[uid][0]) for h in self._helds.values() if uid in h.pods), None)

@@ -93,6 +93,13 @@ class PilotPodProvider(JobPodProvider):
         self.pilot_workloads = PilotWorkloadStops(slurm, margin=STOP_MARGIN)
         self.changed: Callable[[], None] = lambda: None  # a step said its pod changed (the kubelet: a round now)
 
+    def _books_age(self, waiting: float) -> float:
+        """How old the pool's books may be: ``waiting`` while an allocation is pending (a pod waits for
+        it to run), else ``slurm_poll``, as the status rounds' squeue: with every allocation running, a
+        squeue each status_poll (0.5 s) was most of a busy pilot kubelet's Slurm commands and told it
+        nothing (bench/run pilot's backlog: squeue 0.31 per pod)."""
+        return waiting if not self.pool.settled() else max(waiting, self.profile.kubelet.slurm_poll)
+
     def step_id(self, uid: str) -> str:
         """The pod's step, ``J.S``, as its script wrote it ("" before it did)."""
         rec = self._rec(uid)
@@ -156,7 +163,7 @@ class PilotPodProvider(JobPodProvider):
         self.pool.refresh(max_age=self.profile.kubelet.slurm_poll)
         spot = self.pool.place(need)
         if spot is None:
-            self.pool.refresh(max_age=WAIT_FOR_ROOM)
+            self.pool.refresh(max_age=self._books_age(WAIT_FOR_ROOM))
             spot = self.pool.place(need)
         if spot is None:
             # A pod that begins to wait ticks now (it may need an allocation requested); one asked again
@@ -265,7 +272,7 @@ class PilotPodProvider(JobPodProvider):
             self.pool.done(uid)
         try:
             # at most one squeue per status_poll, however often a step's announcement starts a round
-            self.pool.refresh(max_age=self.profile.kubelet.status_poll)
+            self.pool.refresh(max_age=self._books_age(self.profile.kubelet.status_poll))
             self.pool.tick(pending)
         except Exception:  # noqa: BLE001 - Slurm's trouble must not stop the pods' status
             log.exception("pilot: refreshing the allocations failed")

@@ -193,3 +193,17 @@ def test_a_successor_takes_over_the_books_of_an_allocation_reaching_its_end(tmp_
     pool.done("p1")
     assert pool.tick([]).release == (() if first_released_itself else (first,))
     assert [h.job_id for h in pool.helds()] == [successor]
+
+
+def test_the_books_are_settled_once_every_allocation_runs_with_its_nodes_known(tmp_path: Path) -> None:
+    from hpkctl.jobs.alloc import NodeShare
+    from hpkctl.pilot.plan import Held
+
+    pool = Pool(FakeSlurm(), load_site("ci"), owner="kubelet", node="n", state_dir=tmp_path, clock=Clock())  # type: ignore[arg-type]
+    assert pool.settled()  # nothing held: nothing to wait for
+    pool._helds["41"] = Held("41", "RUNNING")
+    assert not pool.settled()  # running, its nodes not known yet (scontrol show job -d to come)
+    pool._helds["41"].nodes = {"vm": NodeShare(4, 1024)}
+    assert pool.settled()
+    pool._helds["42"] = Held("42", "PENDING")  # requested: a pod may be waiting for it to start
+    assert not pool.settled()

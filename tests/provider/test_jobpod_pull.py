@@ -76,6 +76,9 @@ def test_a_pilot_pod_waiting_for_room_is_rendered_once(tmp_path: Path, monkeypat
 
     class FullPool:
         rules = provider.pool.rules
+
+        def settled(self) -> bool:
+            return False  # an allocation is pending: the books are asked about as often as its start matters
         ticks = 0
 
         def place(self, need: Any) -> None:
@@ -109,6 +112,9 @@ def test_pilot_pods_waiting_for_room_are_woken_when_a_step_ends(tmp_path: Path) 
 
     class FullPool:
         rules = provider.pool.rules
+
+        def settled(self) -> bool:
+            return False  # an allocation is pending: the books are asked about as often as its start matters
         freed: list[str] = []
 
         def place(self, need: Any) -> None:
@@ -151,6 +157,9 @@ def test_a_pilot_step_that_ends_frees_its_room_and_wakes_a_waiting_pod_without_a
 
     class OneSlot:  # an allocation with room for one pod
         rules = provider.pool.rules
+
+        def settled(self) -> bool:
+            return False  # an allocation is pending: the books are asked about as often as its start matters
         taken: str | None = None
         freed: list[str] = []
 
@@ -228,6 +237,9 @@ def test_an_idle_pilot_kubelet_never_places_a_pod_in_an_allocation_that_ended(tm
 
     class StaleBooks:  # allocation 41 released itself; the books know it once they ask Slurm
         rules = provider.pool.rules
+
+        def settled(self) -> bool:
+            return False  # an allocation is pending: the books are asked about as often as its start matters
         asked = False
 
         def refresh(self, *, max_age: float = 0.0) -> list[str]:
@@ -264,6 +276,9 @@ def test_a_pilot_pod_soon_after_another_costs_no_squeue_unless_it_finds_no_room(
 
     class Books:
         rules = provider.pool.rules
+
+        def settled(self) -> bool:
+            return False  # an allocation is pending: the books are asked about as often as its start matters
         asked = 0
 
         def refresh(self, *, max_age: float = 0.0) -> list[str]:
@@ -293,6 +308,9 @@ def test_rounds_a_step_starts_ask_slurm_about_the_allocations_once_per_status_po
 
     class Books:
         rules = provider.pool.rules
+
+        def settled(self) -> bool:
+            return False  # an allocation is pending: the books are asked about as often as its start matters
         ages: list[float] = []
 
         def refresh(self, *, max_age: float = 0.0) -> list[str]:
@@ -309,6 +327,46 @@ def test_rounds_a_step_starts_ask_slurm_about_the_allocations_once_per_status_po
     for _ in range(3):
         provider.statuses([])
     assert Books.ages == [provider.profile.kubelet.status_poll] * 3
+
+
+@pytest.mark.parametrize("where", ["statuses", "create"])
+def test_with_every_allocation_running_the_books_are_asked_about_once_per_slurm_poll(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """No allocation pending: Slurm can tell the books only of an unexpected end, which the status
+    rounds' squeue finds once per [kubelet] slurm_poll; asking each status_poll (or, for a pod that
+    found no room, each WAIT_FOR_ROOM) was most of a busy pilot kubelet's squeue calls."""
+    from hpkctl.provider import pilotpod
+
+    provider = _pilot_provider(tmp_path)
+    slurm_poll = provider.profile.kubelet.slurm_poll
+    assert slurm_poll > max(provider.profile.kubelet.status_poll, pilotpod.WAIT_FOR_ROOM)
+
+    class Running:
+        rules = provider.pool.rules
+        ages: list[float] = []
+
+        def settled(self) -> bool:
+            return True
+
+        def refresh(self, *, max_age: float = 0.0) -> list[str]:
+            self.ages.append(max_age)
+            return []
+
+        def place(self, need: Any) -> None:
+            return None  # full: the pod waits for room
+
+        def tick(self, pending: Any) -> None:
+            pass
+
+        def done(self, uid: str) -> None:
+            pass
+
+    provider.pool = Running()  # type: ignore[assignment]
+    if where == "statuses":
+        provider.statuses([])
+    else:
+        assert provider.create(_pod("next", "u-1"), PodInputs()).outcome is Outcome.RETRY
+    assert Running.ages and set(Running.ages) == {slurm_poll}
 
 
 def _pilot_provider(tmp_path: Path) -> Any:
