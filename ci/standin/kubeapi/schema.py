@@ -21,6 +21,7 @@ import kubernetes_validate
 from referencing import Registry, Resource
 
 from .errors import ApiError, FieldError, invalid
+from .fastcheck import FastCheck
 from .resources import SCHEMA_VERSION, ResourceType
 
 DEFS_ID = "https://kubernetes.io/api/_definitions.json"
@@ -110,6 +111,7 @@ class Schemas:
             for gvk in d.get("x-kubernetes-group-version-kind", []):
                 self.by_gvk.setdefault((gvk["group"], gvk["version"], gvk["kind"]), name)
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
+        self._fast = FastCheck(self.defs)
 
     # ------------------------------------------------------------------ navigation (for SMP)
     def root(self, group: str, version: str, kind: str) -> dict[str, Any]:
@@ -156,13 +158,17 @@ class Schemas:
         validation when it was written (and was pruned and zero-filled then), so a part of ``obj``
         equal to its part at the same path there (the spec under a status patch, the conditions
         that did not change) cannot fail: it is not walked again (``oneOf``/``anyOf``, where that
-        would not hold, appear only in CRD schemas, which are not served). The result is the same;
-        a pod's status patch costs about a third.
+        would not hold, appear only in CRD schemas, which are not served). A valid object is
+        recognised by ``fastcheck``'s plain walk; jsonschema runs only for the others, and its errors
+        are the answer. The result is the same, for a fraction of the CPU.
         """
         v = self._validator(rt)
         if v is None:
             return []
-        token = _KNOWN.set(frozenset(_known(obj, stored, set())) if stored is not None else frozenset())
+        known = frozenset(_known(obj, stored, set())) if stored is not None else frozenset()
+        if self._fast.valid(self.defs[self.by_gvk[(rt.group, rt.version, rt.kind)]], obj, known):
+            return []  # what jsonschema would find too (fastcheck): no error, nothing dropped
+        token = _KNOWN.set(known)
         try:
             return self._check(rt, v, obj, field_validation=field_validation, name=name)
         finally:

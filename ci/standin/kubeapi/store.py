@@ -182,12 +182,14 @@ class Store:
         # last one (encoding all of a burst's pods and events every snapshot_delay held up the event
         # loop for ~15-30 ms each time); deleted objects leave the cache here
         texts: dict[tuple[str, str, str], tuple[dict[str, Any], str]] = {}
-        parts = []
+        cached, parts = self._texts, []
         for key, items in self.objects.items():
             body = []
-            for obj in items.values():
-                body.append(self.text(key, obj))
-                texts[(key, *ns_name(obj))] = (obj, body[-1])
+            for (ns, name), obj in items.items():
+                hit = cached.get((key, ns, name))
+                text = hit[1] if hit is not None and hit[0] is obj else json.dumps(obj, separators=(",", ":"))
+                texts[(key, ns, name)] = (obj, text)
+                body.append(text)
             parts.append(f"{json.dumps(key)}:[{','.join(body)}]")
         self._texts = texts
         text = f'{{"resourceVersion":{self.rv},"objects":{{{",".join(parts)}}}}}'
