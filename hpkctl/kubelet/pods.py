@@ -215,7 +215,7 @@ class PodManager:
             self.queue.add_after(t.uid, max(0.0, t.state.patch_gate - time.monotonic()))
         elif r.final:
             t.state.phase = Phase.FINAL
-            self._forget_objects(t)
+            self._unwatch_if_ended(t)
 
     def _pulled(self, uid: str) -> None:
         """From a pull thread: the provider's pulls for ``uid`` ended; its worker creates it again."""
@@ -268,7 +268,7 @@ class PodManager:
         if t.state.phase is Phase.PULLING:
             self.events.post(t, "Pulled", "Image(s) pulled: " + ", ".join(t.state.pulling))
         t.state.phase = Phase.FINAL if created.final else Phase.SUBMITTED
-        self._forget_objects(t)
+        self._unwatch_if_ended(t)
         if created.job_id:
             self._submitted(t, created)
         if created.tokens_later:
@@ -279,7 +279,7 @@ class PodManager:
             log.info("pod %s: created %.3f s after it was seen: queued %.3f, create %.3f (API reads %.3f)", t.key,
                      time.monotonic() - t.seen, t0 - t.seen, time.monotonic() - t0, objects.read_s)
 
-    def _forget_objects(self, t: Tracked) -> None:  # as the real kubelet unregisters a terminated pod
+    def _unwatch_if_ended(self, t: Tracked) -> None:  # a final or deleting pod's objects (real kubelet: unregister)
         if self.watches is not None and (t.state.final or t.deleting):
             self.watches.unregister(t.uid)
 
@@ -312,7 +312,7 @@ class PodManager:
         self.events.post(t, "Failed", f"{reason}: {message}", warning=True)
         t.error = reason
         t.state.phase = Phase.FINAL
-        self._forget_objects(t)
+        self._unwatch_if_ended(t)
         status = {"phase": "Failed", "reason": reason, "message": message,
                   "containerStatuses": waiting_containers(t.pod, reason, message[:1000])}
         if not t.job_id:
@@ -327,7 +327,7 @@ class PodManager:
         grace = _meta(t.pod).get("deletionGracePeriodSeconds")
         ref = PodRef(t.uid, t.namespace, t.name)
         t.deleting = True
-        self._forget_objects(t)  # no render follows; and no watch may outlive the pod (objwatch.py)
+        self._unwatch_if_ended(t)  # no render follows; and no watch may outlive the pod (objwatch.py)
         d = self.provider.delete(ref, grace=None if grace is None else float(grace), pod=t.pod,
                                  report=t.uid not in self._gone)
         if d.killing:
