@@ -8,19 +8,57 @@ exactly what the process gets, and nothing process-wide changes (any number of t
 commands at once, each with its own environment).
 
 Imported by :meth:`hpkctl.jobs.command.Commands.run` when it first runs a command, not with
-``hpkctl.jobs``: plumbum brings urllib, http.client and email (~0.07 s), which a command that runs
-no Slurm command (``--help``, ``render``) need not pay (issue 23.2).
+``hpkctl.jobs``: plumbum brings platform, subprocess and its paths, which a command that runs no
+Slurm command (``--help``, ``render``) need not pay (issue 23.2); and urllib.request (http.client,
+email, ssl) is loaded only if something reads it (:func:`_urllib_request_on_first_use`).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
+import sys
+import types
 from collections.abc import Sequence
 from typing import IO, Any, NoReturn, Protocol, cast
 
-from plumbum.machines.env import BaseEnv
-from plumbum.machines.local import LocalCommand, LocalEnv, LocalMachine
-from plumbum.path.local import LocalPath
+
+class _OnFirstUse(types.ModuleType):
+    """Stands in ``sys.modules`` for a module until one of its names is read: then the real module is
+    imported, and its names copied here for whoever holds this one."""
+
+    def __getattr__(self, name: str) -> Any:
+        sys.modules.pop(self.__name__, None)
+        real = importlib.import_module(self.__name__)
+        self.__dict__.update(real.__dict__)
+        return getattr(real, name)
+
+
+def _urllib_request_on_first_use() -> None:
+    """Import ``urllib.request`` when one of its names is first read, not when plumbum imports it.
+
+    plumbum imports it for ``LocalPath.as_uri`` alone, which hpkctl never calls; loading it brings
+    http.client, email and ssl: ~0.13 G of the ~0.69 G instructions `hpkctl run --detach` executed
+    (callgrind, issue 23.2). A process that has imported it already (the kubelet: the kubernetes
+    client did) keeps it; one that imports it later (``from urllib.request import ...``) gets the real
+    module then, whichever thread reads it first (the import lock serialises the import itself).
+    """
+    if "urllib.request" in sys.modules:
+        return
+    spec = importlib.util.find_spec("urllib.request")
+    if spec is None:
+        return
+    stub = _OnFirstUse("urllib.request")
+    stub.__spec__ = spec
+    sys.modules["urllib.request"] = stub
+
+
+_urllib_request_on_first_use()
+
+from plumbum.machines.env import BaseEnv  # noqa: E402 (after the line above)
+from plumbum.machines.local import LocalCommand, LocalEnv, LocalMachine  # noqa: E402
+from plumbum.path.local import LocalPath  # noqa: E402
 
 
 class Proc(Protocol):

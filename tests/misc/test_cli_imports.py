@@ -68,11 +68,12 @@ def test_help_imports_no_heavy_library(help_rows: list[tuple[int, int, int, str]
 
 
 #: what ``hpkctl run --detach`` of a plain Pod never needs: the Kubernetes client, pydantic (the pod's and the
-#: profile's models are hpkctl.typed's; its import and schema build were most of run's CPU before sbatch), asyncio (exec/attach of
+#: profile's models are hpkctl.typed's; its import and schema build were most of run's CPU before sbatch), what
+#: urllib.request brings (http.client, email, ssl: plumbum imports it, hpkctl.jobs.scrubbed defers it), asyncio (exec/attach of
 #: steps), the YAML parser (its manifest is JSON), the code of workloads (job arrays), pilot mode (its held
 #: allocations too) and the daemons, what follows a run after its submit (the follow, the provider's status
 #: rounds, a delete: --replace imports it when it deletes) and the other commands' CLI modules
-NOT_FOR_A_POD = ("kubernetes", "pydantic", "pydantic_core", "asyncio", "yaml", "hpkctl.kube", "hpkctl.kubelet", "hpkctl.scheduler", "hpkctl.controlplane",
+NOT_FOR_A_POD = ("kubernetes", "pydantic", "pydantic_core", "asyncio", "yaml", "http.client", "email", "ssl", "hpkctl.kube", "hpkctl.kubelet", "hpkctl.scheduler", "hpkctl.controlplane",
                  "hpkctl.pilot", "hpkctl.jobs.alloc", "hpkctl.local.arrays", "hpkctl.local.workload", "hpkctl.local.pilotrun",
                  "hpkctl.local.arrayfollow", "hpkctl.provider.pilotpod", "hpkctl.local.follow", "hpkctl.provider.jobpod",
                  "hpkctl.provider.jobstatus", "hpkctl.local.runs", "hpkctl.provider.runstatus",
@@ -140,3 +141,20 @@ def test_the_slurm_layer_does_not_import_asyncio_or_plumbum(tmp_path: Path) -> N
     r = subprocess.run([sys.executable, "-c", "from hpkctl.jobs import Step; print(Step.__module__)"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(REPO)})
     assert r.stdout.strip() == "hpkctl.jobs.step", r.stderr
+
+
+def test_plumbum_loads_urllib_request_only_when_read(tmp_path: Path) -> None:
+    """plumbum imports urllib.request (http.client, email, ssl: ~7% of `hpkctl run`'s instructions) for a
+    method hpkctl never calls: the first Slurm command's import of plumbum leaves it unloaded, and whoever
+    reads it later (plumbum's as_uri, a `from urllib.request import` elsewhere) gets the real module."""
+    code = ("import sys, hpkctl.jobs.scrubbed\n"
+            "print(sorted(m for m in ('http.client', 'email.parser', 'ssl') if m in sys.modules))\n"
+            "from plumbum.path.local import LocalPath\n"
+            "print(LocalPath('/a b').as_uri())\n"
+            "from urllib.request import pathname2url, getproxies\n"
+            "import urllib.request\n"
+            "print(pathname2url('/c d'), callable(getproxies), urllib.request.__file__.endswith('request.py'))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={"PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[]", "file:///a%20b", "/c%20d True True"]
