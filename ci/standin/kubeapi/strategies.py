@@ -6,6 +6,7 @@ The default strategy fits the stored-only kinds; Pod lives in ``pods``, the othe
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -210,17 +211,22 @@ class RbacStrategy(Strategy):
 
 
 def strategy_for(rt: "ResourceType") -> Strategy:
+    if rt.group == "rbac.authorization.k8s.io":
+        return _RBAC
+    return _table().get(rt.key, _DEFAULT)
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict[str, Strategy]:
+    """The kinds' strategies (stateless), made once: every request asks for one, several times."""
     from .pods import PodStrategy
     from .workloads import STRATEGIES
-    table: dict[str, Strategy] = {"pods.": PodStrategy(), "nodes.": NodeStrategy(),
-                                  "namespaces.": NamespaceStrategy(), "services.": ServiceStrategy(),
-                                  "configmaps.": ConfigStrategy(), "secrets.": ConfigStrategy(),
-                                  "leases.coordination.k8s.io": LeaseStrategy(), "events": EventStrategy()}
-    if rt.group == "rbac.authorization.k8s.io":
-        return RbacStrategy()
-    return table.get(rt.key) or STRATEGIES.get(rt.key, _DEFAULT)
+    return {**STRATEGIES, "pods.": PodStrategy(), "nodes.": NodeStrategy(), "namespaces.": NamespaceStrategy(),
+            "services.": ServiceStrategy(), "configmaps.": ConfigStrategy(), "secrets.": ConfigStrategy(),
+            "leases.coordination.k8s.io": LeaseStrategy(), "events": EventStrategy()}
 
 
+_RBAC = RbacStrategy()
 _DEFAULT = Strategy()
 
 
