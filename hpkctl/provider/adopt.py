@@ -116,6 +116,15 @@ class JobFinder:
         self._listing: dict[str, str] | None = None  # uid -> job id, from squeue at the first need
         self._accounted: tuple[float, dict[str, str]] | None = None  # (since, uid -> job id), from sacct
 
+    def prime(self) -> None:
+        """Take the ``squeue`` listing now (a kubelet's start, on a thread of its own), so that the first
+        pods of its first list do not wait for it before their ``sbatch``: any job of an earlier kubelet
+        exists already. A failure is left to the first ``find``, which asks again and reports it."""
+        try:
+            self._listed(fresh=False)
+        except Exception as exc:  # noqa: BLE001 - Slurm down now: the first find asks again
+            log.debug("squeue listing at start not taken: %s", exc)
+
     def _listed(self, *, fresh: bool) -> dict[str, str]:
         with self._lock:
             if self._listing is None or fresh:

@@ -12,7 +12,6 @@ call. Statuses: :mod:`hpkctl.provider.jobstatus`; logs and exec: the pod directo
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -37,7 +36,7 @@ from hpkctl.provider.changes import ChangeLog
 from hpkctl.provider.jobcache import JobCache
 from hpkctl.provider.jobstatus import StatusRounds, final_report
 from hpkctl.provider.pulls import ImagePuller, pull_message
-from hpkctl.provider.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records, RecordStore
+from hpkctl.provider.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records, RecordStore, compact_json
 from hpkctl.provider.slurmjobs import (ended, images_to_pull, job_partition_option, lowered_note, submit_job,
                                       term_once_started)
 from hpkctl.provider.tokens import TokenSource, defer_tokens, refresh
@@ -118,6 +117,8 @@ class JobPodProvider:
 
     def start(self) -> None:
         self.changes.ensure()  # before any pod is submitted: its job writes markers from the start
+        # the listing a new pod's adoption check needs, taken while the first list is read (issue 23.2)
+        threading.Thread(target=self.finder.prime, name="squeue-listing", daemon=True).start()
 
     def leftovers(self) -> list[Leftover]:
         recs = self.records.load_all()
@@ -186,7 +187,7 @@ class JobPodProvider:
         rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=str(root), state=SUBMITTING,
                         submitted=time.time())
         self._save(rec)  # the intent, before anything outside this process exists
-        write_pod_dir(rendered, pod_json=json.dumps(pod, indent=1).encode())
+        write_pod_dir(rendered, pod_json=compact_json(pod))
         try:
             job_id, lowered = submit_job(self.slurm, root / "job" / "job.sh", workdir=root,
                                          deadline=rendered.plan.active_deadline,

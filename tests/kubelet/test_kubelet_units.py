@@ -113,6 +113,26 @@ def test_urgent_keys_that_keep_coming_do_not_starve_a_key_due_longer_than_the_le
     assert order.index("status") == 4, order  # after four urgent runs: a lead's worth
 
 
+def test_a_pile_of_aged_keys_and_urgent_keys_are_taken_in_turn() -> None:
+    """A backlog slower than URGENT_LEAD (a loaded machine): the status work queued meanwhile has aged,
+    and the pods still to submit are due too. They are taken in turn, neither side waiting for the
+    other to run dry: taking the aged keys all first stopped every sbatch for 6 s (200 pods, 8 workers)."""
+    now = [100.0]
+    order: list[str] = []
+    q = WorkQueue(order.append, workers=1, clock=lambda: now[0], urgent=lambda k: k.startswith("new"))
+    for i in range(4):
+        q.add(f"status-{i}")
+    now[0] += URGENT_LEAD + 1  # the status keys have aged
+    for i in range(4):
+        q.add(f"new-{i}")
+    assert q.drain() == 8
+    assert [k.split("-")[0] for k in order] == ["status", "new"] * 4, order
+    assert order == ["status-0", "new-0", "status-1", "new-1", "status-2", "new-2", "status-3", "new-3"]
+    q.add("status-young")
+    q.add("new-9")
+    assert q.drain() == 2 and order[-2:] == ["new-9", "status-young"]  # nothing aged: urgent first again
+
+
 def test_add_after_delays_and_a_failing_handler_does_not_kill_workers() -> None:
     seen: list[tuple[str, float]] = []
     start = time.monotonic()

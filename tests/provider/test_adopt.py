@@ -110,3 +110,33 @@ def test_an_older_pod_than_the_listing_reaches_is_looked_up_again(tmp_path) -> N
     slurm.accounted["fresh"] = "8"
     got = finder.find(uid="fresh", pod=_created_at(now - 60), pod_dir=tmp_path / "d", fresh=True)
     assert got is not None and got.job_id == "8" and len(slurm.saccts) == 3
+
+
+def test_a_primed_finder_answers_new_pods_from_the_listing_it_took_at_start(tmp_path) -> None:
+    """The kubelet's start takes the squeue listing (``prime``) while it reads its first list; the first
+    pods' adoption checks then ask squeue nothing more, and a job an earlier kubelet submitted is found in it."""
+    class _Squeue:
+        def __init__(self) -> None:
+            self.listings = 0
+            self.down = True
+
+        def user_jobs(self) -> list[UserJob]:
+            self.listings += 1
+            if self.down:
+                raise OSError("slurmctld does not answer")
+            return [UserJob(job_id="41", state="RUNNING", comment="hpk-uid=earlier")]
+
+        def accounted_jobs(self, since: str) -> list[Any]:
+            return []
+
+    slurm = _Squeue()
+    finder = JobFinder(slurm, started=time.time())  # type: ignore[arg-type]
+    finder.prime()  # Slurm down: nothing raised, nothing kept; the first find asks again
+    assert slurm.listings == 1
+    slurm.down = False
+    finder.prime()
+    assert slurm.listings == 2
+    found = finder.find(uid="earlier", pod={}, pod_dir=tmp_path / "a", fresh=False)
+    assert found is not None and found.job_id == "41" and found.where.startswith("squeue")
+    assert finder.find(uid="new", pod={}, pod_dir=tmp_path / "b", fresh=False) is None
+    assert slurm.listings == 2  # both answered by the listing taken at start
