@@ -28,6 +28,7 @@ PUBLIC = ("/healthz", "/readyz", "/livez", "/version")
 FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
 #: the request's key in the stand-in's counts (``counts``), once it is known to be an API request
 COUNTED = "standin.counted"
+USER = "standin.user"
 
 
 @dataclass
@@ -98,6 +99,13 @@ class Server:
 
     # ------------------------------------------------------------------ auth and errors
     def user(self, request: web.Request) -> str | None:
+        """Who sent the request (its client certificate's CN, or a bearer token's subject); worked out
+        once per request (a certificate decode, or an RSA verification), asked several times."""
+        if USER not in request:
+            request[USER] = self._user(request)
+        return request[USER]  # type: ignore[no-any-return]
+
+    def _user(self, request: web.Request) -> str | None:
         cert = request.transport.get_extra_info("peercert") if request.transport else None
         if cert:
             for rdn in cert.get("subject", ()):
