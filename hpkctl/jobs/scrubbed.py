@@ -19,19 +19,27 @@ import importlib
 import importlib.util
 import os
 import sys
+import threading
 import types
+import urllib
 from collections.abc import Sequence
 from typing import IO, Any, NoReturn, Protocol, cast
 
 
 class _OnFirstUse(types.ModuleType):
-    """Stands in ``sys.modules`` for a module until one of its names is read: then the real module is
-    imported, and its names copied here for whoever holds this one."""
+    """Stands in ``sys.modules`` (and as its package's attribute) for a module until one of its names
+    is read: then the real module is imported, once whichever threads read at the same time, and its
+    names copied here for whoever holds this one."""
+
+    _lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
-        sys.modules.pop(self.__name__, None)
-        real = importlib.import_module(self.__name__)
-        self.__dict__.update(real.__dict__)
+        with _OnFirstUse._lock:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            real = importlib.import_module(self.__name__)  # sets the package's attribute to the real one
+            if real is not self:
+                self.__dict__.update(real.__dict__)
         return getattr(real, name)
 
 
@@ -52,6 +60,7 @@ def _urllib_request_on_first_use() -> None:
     stub = _OnFirstUse("urllib.request")
     stub.__spec__ = spec
     sys.modules["urllib.request"] = stub
+    setattr(urllib, "request", stub)  # noqa: B010 (`import urllib.request; urllib.request.X` finds it)
 
 
 _urllib_request_on_first_use()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -119,18 +121,26 @@ class Kubelet:
                              "the API server's kubelet client certificate)")
         return ca
 
-    def _serve(self) -> None:
-        from hpkctl.kubelet.certs import self_signed
-        from hpkctl.kubelet.server import KubeletServer  # aiohttp: imported while the first pods are submitted
+    def _listener(self) -> tuple[socket.socket, ssl.SSLContext, str, str]:
+        """The API's listening socket and TLS settings (its certificate, the cluster CA), made before the
+        first pod is taken: a kubelet that cannot serve (a port in use, unreadable TLS files) stops before
+        it submits anything."""
+        from hpkctl.kubelet.certs import listen_socket, self_signed, serving_tls
 
         cert, key = self.opts.cert_file, self.opts.key_file
         if not cert or not key:
             cert, key = self_signed(self.state_dir / "pki", node_name=self.opts.node_name, addresses=[self.address])
-        ca = self._client_ca()
+        tls = serving_tls(cert, key, self._client_ca())
+        return listen_socket(self.address, self.opts.port), tls, cert, key
+
+    def _serve(self, sock: socket.socket, tls: ssl.SSLContext, cert: str, key: str) -> None:
+        from hpkctl.kubelet.server import KubeletServer  # aiohttp: imported while the first pods are submitted
+
         self.server = KubeletServer(self.pods.table, provider=self.provider, node_name=self.opts.node_name,
                                     host=self.address, port=self.opts.port, cert_file=cert, key_file=key,
-                                    client_ca_file=ca, clients=self.profile.kubelet.api_clients,
-                                    review=self.access_review, denied_ttl=self.profile.kubelet.authz_denied_ttl)
+                                    client_ca_file=self._client_ca(), clients=self.profile.kubelet.api_clients,
+                                    review=self.access_review, denied_ttl=self.profile.kubelet.authz_denied_ttl,
+                                    sock=sock, tls=tls)
         self.server.start()
         self.node_state.port = self.server.port
 
@@ -213,12 +223,12 @@ class Kubelet:
         self.refresh_dns()
         self.provider.start()  # before any pod is submitted: its job writes markers from the start
         self.pods.load_records()
-        self._client_ca()  # a kubelet that cannot serve its API stops before it submits anything
+        listener = self._listener()  # a kubelet that cannot serve its API stops before it submits anything
         # the pods first: a restarted kubelet's first list (a backlog of bound pods) is submitted while the
-        # HTTPS API (aiohttp's import, its certificate) comes up and the node registers (issue 23.2)
+        # HTTPS API (aiohttp's import, its app) comes up and the node registers (issue 23.2)
         self.pods.queue.start()
         self.reflector.start()
-        self._serve()
+        self._serve(*listener)
         self.reporter.thread.start()
         self.lease.thread.start()
         for target, name in ((self._status_loop, "status"), (self._janitor, "janitor")):

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import socket
 import ssl
 import threading
 import time
@@ -49,6 +50,7 @@ from hpkctl.errors import HpkError
 from hpkctl.kubelet import logs, remotecommand
 from hpkctl.kubelet.apistatus import ApiError, status
 from hpkctl.kubelet.authz import DENIED_TTL, Review, authoriser
+from hpkctl.kubelet.certs import cannot_listen, serving_tls
 from hpkctl.kubelet.remotecommand import Channels
 from hpkctl.kubelet.stats import CGROUP_ROOT, CpuRates, job_usage, pod_usage
 from hpkctl.kubelet.table import PodTable, Tracked
@@ -102,12 +104,15 @@ class KubeletServer:
 
     ``clients``: the certificate common names served besides ``system:masters`` (the API server's
     kubelet-client identity); ``review``: asks the API server about anyone else (SubjectAccessReview), whose
-    denials are kept ``denied_ttl`` seconds. ``cgroup_root`` and ``follow_poll`` exist for tests."""
+    denials are kept ``denied_ttl`` seconds; ``sock`` and ``tls``: a listening socket and TLS settings
+    made beforehand (the kubelet's, before it takes a pod). ``cgroup_root`` and ``follow_poll`` exist
+    for tests."""
 
     def __init__(self, table: PodTable, *, provider: PodProvider, node_name: str, host: str, port: int, cert_file: str,
                  key_file: str, client_ca_file: str, clients: Collection[str] = (API_CLIENT,),
                  review: Review | None = None, denied_ttl: float = DENIED_TTL, cgroup_root: Path = CGROUP_ROOT,
-                 follow_poll: float = logs.FOLLOW_POLL) -> None:
+                 follow_poll: float = logs.FOLLOW_POLL, sock: socket.socket | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.table = table
         self.provider = provider
         self.node_name = node_name
@@ -121,6 +126,7 @@ class KubeletServer:
         self.denied_ttl = denied_ttl
         self.cgroup_root = cgroup_root
         self.follow_poll = follow_poll
+        self.sock, self.tls = sock, tls  # made beforehand (hpkctl.kubelet.certs), or here at start
         self.started_at = _now()
         self._rates = CpuRates()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -132,16 +138,7 @@ class KubeletServer:
 
     def ssl_context(self) -> ssl.SSLContext:
         """Server certificate, and client certificates required from the cluster CA."""
-        try:
-            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=self.client_ca_file)
-            ctx.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as e:
-            raise HpkError(f"the kubelet API cannot load its TLS files: {e}",
-                           hint=f"check the serving certificate {self.cert_file}, its key {self.key_file} "
-                           f"and the client CA {self.client_ca_file} (PEM, readable by this user)") from e
-        ctx.verify_mode = ssl.CERT_REQUIRED
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        return ctx
+        return self.tls or serving_tls(self.cert_file, self.key_file, self.client_ca_file)
 
     def start(self) -> None:
         ctx = self.ssl_context()
@@ -153,8 +150,7 @@ class KubeletServer:
             asyncio.run_coroutine_threadsafe(self._listen(ctx), loop).result(START_TIMEOUT)
         except (OSError, FutureTimeout) as e:
             self.stop()
-            raise HpkError(f"the kubelet API cannot listen on {self.host}:{self.port}: {e}",
-                           hint="choose a free port ([kubelet] port in the profile, or --port)") from e
+            raise cannot_listen(self.host, self.port, e) from e
         log.info("kubelet API listening on https://%s:%d", self.host, self.port)
 
     async def _listen(self, ctx: ssl.SSLContext) -> None:
@@ -170,7 +166,8 @@ class KubeletServer:
             app.router.add_route(method, "/attach/{ns}/{pod}/{container}", self._attach)
         self._runner = web.AppRunner(app, shutdown_timeout=2.0, access_log=log, access_log_class=_AccessLog)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=ctx)
+        site: web.BaseSite = (web.SockSite(self._runner, self.sock, ssl_context=ctx) if self.sock is not None
+                              else web.TCPSite(self._runner, self.host, self.port, ssl_context=ctx))
         await site.start()
         server = site._server  # aiohttp keeps the asyncio server private; the bound port is only there
         sockets = getattr(server, "sockets", None) or []

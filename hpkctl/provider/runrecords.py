@@ -45,14 +45,14 @@ RunRecord = PodRecord
 
 def check_name(name: str, *, namespace: str) -> None:
     """``HpkError`` unless ``namespace`` is a DNS-1123 label and ``name`` a DNS-1123 subdomain."""
-    if not (isinstance(namespace, str) and len(namespace) <= 63 and _LABEL.match(namespace)):
+    if not (isinstance(namespace, str) and len(namespace) <= 63 and _LABEL.fullmatch(namespace)):
         raise HpkError(f"invalid namespace {namespace!r}: must be a DNS-1123 label (lower-case letters, digits "
                        "and '-', starting and ending with a letter or digit, at most 63 characters)")
     if not name:
         raise HpkError("invalid pod name '': metadata.name is missing or empty",
                        hint="set metadata.name, or metadata.generateName (a prefix completed with 5 random "
                             "characters, as the API server does)")
-    if not (isinstance(name, str) and len(name) <= 253 and _SUBDOMAIN.match(name)):
+    if not (isinstance(name, str) and len(name) <= 253 and _SUBDOMAIN.fullmatch(name)):
         raise HpkError(f"invalid pod name {name!r}: must be a DNS-1123 subdomain (lower-case letters, digits, "
                        "'-' and '.', starting and ending with a letter or digit, at most 253 characters)")
 

@@ -5,6 +5,7 @@ with raw HTTP and with the real kubectl; what they prove is in each test's docst
 from __future__ import annotations
 
 import base64
+import socket
 import subprocess
 from typing import Any
 
@@ -230,22 +231,51 @@ def test_in_cluster_clients_reach_the_api_server(cluster: Cluster) -> None:
     assert cluster.kubectl("logs", "incluster").stdout == f"127.0.0.1:{cluster.api.port}\n"
 
 
-def test_a_node_credential_for_another_node_is_refused_at_start(cluster: Cluster) -> None:
-    """The API stand-in applies the Node authorizer to kubelet credentials (as a real control plane
-    does), so a kubelet started under another node's name would be refused every pod and lease: it
-    exits at once and names the fix, instead of running half-blind."""
-    proc = cluster._spawn("kubelet-other", "kubelet", "--site", str(cluster.profile), "--kubeconfig",
-                          str(cluster.api.state / "kubelet.kubeconfig"), "--node-name", "other", "--port", "0",
-                          "--address", "127.0.0.1")
+def kubelet_that_exits(cluster: Cluster, name: str, *args: str) -> tuple[int, str]:
+    """A second kubelet with the cluster's credential and ``args``, expected to exit by itself: its exit
+    status and log (named ``name``)."""
+    proc = cluster._spawn(name, "kubelet", "--site", str(cluster.profile), "--kubeconfig",
+                          str(cluster.api.state / "kubelet.kubeconfig"), "--address", "127.0.0.1", *args)
     try:
         rc = proc.wait(timeout=60)
     finally:
         cluster.stop_process(proc)
-    log = cluster.log("kubelet-other")
+    return rc, cluster.log(name)
+
+
+def test_a_node_credential_for_another_node_is_refused_at_start(cluster: Cluster) -> None:
+    """The API stand-in applies the Node authorizer to kubelet credentials (as a real control plane
+    does), so a kubelet started under another node's name would be refused every pod and lease: it
+    exits at once and names the fix, instead of running half-blind."""
+    rc, log = kubelet_that_exits(cluster, "kubelet-other", "--node-name", "other", "--port", "0")
     assert rc != 0, log
     assert "authenticates as system:node:hpk, but this kubelet serves node 'other'" in log
     assert "--node-name hpk" in log
     assert cluster.api.get("/api/v1/nodes/other")[0] == 404
+
+
+def test_a_kubelet_that_cannot_listen_stops_before_it_submits_a_pod(cluster: Cluster) -> None:
+    """The kubelet starts taking pods before its HTTPS API is up (issue 23.2), so its socket and TLS
+    settings are made first: started on a port in use, with a bound pod waiting, it exits naming the
+    port and the fix, and the pod is neither submitted nor recorded; the next kubelet runs it once."""
+    busy = socket.create_server(("127.0.0.1", 0))
+    port = busy.getsockname()[1]
+    try:
+        cluster.stop_process(cluster.kubelet)
+        cluster.create(bpod("portbusy", ["true"]))
+        wait_for("portbusy bound", lambda: ((cluster.pod("portbusy") or {}).get("spec") or {}).get("nodeName"),
+                 timeout=30)
+        rc, log = kubelet_that_exits(cluster, "kubelet-busy", "--port", str(port))
+        assert rc != 0, log
+        assert f"cannot listen on 127.0.0.1:{port}" in log and "choose a free port" in log, log
+        meta = (cluster.pod("portbusy") or {}).get("metadata") or {}
+        assert "hpk.io/slurm-job-id" not in (meta.get("annotations") or {}), meta
+        written = list((cluster.root / "hpk-state").rglob(f"*{meta['uid']}*"))  # records and pod dirs: by uid
+        assert not written, written
+    finally:
+        busy.close()
+        cluster.start_kubelet()
+    cluster.wait_phase("portbusy", "Succeeded")
 
 
 def test_pods_get_the_cluster_dns_when_coredns_answers_on_port_53(cluster: Cluster) -> None:

@@ -19,7 +19,7 @@ from hpkctl.cli import main
 from hpkctl.errors import HpkError, ManifestError
 from hpkctl.jobs import JobInfo
 from hpkctl.local.outdir import MARKER
-from hpkctl.provider.runrecords import (SUBMITTING, RunExists, RunRecord, all_records, create_record, forget_run,
+from hpkctl.provider.runrecords import (SUBMITTING, RunExists, RunRecord, all_records, check_name, create_record, forget_run,
                                   load_record, record_path, save_record)
 from hpkctl.local.runs import EXIT_CANNOT_INVOKE, EXIT_HPKCTL, EXIT_NO_CODE, EXIT_NOT_FOUND, exit_status
 from hpkctl.provider.runstatus import run_status
@@ -339,3 +339,11 @@ def test_a_namespace_that_is_a_path_is_refused(command: list[str], capsys: pytes
         main([*command, "-n", "../..", "--site", "ci"])
     assert e.value.code == 125
     assert "invalid namespace '../..': must be a DNS-1123 label" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "namespace"), [("p", "ns\n"), ("p\n", "default"), ("p", "\nns")])
+def test_a_name_or_namespace_with_a_line_break_is_refused(name: str, namespace: str) -> None:
+    """A name becomes a file name and a script word: ``$`` in a regex also matches before a final
+    line break, so the rules are matched whole (found in review: ``-n $'ns\\n'`` reached the paths)."""
+    with pytest.raises(HpkError, match="invalid (namespace|pod name)"):
+        check_name(name, namespace=namespace)

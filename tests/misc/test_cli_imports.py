@@ -158,3 +158,27 @@ def test_plumbum_loads_urllib_request_only_when_read(tmp_path: Path) -> None:
                        env={"PYTHONPATH": str(REPO)})
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["[]", "file:///a%20b", "/c%20d True True"]
+
+
+def test_the_deferred_urllib_request_is_found_as_an_attribute_and_imported_once_by_racing_threads(
+        tmp_path: Path) -> None:
+    """``import urllib.request`` then ``urllib.request.NAME`` (the plain style) finds the deferred module
+    through its package; threads that read it at the same moment all get the one real module, which
+    ends up in ``sys.modules`` and on the package (found in review: the package had no attribute, and
+    two threads could each import their own copy)."""
+    code = ("import sys, threading, hpkctl.jobs.scrubbed\n"
+            "import urllib.request\n"
+            "stub = urllib.request\n"
+            "gate, got = threading.Barrier(8), []\n"
+            "def read():\n"
+            "    gate.wait()\n"
+            "    got.append(stub.pathname2url)\n"
+            "threads = [threading.Thread(target=read) for _ in range(8)]\n"
+            "[t.start() for t in threads]; [t.join() for t in threads]\n"
+            "real = sys.modules['urllib.request']\n"
+            "print(len(got), len(set(map(id, got))), real is urllib.request, real.pathname2url is got[0],\n"
+            "      type(real).__name__, urllib.request.pathname2url('/e f'))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={"PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["8", "1", "True", "True", "module", "/e%20f"]
