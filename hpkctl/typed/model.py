@@ -88,6 +88,9 @@ class ModelMeta(type):
             config.update(getattr(base, "__typed_config__", {}))
             declared.update(getattr(base, "__typed_declared__", {}))
         config.update(ns.get("model_config", {}))
+        if "__annotations__" not in ns and "__annotate__" in ns:  # Python 3.14's lazy annotations (PEP 649)
+            raise TypeError(f"{ns.get('__module__')}.{name}: hpkctl.typed reads a model's annotations as the "
+                            "class body leaves them: start its module with `from __future__ import annotations`")
         for field, hint in ns.get("__annotations__", {}).items():
             if field.startswith("_") or field == "model_config" or "ClassVar" in str(hint):
                 continue

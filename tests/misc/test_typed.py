@@ -152,3 +152,11 @@ def test_sections_forbid_unknown_keys_and_run_validators() -> None:
 def test_to_camel_is_pydantics() -> None:
     assert [to_camel(n) for n in ("termination_grace_period_seconds", "ip", "host_ip", "already")] == \
         ["terminationGracePeriodSeconds", "ip", "hostIp", "already"]
+
+
+def test_a_model_whose_annotations_python_keeps_lazy_is_refused_not_left_without_fields() -> None:
+    """Python 3.14 leaves a class body without ``from __future__ import annotations`` an ``__annotate__``
+    function instead of ``__annotations__``: such a model would have no fields (and with extra="allow"
+    accept anything), so it is refused when the class is made (found in review)."""
+    with pytest.raises(TypeError, match="from __future__ import annotations"):
+        type(BaseModel)("Lazy", (BaseModel,), {"__module__": __name__, "__annotate__": lambda fmt: {"x": int}})
