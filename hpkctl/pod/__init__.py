@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpkctl.pod.objects import ObjectSource, StaticObjects
-from hpkctl.pod.render import RenderedPod, render_plan, write_pod_dir
+from hpkctl.pod.poddir import write_pod_dir
+from hpkctl.pod.render import RenderedPod, render_plan
 from hpkctl.pod.plan import PodPlan
 from hpkctl.pod.translate import plan_pod, pod_dir_for
 from hpkctl.pod.volumes import PvcResolver

@@ -7,23 +7,19 @@ reach a script even by mistake.
 
 from __future__ import annotations
 
-import os
 import posixpath
-import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from hpkctl.files import write_atomic
 from hpkctl.pod.flags import sbatch_directive_word
 from hpkctl.pod.hostpaths import protected_paths
 from hpkctl.pod.images import ImageRef
 from hpkctl.pod.lifecycle import device_binds, hook_command, message_bound, message_file
 from hpkctl.errors import PodError
-from hpkctl.pod.paths import SECRETS_FILE, inside
+from hpkctl.pod.paths import SECRETS_FILE
 from hpkctl.pod.probes import ProbePlan
 from hpkctl.pod.ranks import launch_words
-from hpkctl.pod.runtimefile import current_runtime, install_runtime, runtime_for
+from hpkctl.pod.runtimefile import current_runtime, runtime_for
 from hpkctl.pod.template import environment
 from hpkctl.pod.shell import RuntimeRef, SecretText, Shell, Value, concat, env_file_line, literal, quote, shell_word
 from hpkctl.pod.storage import size_limits
@@ -359,42 +355,3 @@ def _pod_files(plan: PodPlan, rendered: RenderedPod) -> None:
         if p.missing:
             rendered.missing.append((rel, p.origin))
         rendered.files[rel] = (p.data, p.mode)
-
-
-def _write_inside(root: Path, rel: str, data: bytes, mode: int) -> None:
-    """Write one file of the pod directory atomically. Names are validated, but the directory may
-    hold what an earlier job left (a symlink in a volume): the resolved path is checked before
-    anything is created, and no link is followed."""
-    target = root / rel
-    if not inside(root, target):
-        raise PodError("CreateContainerConfigError", f"{rel} would be written outside the pod directory {root}",
-                       hint="remove the symlink or the path from the pod directory, or delete and re-run the pod")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, data, mode=mode, sync=False)  # rewritten from the manifest if lost
-
-
-def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Path:
-    """Create the pod directory with every file the job expects (before submission).
-
-    Status and logs of an earlier job in the same directory (a resubmission) are removed first:
-    a new job must not inherit another's verdict.
-    """
-    root = Path(rendered.plan.pod_dir)
-    if rendered.runtime:
-        install_runtime(Path(rendered.runtime))
-    for sub in ("status", "logs", "run"):
-        shutil.rmtree(root / sub, ignore_errors=True)
-    for sub in ("job", "env", "logs", "status", "volumes"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    os.chmod(root, 0o700)
-    files = dict(rendered.files)
-    if pod_json is not None:
-        files["job/pod.json"] = (pod_json, 0o600)
-    for rel, (data, mode) in files.items():
-        _write_inside(root, rel, data, mode)
-    for kind, path, _ro in rendered.plan.volumes.sources.values():
-        # a volume of files may hold none (an optional ConfigMap that does not exist, an empty Secret):
-        # it is still an empty directory in the container, as in Kubernetes
-        if kind in ("configMap", "secret", "downwardAPI", "projected") and inside(root, Path(path)):
-            Path(path).mkdir(parents=True, exist_ok=True)
-    return root

@@ -81,10 +81,10 @@ def install_runtime(path: Path) -> None:
     runtime = current_runtime()
     key = f"{path}\0{runtime.sha256}"
     try:
+        if _verified.get(key) == _identity(os.stat(path)):
+            return  # one stat per pod, not an open, fstat and close
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
-            if _verified.get(key) == _identity(st):
-                return
             if hashlib.sha256(fh.read()).hexdigest() == runtime.sha256:
                 _verified[key] = _identity(st)
                 return

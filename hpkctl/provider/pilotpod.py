@@ -24,7 +24,6 @@ change log and the files, logs, exec. What differs is where the script runs and 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -48,7 +47,7 @@ from hpkctl.provider.jobstatus import final_report
 from hpkctl.provider.pilotadopt import rebook
 from hpkctl.provider.pilotbook import PilotBook
 from hpkctl.provider.pilotworkload import PilotWorkloadStops
-from hpkctl.provider.records import STOPPED, SUBMITTING, PodRecord, RecordStore, Records
+from hpkctl.provider.records import STOPPED, SUBMITTING, PodRecord, RecordStore, Records, compact_json
 from hpkctl.provider.runrecords import RunRecords
 from hpkctl.provider.runstatus import lost_step_reports
 from hpkctl.provider.slurmjobs import mark_deleting
@@ -186,7 +185,7 @@ class PilotPodProvider(JobPodProvider):
         rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=str(root), state=SUBMITTING,
                         submitted=time.time())
         self._save(rec)  # the intent, before the step exists
-        write_pod_dir(rendered, pod_json=json.dumps(pod, indent=1).encode())
+        write_pod_dir(rendered, pod_json=compact_json(pod))
         t_dir = time.monotonic()
         try:
             proc = start_pod_step(self.slurm, rendered, spot, need, notify=True)

@@ -1,0 +1,221 @@
+"""Writing a pod directory before its job is submitted, in few file-system metadata calls.
+
+Home and project file systems are GPFS or Lustre on most sites, where every ``mkdir``, ``stat``,
+``open`` and ``rename`` is a round trip to a metadata server; the kubelet writes one directory per
+pod on its submit path (README.md "Load on your site"). So the directory is written through one
+descriptor of the pod directory, and every directory under it that already existed is opened
+without following a link and listed once: a name this call writes must not be a symlink there
+(what an earlier job, or a container through a volume, may have left), and a directory this call
+created itself holds nothing it did not put there. A new pod costs one ``mkdir`` per directory and
+``open``/``write``/``close``/``rename`` per file (plus an ``fchmod`` where the umask narrowed the
+mode); nothing resolves a path component by component.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import secrets
+import shutil
+from pathlib import Path
+
+from hpkctl.errors import PodError
+from hpkctl.pod.render import RenderedPod
+from hpkctl.pod.runtimefile import install_runtime
+
+#: Written by a job: a resubmitted pod's are removed, so a new job never inherits another's verdict.
+JOB_DIRS = ("status", "logs", "run")
+_BASE_DIRS = ("job", "env", "logs", "status", "volumes")
+#: Volumes of files that may hold none (an optional ConfigMap that does not exist, an empty Secret):
+#: still an empty directory in the container, as in Kubernetes.
+_FILE_VOLUMES = ("configMap", "secret", "downwardAPI", "projected")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_HINT = "remove the symlink or the path from the pod directory, or delete and re-run the pod"
+
+
+def _umask() -> int | None:
+    """The process's umask (``/proc/self/status``, Linux 4.7+; ``None`` elsewhere): a file created
+    with a mode the umask leaves whole needs no ``fchmod``. Read once: umask only ever narrows what
+    ``open`` gives, so a umask changed later can make a file stricter than asked, never wider."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return None
+
+
+_UMASK = _umask()
+
+
+def _relative(root: Path, rel: str) -> tuple[str, ...]:
+    """``rel``'s components after ``..`` is folded, refused unless they stay inside the pod directory."""
+    norm = posixpath.normpath(rel)
+    if posixpath.isabs(norm) or norm == "." or norm == ".." or norm.startswith("../"):
+        raise PodError("CreateContainerConfigError", f"{rel} would be written outside the pod directory {root}",
+                       hint=_HINT)
+    return tuple(norm.split("/"))
+
+
+class _Tree:
+    """The pod directory as descriptors: ``at(parts)`` is (a descriptor, a path relative to it) for
+    directory created or checked in this call. Existing directories are opened with ``O_NOFOLLOW``
+    and listed once (``listings``: each entry → whether it is no symlink)."""
+
+    def __init__(self, root: Path, fd: int, listing: dict[str, bool] | None) -> None:
+        self.root = root
+        self.fds: dict[tuple[str, ...], int] = {(): fd}
+        # a directory that existed → {name: is a real directory}; one this call created is absent
+        self.listings: dict[tuple[str, ...], dict[str, bool]] = {} if listing is None else {(): listing}
+        self.created: set[tuple[str, ...]] = set()
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+
+    def at(self, parts: tuple[str, ...]) -> tuple[int, str]:
+        """The nearest opened ancestor's descriptor and the rest of the path (only created directories)."""
+        for i in range(len(parts), -1, -1):
+            fd = self.fds.get(parts[:i])
+            if fd is not None:
+                return fd, "/".join(parts[i:]) or "."
+        raise AssertionError(parts)  # () is always there
+
+    def refuse(self, parts: tuple[str, ...], what: str) -> PodError:
+        rel = "/".join(parts)
+        return PodError("CreateContainerConfigError",
+                        f"{rel} would be written outside the pod directory {self.root}: it is {what}", hint=_HINT)
+
+    def ensure(self, parts: tuple[str, ...], *, open_it: bool) -> None:
+        """Make the directory ``parts`` (its parent is done already). In a directory that existed, a
+        name that is a symlink (or a file) is refused; an existing directory is opened with
+        ``O_NOFOLLOW`` and listed when something is written into it."""
+        parent, name = parts[:-1], parts[-1]
+        listing = self.listings.get(parent)
+        if listing is None or name not in listing:
+            fd, rel = self.at(parts)
+            try:
+                os.mkdir(rel, dir_fd=fd)
+                self.created.add(parts)
+                return
+            except FileExistsError:  # made meanwhile: checked as an existing one
+                pass
+        elif not listing[name]:
+            raise self.refuse(parts, "a symlink or a file")
+        if not open_it:
+            return  # an empty volume directory that exists: nothing is written through it
+        pfd, prel = self.at(parent)
+        try:
+            fd = os.open(name if prel == "." else f"{prel}/{name}", _DIR_FLAGS, dir_fd=pfd)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise self.refuse(parts, "a symlink or a file") from None
+            raise
+        self.fds[parts] = fd
+        self.listings[parts] = _listing(fd)
+
+    def write(self, parts: tuple[str, ...], data: bytes, mode: int) -> None:
+        """Write one file atomically (beside its name, renamed over it; no link followed)."""
+        parent, name = parts[:-1], parts[-1]
+        listing = self.listings.get(parent)
+        if listing is not None and listing.get(name) is False:
+            raise self.refuse(parts, "a symlink or not a regular file")
+        fd, rel = self.at(parent)
+        tmp = posixpath.join(rel, f".hpk-tmp-{secrets.token_hex(8)}")
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+        try:
+            try:
+                if _UMASK is None or mode & _UMASK:
+                    os.fchmod(out, mode)  # the umask narrowed the mode os.open gave it
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(out, view):]
+            finally:
+                os.close(out)
+            os.rename(tmp, posixpath.join(rel, name), src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            raise
+
+
+def _listing(fd: int) -> dict[str, bool]:
+    """A directory's entries → whether each is a real directory (``d_type``: no ``stat`` per entry
+    on file systems that fill it in). Regular files count as ``True`` too: a file replaced by rename
+    is no risk; what is refused is a symlink, which ``write`` and ``ensure`` would otherwise meet."""
+    with os.scandir(fd) as it:
+        return {e.name: not e.is_symlink() for e in it}
+
+
+def _open_root(root: Path) -> tuple[int, bool]:
+    """The pod directory's descriptor (created 0700 if missing), and whether it existed. The path to
+    it is followed as given (a site's home may be a symlink); what lies inside is checked."""
+    existed = False
+    try:
+        os.mkdir(root)
+    except FileExistsError:
+        existed = True
+    except FileNotFoundError:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(root)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, 0o700)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, existed
+
+
+def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Path:
+    """Create the pod directory with every file the job expects (before submission).
+
+    Status and logs of an earlier job in the same directory (a resubmission) are removed first:
+    a new job must not inherit another's verdict. No name leaves the pod directory: relative names
+    are checked before anything is written, and no symlink in it is followed.
+    """
+    root = Path(rendered.plan.pod_dir)
+    files = dict(rendered.files)
+    if pod_json is not None:
+        files["job/pod.json"] = (pod_json, 0o600)
+    targets = [(_relative(root, rel), data, mode) for rel, (data, mode) in files.items()]
+    if rendered.runtime:
+        install_runtime(Path(rendered.runtime))
+    with_files = {parts[:i] for parts, _, _ in targets for i in range(1, len(parts))}
+    dirs = {(d,) for d in _BASE_DIRS} | with_files
+    prefix = str(root) + "/"
+    for kind, path, _ro in rendered.plan.volumes.sources.values():
+        if kind in _FILE_VOLUMES and path.startswith(prefix):
+            parts = _relative(root, path[len(prefix):])
+            dirs |= {parts[:i] for i in range(1, len(parts) + 1)}
+    written_into = with_files | {d[:-1] for d in dirs}
+    fd, existed = _open_root(root)
+    tree = _Tree(root, fd, _listing(fd) if existed else None)
+    try:
+        if existed:
+            _remove_job_dirs(tree)
+        for parts in sorted(dirs, key=lambda p: (len(p), p)):  # parents first
+            tree.ensure(parts, open_it=parts in written_into)
+        for parts, data, mode in targets:
+            tree.write(parts, data, mode)
+    finally:
+        tree.close()
+    return root
+
+
+def _remove_job_dirs(tree: _Tree) -> None:
+    """Remove what an earlier job wrote (only the names the listing has: one ``getdents``, not three
+    failed removals). A symlink in their place is unlinked, never followed. Should a removal fail,
+    ``ensure`` finds the name again, as an existing directory to check."""
+    listing, fd = tree.listings[()], tree.fds[()]
+    for name in JOB_DIRS:
+        if name in listing:
+            if listing.pop(name):
+                shutil.rmtree(name, ignore_errors=True, dir_fd=fd)
+            else:
+                os.unlink(name, dir_fd=fd)
