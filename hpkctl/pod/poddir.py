@@ -61,16 +61,15 @@ def _relative(root: Path, rel: str) -> tuple[str, ...]:
 
 
 class _Tree:
-    """The pod directory as descriptors: ``at(parts)`` is (a descriptor, a path relative to it) for
+    """The pod directory as descriptors: ``at(parts)`` is (a descriptor, a path relative to it) for a
     directory created or checked in this call. Existing directories are opened with ``O_NOFOLLOW``
-    and listed once (``listings``: each entry → whether it is no symlink)."""
+    and listed once (``listings``: each entry's name → False for a symlink)."""
 
     def __init__(self, root: Path, fd: int, listing: dict[str, bool] | None) -> None:
         self.root = root
         self.fds: dict[tuple[str, ...], int] = {(): fd}
-        # a directory that existed → {name: is a real directory}; one this call created is absent
+        # a directory that existed → {name: not a symlink}; one this call created has no listing
         self.listings: dict[tuple[str, ...], dict[str, bool]] = {} if listing is None else {(): listing}
-        self.created: set[tuple[str, ...]] = set()
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -99,7 +98,6 @@ class _Tree:
             fd, rel = self.at(parts)
             try:
                 os.mkdir(rel, dir_fd=fd)
-                self.created.add(parts)
                 return
             except FileExistsError:  # made meanwhile: checked as an existing one
                 pass
