@@ -63,13 +63,13 @@ def _relative(root: Path, rel: str) -> tuple[str, ...]:
 class _Tree:
     """The pod directory as descriptors: ``at(parts)`` is (a descriptor, a path relative to it) for a
     directory created or checked in this call. Existing directories are opened with ``O_NOFOLLOW``
-    and listed once (``listings``: each entry's name → False for a symlink)."""
+    and listed once (``listings``: each entry's name → its kind, ``_listing``)."""
 
-    def __init__(self, root: Path, fd: int, listing: dict[str, bool] | None) -> None:
+    def __init__(self, root: Path, fd: int, listing: dict[str, str] | None) -> None:
         self.root = root
         self.fds: dict[tuple[str, ...], int] = {(): fd}
-        # a directory that existed → {name: not a symlink}; one this call created has no listing
-        self.listings: dict[tuple[str, ...], dict[str, bool]] = {} if listing is None else {(): listing}
+        # a directory that existed → {name: kind}; one this call created has no listing
+        self.listings: dict[tuple[str, ...], dict[str, str]] = {} if listing is None else {(): listing}
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -101,7 +101,7 @@ class _Tree:
                 return
             except FileExistsError:  # made meanwhile: checked as an existing one
                 pass
-        elif not listing[name]:
+        elif listing[name] != "dir":
             raise self.refuse(parts, "a symlink or a file")
         if not open_it:
             return  # an empty volume directory that exists: nothing is written through it
@@ -119,8 +119,8 @@ class _Tree:
         """Write one file atomically (beside its name, renamed over it; no link followed)."""
         parent, name = parts[:-1], parts[-1]
         listing = self.listings.get(parent)
-        if listing is not None and listing.get(name) is False:
-            raise self.refuse(parts, "a symlink or not a regular file")
+        if listing is not None and listing.get(name) == "link":
+            raise self.refuse(parts, "a symlink")
         fd, rel = self.at(parent)
         tmp = posixpath.join(rel, f".hpk-tmp-{secrets.token_hex(8)}")
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
@@ -142,12 +142,12 @@ class _Tree:
             raise
 
 
-def _listing(fd: int) -> dict[str, bool]:
-    """A directory's entries → whether each is a real directory (``d_type``: no ``stat`` per entry
-    on file systems that fill it in). Regular files count as ``True`` too: a file replaced by rename
-    is no risk; what is refused is a symlink, which ``write`` and ``ensure`` would otherwise meet."""
+def _listing(fd: int) -> dict[str, str]:
+    """A directory's entries → ``"dir"``, ``"link"`` (a symlink) or ``"other"``, from ``d_type``: no
+    ``stat`` per entry on file systems that fill it in (ext4, XFS, GPFS, Lustre)."""
     with os.scandir(fd) as it:
-        return {e.name: not e.is_symlink() for e in it}
+        return {e.name: "link" if e.is_symlink() else "dir" if e.is_dir(follow_symlinks=False) else "other"
+                for e in it}
 
 
 def _open_root(root: Path) -> tuple[int, bool]:
@@ -212,8 +212,8 @@ def _remove_job_dirs(tree: _Tree) -> None:
     ``ensure`` finds the name again, as an existing directory to check."""
     listing, fd = tree.listings[()], tree.fds[()]
     for name in JOB_DIRS:
-        if name in listing:
-            if listing.pop(name):
-                shutil.rmtree(name, ignore_errors=True, dir_fd=fd)
-            else:
-                os.unlink(name, dir_fd=fd)
+        kind = listing.pop(name, None)
+        if kind == "dir":
+            shutil.rmtree(name, ignore_errors=True, dir_fd=fd)
+        elif kind is not None:
+            os.unlink(name, dir_fd=fd)

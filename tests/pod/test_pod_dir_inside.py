@@ -121,6 +121,15 @@ def test_a_symlink_in_place_of_a_job_directory_is_removed_not_followed(tmp_path:
     assert not (root / "run").exists() and not (root / "status").is_symlink() and (root / "status").is_dir()
 
 
+def test_a_file_in_place_of_a_job_directory_is_removed(tmp_path: Path) -> None:
+    rendered = _rendered(tmp_path)
+    root = write_pod_dir(rendered)
+    (root / "logs").rmdir()
+    (root / "logs").write_text("not a directory")
+    write_pod_dir(rendered)
+    assert (root / "logs").is_dir() and list((root / "logs").iterdir()) == []
+
+
 def test_a_symlinked_directory_inside_the_pod_directory_is_refused(tmp_path: Path) -> None:
     """Stricter than resolving the link and checking where it ends: no link in the pod directory is
     followed at all, wherever it points (one open per existing directory, no realpath per file)."""
