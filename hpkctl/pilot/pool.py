@@ -14,11 +14,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpkctl.jobs import Slurm, TERMINAL_STATES
+from hpkctl.jobs import JobInfo, Slurm, TERMINAL_STATES
 from hpkctl.jobs.alloc import NodeShare, hold_args
 from hpkctl.pilot.plan import RUNNING, WAITING, Held, Need, Plan, Rules, Shape, place, plan
 from hpkctl.files import ExclusiveLock
@@ -233,6 +233,26 @@ class Pool:
                         held.idle_since = self.clock()
                 elif info is not None and info.end_time is not None:
                     held.end = info.end_time.timestamp()
+        return lost
+
+    def heard(self, states: Mapping[str, JobInfo | None]) -> list[str]:
+        """What another squeue said of some allocations (a status round's, about those its pods run in;
+        ``None``: Slurm forgot the job), taken at once whatever the books' age: one that ended leaves the
+        books, one that runs no more (requeued) takes no pod until a refresh finds it running again. With
+        every allocation running the books are asked about only each slurm_poll, and a pod placed in a
+        dead allocation meanwhile failed. The uids placed in the allocations that ended are returned."""
+        lost: list[str] = []
+        with self._lock:
+            for job_id, info in states.items():
+                held = self._helds.get(job_id)
+                state = info.state if info is not None else "GONE"
+                if held is None or held.state != RUNNING or state == RUNNING:
+                    continue
+                if state in WAITING:
+                    held.state = state
+                else:
+                    lost += list(held.pods)
+                    del self._helds[job_id]
         return lost
 
     def tick(self, pending: Sequence[Need]) -> Plan:

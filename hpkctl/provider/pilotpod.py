@@ -35,11 +35,11 @@ from hpkctl.errors import HpkError, PodError
 from hpkctl.jobs import JobInfo, NodeInfo, Slurm
 from hpkctl.jobs.steps import StepProcess, is_step_id
 from hpkctl.pilot.launch import need_of, start_pod_step
-from hpkctl.pilot.plan import unfit
+from hpkctl.pilot.plan import Need, unfit
 from hpkctl.pilot.pool import Pool
 from hpkctl.pod import render_pod, write_pod_dir
 from hpkctl.pod.lifecycle import stop_wait
-from hpkctl.pod.paths import JOB_ID, POD_DONE, PodDir
+from hpkctl.pod.paths import JOB_ID, POD_DONE, POD_TERMINATING, PodDir
 from hpkctl.provider.api import (Created, Deletion, ExecSession, Leftover, Outcome, PodInputs, PodRef, StatusReport,
                                  Watched)
 from hpkctl.provider.jobpod import DELETE_CHECK, STOP_MARGIN, JobPodProvider
@@ -204,6 +204,13 @@ class PilotPodProvider(JobPodProvider):
                  t_srun - t_dir, time.monotonic() - t_srun)
         return Created(Outcome.SUBMITTED, job_id=spot[0], notes=notes, warnings=tuple(rendered.warnings))
 
+    def give_up(self, ref: PodRef) -> None:
+        """The kubelet failed the pod before it ran: it waits for room no more (else its need is planned
+        for, allocations requested and released again, and it takes the wake-ups of the pods behind it)."""
+        with self._plock:
+            self._book.drop(ref.uid)
+        super().give_up(ref)
+
     def delete(self, ref: PodRef, *, grace: float | None, pod: Mapping[str, Any], report: bool = True) -> Deletion:
         rec = self._rec(ref.uid)
         if rec is not None and rec.is_array and rec.state != STOPPED and rec.pod_dir:  # hpkctl run --pilot of a Job
@@ -269,16 +276,13 @@ class PilotPodProvider(JobPodProvider):
             self._book.ticked = time.monotonic()
         for uid in ended:
             self.pool.done(uid)
-        try:
-            # at most one squeue per status_poll, however often a step's announcement starts a round
-            self.pool.refresh(max_age=self._books_age(self.profile.kubelet.status_poll))
-            self.pool.tick(pending)
-        except Exception:  # noqa: BLE001 - Slurm's trouble must not stop the pods' status
-            log.exception("pilot: refreshing the allocations failed")
+        # at most one squeue per status_poll, however often a step's announcement starts a round
+        self._refresh_books(max_age=self._books_age(self.profile.kubelet.status_poll), pending=pending)
         asked = self.jobs.asked
         reports = super().statuses(pods, now=now)
         lost: dict[str, StatusReport] = {}
         if self.jobs.asked != asked:  # a step killed outside its pod's script: one squeue --steps per Slurm round
+            self.pool.heard(self.jobs.jobs)  # an allocation it saw end takes no pod from now (woken ones below)
             gone = self.deleting_uids()
             lost = lost_step_reports(self.slurm, [r for w in pods if w.ref.uid not in gone
                                                   and (r := self._rec(w.ref.uid)) is not None], self.jobs.jobs)
@@ -311,6 +315,7 @@ class PilotPodProvider(JobPodProvider):
         except Exception:  # noqa: BLE001 - the status rounds reap it instead
             log.debug("pilot: waiting for the srun of pod %s failed", uid, exc_info=True)
             return
+        ended = self.pool.clock()
         with self._plock:
             state = self._book.pods.get(uid)
             mine = state is not None and state.step is proc and not state.deleting
@@ -318,8 +323,22 @@ class PilotPodProvider(JobPodProvider):
                 self._book.drop(uid)
         if mine:
             self.pool.done(uid)
+            pod_dir = self._pod_dir(uid)
+            if pod_dir is None or not PodDir(pod_dir).exists(POD_DONE) or PodDir(pod_dir).exists(POD_TERMINATING):
+                # killed before its script's last word, or TERMed by Slurm (no delete): its allocation may
+                # have ended (scancel, node failure, preemption), which books up to slurm_poll old miss
+                self._refresh_books(max_age=max(self.pool.clock() - ended, 1e-6))
             log.info("pilot: the step of pod uid %s ended (srun exit status %s): its room is free", uid, rc)
             self._wake(1)
+
+    def _refresh_books(self, *, max_age: float, pending: Sequence[Need] | None = None) -> None:
+        """The pool's books at most ``max_age`` old; then, with ``pending`` (a status round's), its tick."""
+        try:
+            self.pool.refresh(max_age=max_age)
+            if pending is not None:
+                self.pool.tick(pending)
+        except Exception:  # noqa: BLE001 - Slurm's trouble must not stop the pods' status
+            log.exception("pilot: refreshing the allocations failed")
 
     def _wake(self, n: int) -> None:
         """Room for about ``n`` pods was freed: the ``n`` pods that have waited longest are created

@@ -151,6 +151,29 @@ def test_a_pod_whose_step_is_killed_fails_as_a_pod_whose_node_lost_it(cluster: C
         shutil.rmtree(out, ignore_errors=True)
 
 
+def test_a_pod_created_once_its_allocation_was_cancelled_runs_in_another(cluster: Cluster) -> None:
+    """``scancel`` of the allocation a running pod's step is in (as preemption or a failing node ends
+    it) while every allocation runs, so the pool's books are asked about only once per slurm_poll: the
+    pod fails, and a pod created once it has failed runs in another allocation, not started in the
+    dead one to fail with it."""
+    cluster.create(bpod("pilot-doomed", "while :; do sleep 0.2; done", terminationGracePeriodSeconds=1))
+    cluster.wait_phase("pilot-doomed", "Running", timeout=120)
+    job = cluster.job_id("pilot-doomed")
+    cluster.held.add(job)  # type: ignore[attr-defined]
+    subprocess.run(_as_hpk(["scancel", job], home=cluster.home), check=True, timeout=30)
+    st = cluster.wait_phase("pilot-doomed", "Failed", "Succeeded", timeout=90)["status"]
+    assert st["phase"] == "Failed", st
+    cluster.create(bpod("pilot-after", "echo ran"))
+    p = cluster.wait_phase("pilot-after", "Succeeded", "Failed", timeout=120)
+    after = cluster.job_id("pilot-after")
+    cluster.held.add(after)  # type: ignore[attr-defined]
+    assert p["status"]["phase"] == "Succeeded", p["status"]
+    assert after not in ("", job), (after, job)
+    for name in ("pilot-doomed", "pilot-after"):
+        assert cluster.api.delete(f"/api/v1/namespaces/default/pods/{name}")[0] == 200
+        wait_for(f"pod {name} to go", lambda: cluster.pod(name) is None, timeout=60)  # noqa: B023
+
+
 def test_a_restarted_kubelet_adopts_its_allocation_and_the_running_step(cluster: Cluster) -> None:
     """The kubelet stops while a pod's step runs: the step runs on (its srun is in a session of its
     own), the next kubelet adopts the allocation and the pod, which succeeds having run once."""

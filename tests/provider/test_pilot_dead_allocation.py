@@ -1,0 +1,153 @@
+"""A pilot allocation that ends while every allocation runs (the books then asked about once per
+[kubelet] slurm_poll only) takes no new pod once the kubelet has seen it end: not after its status
+round's squeue saw it gone, not after a step's srun in it ended without its pod's last word. Before,
+the pool's books kept it up to slurm_poll, each pod woken into it failed, and a backlog drained into it.
+
+The pool is the real :class:`~hpkctl.pilot.pool.Pool` on a fake Slurm whose answers the test sets:
+its books ask Slurm, or not, as they would on a cluster."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpkctl.jobs import JobInfo
+from hpkctl.jobs.alloc import AllocationInfo, NodeShare
+from hpkctl.pilot.plan import Held
+from hpkctl.provider import Outcome, PodInputs, PodRef, Watched
+from hpkctl.provider.records import Records
+from hpkctl.sites import load_site
+from tests.support.kubelet_fakes import FakeSlurm, _pod
+
+ALLOC = "41"
+
+
+class Slurm(FakeSlurm):
+    """Allocation 41, one CPU on node vm, running until the test ends it; a requested one is 42."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = "RUNNING"
+        self.held = 0  # allocations requested (sbatch of the holder)
+
+    def query(self, ids: Iterable[str]) -> dict[str, JobInfo]:
+        self.jobs = {ALLOC: JobInfo(ALLOC, self.state)}
+        return super().query(ids)
+
+    def allocation(self, job_id: str) -> AllocationInfo:
+        return AllocationInfo(job_id, self.state, {"vm": NodeShare(1, 2048)}, end=time.time() + 3600)
+
+    def steps(self) -> list[Any]:
+        return []
+
+    def hold(self, *a: Any, **kw: Any) -> str:
+        self.held += 1
+        return "42"
+
+
+class Step:
+    """An srun that runs until the test ends it."""
+
+    def __init__(self) -> None:
+        self.ended = threading.Event()
+
+    def wait_changes(self, changed: Callable[[], None]) -> int:
+        self.ended.wait()
+        return 1
+
+    def poll(self) -> int | None:
+        return 1 if self.ended.is_set() else None
+
+
+def _provider(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Slurm, list[Step]]:
+    """A pilot provider holding allocation 41 (running, its node known: the books settled), and the
+    steps it starts."""
+    from hpkctl.provider import pilotpod
+
+    profile = load_site("ci")
+    profile = profile.model_copy(update={
+        "pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)}),
+        "pilot": profile.pilot.model_copy(update={"max_allocations": 1})})
+    slurm = Slurm()
+    provider = pilotpod.PilotPodProvider(slurm=slurm, profile=profile, records=Records(tmp_path / "kubelet"),  # type: ignore[arg-type]
+                                         node="n", state_dir=tmp_path)
+    provider.pool._helds[ALLOC] = Held(ALLOC, "PENDING")  # requested earlier
+    provider.pool.refresh()  # it runs: its node's share from scontrol
+    assert provider.pool.settled()
+    steps: list[Step] = []
+    monkeypatch.setattr(pilotpod, "start_pod_step", lambda *a, **k: steps.append(Step()) or steps[-1])
+    return provider, slurm, steps
+
+
+def test_an_allocation_a_status_round_saw_end_gets_no_new_pod(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    provider, slurm, steps = _provider(tmp_path, monkeypatch)
+    a = _pod("a", "u-1")
+    assert provider.create(a, PodInputs()).outcome is Outcome.SUBMITTED
+    slurm.state = "CANCELLED"  # scancel of the allocation; its step's srun has not ended yet
+    asked = len(slurm.queries)
+    provider.statuses([Watched(PodRef.of(a), a, ALLOC)])
+    assert len(slurm.queries) == asked + 1  # the round's squeue, the pool's books younger than slurm_poll
+    assert provider.pool.helds() == []
+    assert provider.create(_pod("b", "u-2"), PodInputs()).outcome is Outcome.RETRY
+    assert len(steps) == 1  # no step started in the dead allocation
+    assert slurm.held == 1  # one requested in its place (max_allocations = 1)
+    steps[0].ended.set()
+
+
+@pytest.mark.parametrize("termed", [False, True])
+def test_a_pod_woken_when_a_step_dies_with_its_allocation_is_not_placed_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, termed: bool) -> None:
+    """The step's srun ends with its allocation, before the pod's script wrote pod.done (killed), or
+    after it did (Slurm's TERM: the script ends the pod as for a time limit, with pod.terminating)."""
+    provider, slurm, steps = _provider(tmp_path, monkeypatch)
+    assert provider.create(_pod("a", "u-1"), PodInputs()).outcome is Outcome.SUBMITTED
+    woken = threading.Event()
+    b = _pod("b", "u-2")
+    assert provider.create(b, PodInputs(ready=lambda uid: woken.set())).outcome is Outcome.RETRY  # full
+    slurm.state = "CANCELLED" if termed else "NODE_FAIL"
+    if termed:
+        for name in ("pod.terminating", "pod.done"):
+            (tmp_path / "pods" / "u-1" / "status" / name).write_text("143\n")
+    steps[0].ended.set()
+    assert woken.wait(30), "the waiting pod was not woken when the step's srun ended"
+    assert provider.pool.helds() == []  # the reaper asked Slurm before waking it
+    assert provider.create(b, PodInputs()).outcome is Outcome.RETRY
+    assert len(steps) == 1
+
+
+def test_a_step_that_finished_costs_no_squeue_when_its_srun_ends(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The normal case keeps its saving: a pod that wrote pod.done leaves the books as they are."""
+    provider, slurm, steps = _provider(tmp_path, monkeypatch)
+    assert provider.create(_pod("a", "u-1"), PodInputs()).outcome is Outcome.SUBMITTED
+    woken = threading.Event()
+    assert provider.create(_pod("b", "u-2"), PodInputs(ready=lambda uid: woken.set())).outcome is Outcome.RETRY
+    (tmp_path / "pods" / "u-1" / "status" / "pod.done").write_text("0\n")
+    asked = len(slurm.queries)
+    steps[0].ended.set()
+    assert woken.wait(30), "the waiting pod was not woken when the step's srun ended"
+    assert len(slurm.queries) == asked
+    assert provider.create(_pod("b", "u-2"), PodInputs()).outcome is Outcome.SUBMITTED
+    steps[1].ended.set()
+
+
+def test_a_pod_the_kubelet_gave_up_on_waits_for_room_no_more(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its need is no longer planned for and the room freed next wakes the pod behind it."""
+    provider, slurm, steps = _provider(tmp_path, monkeypatch)
+    assert provider.create(_pod("a", "u-1"), PodInputs()).outcome is Outcome.SUBMITTED
+    woken: list[str] = []
+    for name, uid in (("b", "u-2"), ("c", "u-3")):
+        assert provider.create(_pod(name, uid), PodInputs(ready=woken.append)).outcome is Outcome.RETRY
+    provider.give_up(PodRef.of(_pod("b", "u-2")))
+    with provider._plock:
+        assert [n.uid for n in provider._book.waiting()] == ["u-3"]
+    provider._wake(1)
+    assert woken == ["u-3"]
+    steps[0].ended.set()
