@@ -151,27 +151,44 @@ def test_a_pod_whose_step_is_killed_fails_as_a_pod_whose_node_lost_it(cluster: C
         shutil.rmtree(out, ignore_errors=True)
 
 
-def test_a_pod_created_once_its_allocation_was_cancelled_runs_in_another(cluster: Cluster) -> None:
-    """``scancel`` of the allocation a running pod's step is in (as preemption or a failing node ends
-    it) while every allocation runs, so the pool's books are asked about only once per slurm_poll: the
-    pod fails, and a pod created once it has failed runs in another allocation, not started in the
-    dead one to fail with it."""
-    cluster.create(bpod("pilot-doomed", "while :; do sleep 0.2; done", terminationGracePeriodSeconds=1))
-    cluster.wait_phase("pilot-doomed", "Running", timeout=120)
-    job = cluster.job_id("pilot-doomed")
-    cluster.held.add(job)  # type: ignore[attr-defined]
-    subprocess.run(_as_hpk(["scancel", job], home=cluster.home), check=True, timeout=30)
-    st = cluster.wait_phase("pilot-doomed", "Failed", "Succeeded", timeout=90)["status"]
-    assert st["phase"] == "Failed", st
-    cluster.create(bpod("pilot-after", "echo ran"))
-    p = cluster.wait_phase("pilot-after", "Succeeded", "Failed", timeout=120)
-    after = cluster.job_id("pilot-after")
-    cluster.held.add(after)  # type: ignore[attr-defined]
-    assert p["status"]["phase"] == "Succeeded", p["status"]
-    assert after not in ("", job), (after, job)
-    for name in ("pilot-doomed", "pilot-after"):
-        assert cluster.api.delete(f"/api/v1/namespaces/default/pods/{name}")[0] == 200
-        wait_for(f"pod {name} to go", lambda: cluster.pod(name) is None, timeout=60)  # noqa: B023
+def test_a_pod_created_once_its_allocations_were_cancelled_runs_in_a_new_one(cluster: Cluster) -> None:
+    """``scancel`` of every allocation the kubelet holds (as preemption or failing nodes end them)
+    while they all run, with ``[kubelet] slurm_poll = 10`` (the pool's books are then asked about only
+    that often): the running pod's step ends with its allocation (its srun's end asks Slurm about the
+    books), and a pod created then runs in a new allocation, not started in a dead one to fail with it."""
+    fast = cluster.profile.read_text()
+    assert "slurm_poll = 1.0" in fast
+    assert cluster.stop_process(cluster.kubelet) is not None
+    cluster.profile.write_text(fast.replace("slurm_poll = 1.0", "slurm_poll = 10.0"))
+    try:
+        cluster.start_kubelet()
+        uid = cluster.create(bpod("pilot-doomed", "while :; do sleep 0.2; done",
+                                  terminationGracePeriodSeconds=1))["metadata"]["uid"]
+        cluster.wait_phase("pilot-doomed", "Running", timeout=120)
+        job = cluster.job_id("pilot-doomed")
+        cluster.held.add(job)  # type: ignore[attr-defined]
+        [comment] = [line.split("|", 1)[1] for line in squeue(f"--jobs={job}", "--format=%i|%k").splitlines()]
+        mine = [i for i, _, k in (line.partition("|") for line in squeue("--format=%i|%k").splitlines())
+                if k == comment]  # this kubelet's allocations, by their comment (its state directory's mark)
+        cluster.held.update(mine)  # type: ignore[attr-defined]
+        subprocess.run(_as_hpk(["scancel", *mine], home=cluster.home), check=True, timeout=30)
+        st = cluster.wait_phase("pilot-doomed", "Failed", "Succeeded", timeout=90)["status"]
+        assert st["phase"] == "Failed", st
+        wait_for("the kubelet to see the doomed pod's srun end",
+                 lambda: f"the step of pod uid {uid} ended" in cluster.log("kubelet"), timeout=60)
+        cluster.create(bpod("pilot-after", "echo ran"))
+        p = cluster.wait_phase("pilot-after", "Succeeded", "Failed", timeout=120)
+        after = cluster.job_id("pilot-after")
+        cluster.held.add(after)  # type: ignore[attr-defined]
+        assert p["status"]["phase"] == "Succeeded", p["status"]
+        assert after not in ("", *mine), (after, mine)
+        for name in ("pilot-doomed", "pilot-after"):
+            assert cluster.api.delete(f"/api/v1/namespaces/default/pods/{name}")[0] == 200
+            wait_for(f"pod {name} to go", lambda: cluster.pod(name) is None, timeout=60)  # noqa: B023
+    finally:
+        cluster.stop_process(cluster.kubelet)
+        cluster.profile.write_text(fast)
+        cluster.start_kubelet()
 
 
 def test_a_restarted_kubelet_adopts_its_allocation_and_the_running_step(cluster: Cluster) -> None:
