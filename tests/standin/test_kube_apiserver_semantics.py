@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import yaml
 
 from ci.standin.kubeapi.resources import VERSION
 from tests.support.kubeapi import KubeApi, pod, start
@@ -555,6 +556,45 @@ def test_fields_equal_to_the_stored_ones_are_not_walked_but_changed_ones_are(kub
     code, out = kube.put(f"{NS}/pods/reval", p)
     assert (code, out["reason"]) == (400, "BadRequest")
     assert "Pod.spec.containers[0].image of type string" in out["message"]
+
+
+def test_a_part_equal_to_the_stored_one_but_of_another_type_is_still_checked(kube: KubeApi) -> None:
+    """Python's True == 1 and False == 0 do not make a changed type equal to the stored part: a kubelet
+    that sends ``ready: 1`` for the stored ``ready: true`` gets the decode error the real server answers,
+    and nothing is stored."""
+    ctx = {"runAsUser": 0, "runAsNonRoot": False}
+    create(kube, pod("retype", node="hpk", securityContext=ctx))
+    status = {"name": "c", "image": "busybox:1.36", "imageID": "", "ready": True, "restartCount": 0,
+              "state": {"running": {"startedAt": "2026-11-27T06:00:00Z"}}}
+    code, out = kube.patch(f"{NS}/pods/retype/status", {"status": {"phase": "Running", "containerStatuses": [status]}})
+    assert code == 200 and out["status"]["containerStatuses"][0]["ready"] is True
+    code, out = kube.patch(f"{NS}/pods/retype/status", {"status": {"phase": "Running", "containerStatuses": [
+        {**status, "ready": 1}]}})
+    assert (code, out.get("reason")) == (400, "BadRequest"), out
+    assert "Pod.status.containerStatuses[0].ready of type bool" in out["message"]
+    assert kube.get(f"{NS}/pods/retype")[1]["status"]["containerStatuses"][0]["ready"] is True
+    p = kube.get(f"{NS}/pods/retype")[1]
+    p["spec"]["securityContext"] = {"runAsUser": False, "runAsNonRoot": False}
+    code, out = kube.put(f"{NS}/pods/retype", p)
+    assert (code, out.get("reason")) == (400, "BadRequest"), out
+    assert "Pod.spec.securityContext.runAsUser of type int64" in out["message"]
+
+
+def test_a_yaml_alias_of_an_unchanged_part_is_checked_where_it_is_used(kube: KubeApi) -> None:
+    """A YAML body that reuses an unchanged part (an anchor) at another path is checked there as the
+    same body written out: ``finalizers: *labels`` is a map where a list of strings belongs."""
+    create(kube, {**pod("realias"), "metadata": {"name": "realias", "labels": {"app": "x"}}})
+    p = kube.get(f"{NS}/pods/realias")[1]
+    p["metadata"]["finalizers"] = p["metadata"]["labels"]  # one object twice: safe_dump writes &id001 / *id001
+    aliased, plain = yaml.safe_dump(p).encode(), json.dumps(p).encode()
+    assert b"*id001" in aliased
+    answers = [kube.call("PUT", f"{NS}/pods/realias", raw=body, ctype=ctype, params={"fieldValidation": "Strict"})
+               for body, ctype in ((aliased, "application/yaml"), (plain, "application/json"))]
+    for code, out in answers:
+        assert (code, out.get("reason")) == (400, "BadRequest"), out
+        assert "Pod.metadata.finalizers of type" in out["message"]
+    assert answers[0][1]["message"] == answers[1][1]["message"]
+    assert "finalizers" not in kube.get(f"{NS}/pods/realias")[1]["metadata"]
 
 
 def test_request_counts_by_client_and_kind(kube: KubeApi) -> None:

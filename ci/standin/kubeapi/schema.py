@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import marshal
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
@@ -25,7 +26,7 @@ from .fastcheck import FastCheck
 from .resources import SCHEMA_VERSION, ResourceType
 
 DEFS_ID = "https://kubernetes.io/api/_definitions.json"
-#: ids of the parts (dicts, lists) of the object being validated equal to the stored object's at the same path
+#: ids of the parts (dicts, lists) of the object being validated the same as the stored object's at the same path
 _KNOWN: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("known_valid", default=frozenset())
 _BASE = jsonschema.Draft202012Validator.VALIDATORS
 
@@ -56,18 +57,45 @@ def _items(validator: Any, items: Any, instance: Any, schema: Any) -> Iterator[A
 _Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"properties": _properties, "items": _items})
 
 
-def _known(new: Any, old: Any, out: set[int]) -> set[int]:
-    """Into ``out``, the ids of the dicts and lists in ``new`` equal to ``old``'s at the same path
-    (field name or list index): a subtree's validity depends only on it and its path's schema."""
-    pairs: Any = ((v, old[k]) for k, v in new.items() if k in old) if isinstance(new, dict) and isinstance(old, dict) \
-        else zip(new, old) if isinstance(new, list) and isinstance(old, list) else ()
+_ABSENT: Any = object()
+
+
+def _same(new: Any, old: Any) -> bool:
+    """``new`` and ``old`` are the same JSON, types included: ``==`` alone holds True == 1 == 1.0 and
+    False == 0, and a ``ready: 1`` equal to the stored ``ready: true`` must still be refused. marshal's
+    version 2 writes each value's type and no back-references (so no sharing or reference count shows);
+    a key-order difference, or a value marshal refuses (a YAML datetime), only costs a walk."""
+    try:
+        return bool(new == old) and marshal.dumps(new, 2) == marshal.dumps(old, 2)
+    except ValueError:
+        return False
+
+
+def _known(new: Any, old: Any) -> frozenset[int]:
+    """The ids of the dicts and lists in ``new`` the same as ``old``'s at the same path (field name or
+    list index): a subtree's validity depends only on it and its path's schema. An id stands for a path
+    only if its object occurs nowhere else: one that occurs also at a path not known (a YAML alias,
+    ``finalizers: *labels``) is left out, and so walked at both."""
+    known: set[int] = set()
+    walked: set[int] = set()
+    _pair(new, old, known, walked)
+    return frozenset(known - walked)
+
+
+def _pair(new: Any, old: Any, known: set[int], walked: set[int]) -> None:
+    """``new``'s dicts and lists below it into ``known`` (the same as ``old``'s at that path, not
+    descended) or ``walked`` (all the others, descended)."""
+    pairs: Any = ((v, old.get(k, _ABSENT)) for k, v in new.items()) if isinstance(new, dict) and isinstance(old, dict) \
+        else ((v, old[i] if i < len(old) else _ABSENT) for i, v in enumerate(new)) \
+        if isinstance(new, list) and isinstance(old, list) \
+        else ((v, _ABSENT) for v in (new.values() if isinstance(new, dict) else new if isinstance(new, list) else ()))
     for v, o in pairs:
         if isinstance(v, (dict, list)):
-            if v == o:
-                out.add(id(v))
+            if o is not _ABSENT and _same(v, o):
+                known.add(id(v))
             else:
-                _known(v, o, out)
-    return out
+                walked.add(id(v))
+                _pair(v, o, known, walked)
 
 
 GO_TYPES = {"string": "string", "integer": "int64", "number": "float64", "boolean": "bool",
@@ -156,8 +184,9 @@ class Schemas:
 
         ``stored``: the object an update or patch replaces, in the same view. It passed this
         validation when it was written (and was pruned and zero-filled then), so a part of ``obj``
-        equal to its part at the same path there (the spec under a status patch, the conditions
-        that did not change) cannot fail: it is not walked again (``oneOf``/``anyOf``, where that
+        the same as its part at the same path there, types included (the spec under a status patch,
+        the conditions that did not change), cannot fail: it is not walked again, unless it occurs
+        at another path too (``_known``) (``oneOf``/``anyOf``, where that
         would not hold, appear only in CRD schemas, which are not served). A valid object is
         recognised by ``fastcheck``'s plain walk; jsonschema runs only for the others, and its errors
         are the answer. The result is the same, for a fraction of the CPU.
@@ -165,7 +194,7 @@ class Schemas:
         v = self._validator(rt)
         if v is None:
             return []
-        known = frozenset(_known(obj, stored, set())) if stored is not None else frozenset()
+        known = _known(obj, stored) if stored is not None else frozenset()
         if self._fast.valid(self.defs[self.by_gvk[(rt.group, rt.version, rt.kind)]], obj, known):
             return []  # what jsonschema would find too (fastcheck): no error, nothing dropped
         token = _KNOWN.set(known)
