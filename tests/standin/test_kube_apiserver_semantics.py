@@ -595,6 +595,11 @@ def test_a_yaml_alias_of_an_unchanged_part_is_checked_where_it_is_used(kube: Kub
         assert "Pod.metadata.finalizers of type" in out["message"]
     assert answers[0][1]["message"] == answers[1][1]["message"]
     assert "finalizers" not in kube.get(f"{NS}/pods/realias")[1]["metadata"]
+    p["metadata"]["finalizers"] = []
+    p["metadata"]["finalizers"].append(p["metadata"]["finalizers"])  # a list that holds itself: &id001 [*id001]
+    code, out = kube.call("PUT", f"{NS}/pods/realias", raw=yaml.safe_dump(p).encode(), ctype="application/yaml")
+    assert (code, out.get("reason")) == (400, "BadRequest"), out
+    assert "Pod.metadata.finalizers[0] of type string" in out["message"]
 
 
 def test_request_counts_by_client_and_kind(kube: KubeApi) -> None:

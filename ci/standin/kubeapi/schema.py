@@ -67,7 +67,7 @@ def _same(new: Any, old: Any) -> bool:
     a key-order difference, or a value marshal refuses (a YAML datetime), only costs a walk."""
     try:
         return bool(new == old) and marshal.dumps(new, 2) == marshal.dumps(old, 2)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
@@ -93,7 +93,7 @@ def _pair(new: Any, old: Any, known: set[int], walked: set[int]) -> None:
         if isinstance(v, (dict, list)):
             if o is not _ABSENT and _same(v, o):
                 known.add(id(v))
-            else:
+            elif id(v) not in walked:  # walked once is enough, and a YAML alias may hold itself
                 walked.add(id(v))
                 _pair(v, o, known, walked)
 
