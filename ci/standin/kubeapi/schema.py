@@ -71,29 +71,39 @@ def _same(new: Any, old: Any) -> bool:
         return False
 
 
+class _Aliased(Exception):
+    """A dict or list occurs twice in the body (a YAML alias)."""
+
+
 def _known(new: Any, old: Any) -> frozenset[int]:
     """The ids of the dicts and lists in ``new`` the same as ``old``'s at the same path (field name or
-    list index): a subtree's validity depends only on it and its path's schema. An id stands for a path
-    only if its object occurs nowhere else: one that occurs also at a path not known (a YAML alias,
-    ``finalizers: *labels``) is left out, and so walked at both."""
+    list index): a subtree's validity depends only on it and its path's schema. An id stands for one
+    path only if no dict or list the walk meets occurs twice: a body with a YAML alias
+    (``finalizers: *labels``, or ``ports: *env`` whose list holds a part the same as the stored env's)
+    gets no skips at all, and is checked whole."""
     known: set[int] = set()
     walked: set[int] = set()
-    _pair(new, old, known, walked)
+    try:
+        _pair(new, old, known, walked)
+    except _Aliased:
+        return frozenset()
     return frozenset(known - walked)
 
 
 def _pair(new: Any, old: Any, known: set[int], walked: set[int]) -> None:
     """``new``'s dicts and lists below it into ``known`` (the same as ``old``'s at that path, not
-    descended) or ``walked`` (all the others, descended)."""
+    descended) or ``walked`` (all the others, descended); :class:`_Aliased` when one comes twice."""
     pairs: Any = ((v, old.get(k, _ABSENT)) for k, v in new.items()) if isinstance(new, dict) and isinstance(old, dict) \
         else ((v, old[i] if i < len(old) else _ABSENT) for i, v in enumerate(new)) \
         if isinstance(new, list) and isinstance(old, list) \
         else ((v, _ABSENT) for v in (new.values() if isinstance(new, dict) else new if isinstance(new, list) else ()))
     for v, o in pairs:
         if isinstance(v, (dict, list)):
+            if id(v) in walked or id(v) in known:
+                raise _Aliased  # its parts' verdicts at its first path need not hold at this one
             if o is not _ABSENT and _same(v, o):
                 known.add(id(v))
-            elif id(v) not in walked:  # walked once is enough, and a YAML alias may hold itself
+            else:
                 walked.add(id(v))
                 _pair(v, o, known, walked)
 
