@@ -8,7 +8,17 @@ without following a link and listed once: a name this call writes must not be a 
 (what an earlier job, or a container through a volume, may have left), and a directory this call
 created itself holds nothing it did not put there. A new pod costs one ``mkdir`` per directory and
 ``open``/``write``/``close``/``rename`` per file (plus an ``fchmod`` where the umask narrowed the
-mode); nothing resolves a path component by component.
+mode); nothing resolves a path component by component. Directories it creates are mode 0700.
+
+What holds while something else writes into the pod directory at the same time (an earlier job's
+step or a container still running): no name in a directory that existed is followed if it is a
+symlink (checked against the listing, opened ``O_NOFOLLOW``), no file's own name is followed
+(``O_CREAT|O_EXCL|O_NOFOLLOW`` beside it, then ``rename``, which replaces a link rather than writing
+through it), and a job directory is renamed aside before its fresh one is made (refused if the name
+is back before the ``mkdir``). Directories this call creates are NOT opened: files below them are
+reached by path from the nearest opened directory, so a process that swaps such a new directory for
+a symlink between its ``mkdir`` and the writes below it redirects those writes. Write a pod's
+directory only while no job of that pod runs (the kubelet writes it before ``sbatch``).
 """
 
 from __future__ import annotations
@@ -32,6 +42,9 @@ _BASE_DIRS = ("job", "env", "logs", "status", "volumes")
 _FILE_VOLUMES = ("configMap", "secret", "downwardAPI", "projected")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _HINT = "remove the symlink or the path from the pod directory, or delete and re-run the pod"
+#: A file system's answers that retrying never changes: a directory where a file belongs, a name
+#: longer than NAME_MAX (255 bytes on most) or a path longer than PATH_MAX.
+_UNFIT = (errno.EISDIR, errno.ENAMETOOLONG)
 
 
 def _umask() -> int | None:
@@ -70,6 +83,8 @@ class _Tree:
         self.fds: dict[tuple[str, ...], int] = {(): fd}
         # a directory that existed → {name: kind}; one this call created has no listing
         self.listings: dict[tuple[str, ...], dict[str, str]] = {} if listing is None else {(): listing}
+        #: job directories renamed aside by ``_remove_job_dirs``: their name must not be back
+        self.removed: set[tuple[str, ...]] = set()
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -88,6 +103,18 @@ class _Tree:
         return PodError("CreateContainerConfigError",
                         f"{rel} would be written outside the pod directory {self.root}: it is {what}", hint=_HINT)
 
+    def unfit(self, parts: tuple[str, ...], e: OSError) -> PodError:
+        """A pod error for what retrying cannot fix (``_UNFIT``), naming the path and the fix."""
+        rel = "/".join(parts)
+        if e.errno == errno.ENAMETOOLONG:
+            return PodError("CreateContainerConfigError",
+                            f"{rel} cannot be written in the pod directory {self.root}: a name in it is too long "
+                            f"for the file system ({e.strerror})",
+                            hint="shorten the volume name, key or path in the pod spec (255 bytes per name at most)")
+        return PodError("CreateContainerConfigError",
+                        f"{rel} cannot be written in the pod directory {self.root}: a directory is in its place",
+                        hint=f"remove the directory {self.root}/{rel}, or delete and re-run the pod")
+
     def ensure(self, parts: tuple[str, ...], *, open_it: bool) -> None:
         """Make the directory ``parts`` (its parent is done already). In a directory that existed, a
         name that is a symlink (or a file) is refused; an existing directory is opened with
@@ -97,20 +124,32 @@ class _Tree:
         if listing is None or name not in listing:
             fd, rel = self.at(parts)
             try:
-                os.mkdir(rel, dir_fd=fd)
+                os.mkdir(rel, 0o700, dir_fd=fd)
                 return
-            except FileExistsError:  # made meanwhile: checked as an existing one
-                pass
+            except FileExistsError:  # made meanwhile: checked as an existing one, opened even if empty
+                if parts in self.removed:
+                    raise PodError("CreateContainerConfigError",
+                                   f"{'/'.join(parts)} in the pod directory {self.root} was made again while an "
+                                   "earlier job's was being removed: a job of this pod still writes there",
+                                   hint="cancel the pod's earlier Slurm job (scancel), or delete and re-run the pod"
+                                   ) from None
+                open_it = True
+            except OSError as e:
+                if e.errno in _UNFIT:
+                    raise self.unfit(parts, e) from None
+                raise
         elif listing[name] != "dir":
             raise self.refuse(parts, "a symlink or a file")
         if not open_it:
-            return  # an empty volume directory that exists: nothing is written through it
+            return  # an empty volume directory that was listed as one: nothing is written through it
         pfd, prel = self.at(parent)
         try:
             fd = os.open(name if prel == "." else f"{prel}/{name}", _DIR_FLAGS, dir_fd=pfd)
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise self.refuse(parts, "a symlink or a file") from None
+            if e.errno in _UNFIT:
+                raise self.unfit(parts, e) from None
             raise
         self.fds[parts] = fd
         self.listings[parts] = _listing(fd)
@@ -121,7 +160,15 @@ class _Tree:
         listing = self.listings.get(parent)
         if listing is not None and listing.get(name) == "link":
             raise self.refuse(parts, "a symlink")
-        fd, rel = self.at(parent)
+        try:
+            self._write_at(*self.at(parent), name, data, mode)
+        except OSError as e:
+            if e.errno in _UNFIT:
+                raise self.unfit(parts, e) from None
+            raise
+
+    @staticmethod
+    def _write_at(fd: int, rel: str, name: str, data: bytes, mode: int) -> None:
         tmp = posixpath.join(rel, f".hpk-tmp-{secrets.token_hex(8)}")
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
         try:
@@ -208,12 +255,37 @@ def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Pa
 
 def _remove_job_dirs(tree: _Tree) -> None:
     """Remove what an earlier job wrote (only the names the listing has: one ``getdents``, not three
-    failed removals). A symlink in their place is unlinked, never followed. Should a removal fail,
-    ``ensure`` finds the name again, as an existing directory to check."""
+    failed removals). Each is first renamed aside (``rename`` moves a symlink itself, never what it
+    points to), so its name is free: ``ensure`` makes it afresh and refuses it should it be back
+    (a step of the earlier job still writing). What was renamed aside is then removed, a symlink or
+    file unlinked, never followed."""
     listing, fd = tree.listings[()], tree.fds[()]
     for name in JOB_DIRS:
         kind = listing.pop(name, None)
-        if kind == "dir":
-            shutil.rmtree(name, ignore_errors=True, dir_fd=fd)
-        elif kind is not None:
-            os.unlink(name, dir_fd=fd)
+        if kind is None:
+            continue
+        old = f".hpk-old-{secrets.token_hex(8)}"
+        try:
+            os.rename(name, old, src_dir_fd=fd, dst_dir_fd=fd)
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        tree.removed.add((name,))
+        _discard(fd, old, kind)
+
+
+def _discard(fd: int, name: str, kind: str) -> None:
+    """Remove the renamed-aside entry ``name`` as what the listing said it was; if it was swapped
+    before the rename (a directory for a link or the reverse), as what it is."""
+    def swapped(func: object, _path: object, _exc: object) -> None:
+        if func in (os.path.islink, os.open):  # a symlink, rmtree refuses (or a dangling one): unlink
+            _discard(fd, name, "link")
+
+    if kind == "dir":
+        shutil.rmtree(name, onerror=swapped, dir_fd=fd)
+        return
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        shutil.rmtree(name, ignore_errors=True, dir_fd=fd)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpkctl.errors import PodError
-from hpkctl.pod import render_pod, write_pod_dir
+from hpkctl.pod import poddir, render_pod, write_pod_dir
 from hpkctl.pod.paths import inside
 from tests.support.pods import make_profile, pod_doc
 
@@ -151,3 +151,82 @@ def test_a_volume_of_files_gets_its_empty_directory(tmp_path: Path) -> None:
     (path,) = [p for kind, p, _ in rendered.plan.volumes.sources.values() if kind == "configMap"]
     assert Path(path).is_dir() and Path(path).is_relative_to(root)
     assert list(Path(path).iterdir()) == []
+
+
+def _swap_for_a_link_after_listing(monkeypatch: pytest.MonkeyPatch, root: Path, name: str, target: Path) -> None:
+    """What a step of an earlier job still running does between the pod directory's listing and the
+    removal of its job directories: ``name`` becomes a symlink out of the pod directory."""
+    real = poddir._listing
+
+    def listing(fd: int) -> dict[str, str]:
+        got = real(fd)
+        if os.path.samestat(os.fstat(fd), root.stat()) and (root / name).is_dir():
+            (root / name).rename(root / f"{name}.moved")
+            os.symlink(target, root / name)
+        return got
+
+    monkeypatch.setattr(poddir, "_listing", listing)
+
+
+def test_a_job_directory_swapped_for_a_symlink_during_its_removal_is_not_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered = _rendered(tmp_path)
+    root = write_pod_dir(rendered)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("keep")
+    _swap_for_a_link_after_listing(monkeypatch, root, "logs", outside)
+    write_pod_dir(rendered)
+    assert not (root / "logs").is_symlink() and (root / "logs").is_dir()
+    assert list((root / "logs").iterdir()) == []
+    assert [p.name for p in outside.iterdir()] == ["keep"]
+    assert not [p for p in root.iterdir() if p.name.startswith(".hpk-old-")]
+
+
+def test_a_job_directory_made_again_during_its_removal_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered = _rendered(tmp_path)
+    root = write_pod_dir(rendered)
+    (root / "logs" / "slurm.out").write_text("earlier job")
+    real = getattr(poddir, "_discard", None)
+
+    def discard(fd: int, name: str, kind: str) -> None:
+        assert real is not None
+        real(fd, name, kind)
+        (root / "logs").mkdir(exist_ok=True)  # a step of the earlier job opening logs/ again
+
+    monkeypatch.setattr(poddir, "_discard", discard, raising=False)
+    with pytest.raises(PodError, match="logs .* was made again") as err:
+        write_pod_dir(rendered)
+    assert "scancel" in err.value.hint
+
+
+def test_directories_it_creates_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    rendered = _rendered(tmp_path)
+    rendered.files["volumes/cfg/key"] = (b"value", 0o644)
+    old = os.umask(0o022)
+    try:
+        root = write_pod_dir(rendered)
+    finally:
+        os.umask(old)
+    dirs = {name: mode for name, mode in _tree(root).items() if (root / name).is_dir()}
+    assert {"job", "env", "logs", "status", "volumes", "volumes/cfg"} <= set(dirs)
+    assert set(dirs.values()) == {0o700}
+
+
+@pytest.mark.parametrize(("rel", "match", "fix"), [
+    ("env/app.env", "a directory is in its place", "remove the directory"),
+    ("env/" + "k" * 300, "too long", "shorten"),
+    ("volumes/" + "d" * 300 + "/key", "too long", "shorten"),
+])
+def test_what_retrying_cannot_fix_is_a_pod_error_naming_the_file(
+        tmp_path: Path, rel: str, match: str, fix: str) -> None:
+    rendered = _rendered(tmp_path)
+    root = Path(rendered.plan.pod_dir)
+    if rel == "env/app.env":
+        (root / rel / "inside").mkdir(parents=True)
+    rendered.files[rel] = (b"x", 0o600)
+    with pytest.raises(PodError, match=match) as err:
+        write_pod_dir(rendered)
+    assert err.value.reason == "CreateContainerConfigError"
+    assert rel[:20] in str(err.value) and fix in err.value.hint
