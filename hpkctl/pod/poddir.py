@@ -28,6 +28,7 @@ import os
 import posixpath
 import secrets
 import shutil
+import sys
 from pathlib import Path
 
 from hpkctl.errors import PodError
@@ -281,7 +282,10 @@ def _discard(fd: int, name: str, kind: str) -> None:
             _discard(fd, name, "link")
 
     if kind == "dir":
-        shutil.rmtree(name, onerror=swapped, dir_fd=fd)
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(name, onexc=swapped, dir_fd=fd)  # onerror is deprecated there
+        else:
+            shutil.rmtree(name, onerror=swapped, dir_fd=fd)
         return
     try:
         os.unlink(name, dir_fd=fd)
