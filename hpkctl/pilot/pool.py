@@ -89,6 +89,7 @@ class Pool:
         self._asked: float | None = None  # when refresh last asked Slurm (its clock)
         self._lock = threading.Lock()
         self._ticking = threading.Lock()  # held for a whole tick (its sbatch and scancel included)
+        self._refreshing = threading.Lock()  # held for a whole refresh: one squeue in flight at a time
 
     # ------------------------------------------------------------------ books
 
@@ -196,11 +197,24 @@ class Pool:
         """Ask Slurm about every allocation (one squeue; scontrol for those not yet known running):
         states, ends, nodes. Allocations that ended leave the books; the uids placed in them are returned.
         ``max_age``: books asked about less than this many seconds ago are taken as they are (no Slurm
-        call): each pod waiting for room retries every second, and one squeue serves them all."""
+        call): each pod waiting for room retries every second, and one squeue serves them all. One refresh
+        at a time: a caller whose books are due waits for the one in flight and takes its answer when it
+        was asked late enough (steps that end together each refreshed, 16 squeue calls for 16 steps)."""
+        since = self.clock() - max_age  # an answer asked after this will do
+        if self._fresh(since, max_age):
+            return []
+        with self._refreshing:
+            if self._fresh(since, max_age):  # the refresh this one waited for asked late enough
+                return []
+            return self._refresh()
+
+    def _fresh(self, since: float, max_age: float) -> bool:
+        with self._lock:
+            return max_age > 0 and self._asked is not None and self._asked > since
+
+    def _refresh(self) -> list[str]:
         with self._lock:
             ids = list(self._helds)
-            if max_age > 0 and self._asked is not None and self.clock() - self._asked < max_age:
-                return []
         if not ids:
             return []
         asked = self.clock()

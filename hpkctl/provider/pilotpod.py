@@ -16,7 +16,6 @@ change log and the files, logs, exec. What differs is where the script runs and 
   status change (``changed``: the kubelet runs a status round at once), and waits for its srun: when
   it ends, the room is free and the pod that waited longest is created again at once. Each status round
   also reaps the srun of ended steps and lets the pool request and release allocations.
-
 * A kubelet restart books the running pods again with their whole room (their needs from the saved
   pod; their nodes from ``status/job.node``, else from Slurm's running steps), an MPI pod's on each node.
 """
@@ -178,16 +177,15 @@ class PilotPodProvider(JobPodProvider):
                 self.pool.tick(pending)
             self._park(ref.uid, rendered)  # kept while it waits for room: no re-render, no GETs, no token
             return Created(Outcome.RETRY, retry_after=WAIT_FOR_ROOM, warnings=tuple(rendered.warnings))
-        with self._plock:
-            self._book.stop_waiting(ref.uid)
-        t_place = time.monotonic()
-        root = Path(rendered.plan.pod_dir)
-        rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=str(root), state=SUBMITTING,
-                        submitted=time.time())
-        self._save(rec)  # the intent, before the step exists
-        write_pod_dir(rendered, pod_json=compact_json(pod))
-        t_dir = time.monotonic()
-        try:
+        try:  # the room is booked: a failure before the step exists gives it back (else it blocks the retry)
+            with self._plock:
+                self._book.stop_waiting(ref.uid)
+            t_place = time.monotonic()
+            rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=rendered.plan.pod_dir,
+                            state=SUBMITTING, submitted=time.time())
+            self._save(rec)  # the intent, before the step exists
+            write_pod_dir(rendered, pod_json=compact_json(pod))
+            t_dir = time.monotonic()
             proc = start_pod_step(self.slurm, rendered, spot, need, notify=True)
         except BaseException:
             self.pool.done(ref.uid)
@@ -209,6 +207,7 @@ class PilotPodProvider(JobPodProvider):
         for, allocations requested and released again, and it takes the wake-ups of the pods behind it)."""
         with self._plock:
             self._book.drop(ref.uid)
+        self.pool.done(ref.uid)  # a room booked by a create that failed after placing it is free again
         super().give_up(ref)
 
     def delete(self, ref: PodRef, *, grace: float | None, pod: Mapping[str, Any], report: bool = True) -> Deletion:
@@ -268,14 +267,15 @@ class PilotPodProvider(JobPodProvider):
 
     def statuses(self, pods: Sequence[Watched], *, now: float | None = None) -> list[StatusReport]:
         with self._plock:
-            ended = [uid for uid, p in self._book.pods.items() if p.step is not None and p.step.poll() is not None
-                     and not p.deleting]
-            for uid in ended:
+            ended = [(uid, rc) for uid, p in self._book.pods.items() if p.step is not None
+                     and (rc := p.step.poll()) is not None and not p.deleting]
+            for uid, _ in ended:
                 self._book.drop(uid)
             pending = self._book.waiting()
             self._book.ticked = time.monotonic()
-        for uid in ended:
-            self.pool.done(uid)
+        since = self.pool.clock() if ended else 0.0
+        for uid, rc in ended:  # reaped here before its thread did: the same checks (a dead allocation)
+            self._step_ended(uid, rc, since)
         # at most one squeue per status_poll, however often a step's announcement starts a round
         self._refresh_books(max_age=self._books_age(self.profile.kubelet.status_poll), pending=pending)
         asked = self.jobs.asked
@@ -304,12 +304,11 @@ class PilotPodProvider(JobPodProvider):
         return out
 
     def _reap(self, uid: str, proc: StepProcess) -> None:
-        """Pass on each status change the step announces (``changed``: a status round now, not up to
-        ``status_poll`` later), and when its srun ends free its room and wake the pod that waited
-        longest at once (bench/run pilot's backlog: the room stood idle a round after each pod). One
-        thread per running step (as many as the allocations' CPUs at most), blocked reading its srun's
-        output: no Slurm call, no file read. A pod being deleted is left to its delete, which waits for
-        this srun too."""
+        """Pass on each status change the step announces (``changed``: a status round now, not up to ``status_poll``
+        later), and when its srun ends free its room and wake the pod that waited longest at once (bench/run
+        pilot's backlog: the room stood idle a round after each pod). One thread per running step (as many as the
+        allocations' CPUs at most), blocked reading its srun's output: no Slurm call, no file read. A pod being
+        deleted is left to its delete, which waits for this srun too."""
         try:
             rc = proc.wait_changes(self.changed)
         except Exception:  # noqa: BLE001 - the status rounds reap it instead
@@ -322,14 +321,17 @@ class PilotPodProvider(JobPodProvider):
             if mine:
                 self._book.drop(uid)
         if mine:
-            self.pool.done(uid)
-            pod_dir = self._pod_dir(uid)
-            if pod_dir is None or not PodDir(pod_dir).exists(POD_DONE) or PodDir(pod_dir).exists(POD_TERMINATING):
-                # killed before its script's last word, or TERMed by Slurm (no delete): its allocation may
-                # have ended (scancel, node failure, preemption), which books up to slurm_poll old miss
-                self._refresh_books(max_age=max(self.pool.clock() - ended, 1e-6))
-            log.info("pilot: the step of pod uid %s ended (srun exit status %s): its room is free", uid, rc)
+            self._step_ended(uid, rc, ended)
             self._wake(1)
+
+    def _step_ended(self, uid: str, rc: int | None, since: float) -> None:
+        """Pod ``uid``'s srun ended (seen at ``since``, by its thread or a status round): its room is free. A step
+        killed before its script's last word or TERMed by Slurm may have lost its allocation: ask before a wake."""
+        self.pool.done(uid)
+        pod_dir = self._pod_dir(uid)
+        if pod_dir is None or not PodDir(pod_dir).exists(POD_DONE) or PodDir(pod_dir).exists(POD_TERMINATING):
+            self._refresh_books(max_age=max(self.pool.clock() - since, 1e-6))
+        log.info("pilot: the step of pod uid %s ended (srun exit status %s): its room is free", uid, rc)
 
     def _refresh_books(self, *, max_age: float, pending: Sequence[Need] | None = None) -> None:
         """The pool's books at most ``max_age`` old; then, with ``pending`` (a status round's), its tick."""

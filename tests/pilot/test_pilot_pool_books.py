@@ -207,3 +207,55 @@ def test_the_books_are_settled_once_every_allocation_runs_with_its_nodes_known(t
     assert pool.settled()
     pool._helds["42"] = Held("42", "PENDING")  # requested: a pod may be waiting for it to start
     assert not pool.settled()
+
+
+class Gate(FakeSlurm):
+    """A squeue that answers once the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asking, self.gate = threading.Event(), threading.Event()
+
+    def query(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
+        self.asking.set()
+        assert self.gate.wait(30)
+        return super().query(job_ids)
+
+
+class CountingLock:
+    """The pool's refresh lock, counting the callers that came to it."""
+
+    def __init__(self) -> None:
+        self.lock, self.callers, self.came = threading.Lock(), 0, threading.Condition()
+
+    def __enter__(self) -> None:
+        with self.came:
+            self.callers += 1
+            self.came.notify_all()
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_steps_that_end_together_share_the_squeue_in_flight(tmp_path: Path) -> None:
+    """Sixteen steps' threads that refresh after their srun ended while one refresh's squeue runs wait for
+    its answer (asked after they ended) instead of each sending their own (16 squeue calls before)."""
+    slurm, clock = Gate(), Clock()
+    pool = _pool(tmp_path, slurm, clock)
+    lock = CountingLock()
+    pool._refreshing = lock  # type: ignore[assignment]
+    ended = clock.now - 1.0  # the steps ended; the first refresh asks at clock.now, after that
+    threads = [threading.Thread(target=pool.refresh, kwargs={"max_age": clock.now - ended}) for _ in range(16)]
+    threads[0].start()
+    assert slurm.asking.wait(30)
+    for t in threads[1:]:
+        t.start()
+    with lock.came:
+        assert lock.came.wait_for(lambda: lock.callers == 16, timeout=30), lock.callers
+    slurm.gate.set()
+    for t in threads:
+        t.join(30)
+    assert slurm.queries == 1
+    pool.refresh()  # max_age 0: an answer asked before the call never serves it
+    assert slurm.queries == 2

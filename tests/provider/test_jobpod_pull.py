@@ -129,6 +129,9 @@ def test_pilot_pods_waiting_for_room_are_woken_when_a_step_ends(tmp_path: Path) 
         def done(self, uid: str) -> None:
             self.freed.append(uid)
 
+        def clock(self) -> float:
+            return time.monotonic()
+
     class Ended:  # the srun of a step that has ended
         def poll(self) -> int:
             return 0
@@ -238,7 +241,9 @@ def test_an_idle_pilot_kubelet_never_places_a_pod_in_an_allocation_that_ended(tm
 
     class StaleBooks:  # allocation 41 released itself; the books know it once they ask Slurm
         rules = provider.pool.rules
-        age = 3600.0  # seconds since the books last asked Slurm (an idle kubelet runs no status rounds)
+        # seconds since the books last asked Slurm (an idle kubelet runs no status rounds): just over a status
+        # round's answer, so a create that trusts books older than slurm_poll places the pod in the dead 41
+        age = provider.profile.kubelet.slurm_poll + 0.5
 
         def settled(self) -> bool:
             return True  # as far as the books know, 41 runs with its nodes known

@@ -151,3 +151,95 @@ def test_a_pod_the_kubelet_gave_up_on_waits_for_room_no_more(tmp_path: Path,
     provider._wake(1)
     assert woken == ["u-3"]
     steps[0].ended.set()
+
+
+@pytest.mark.parametrize("fails", ["write_pod_dir", "_save"])
+def test_a_pod_whose_directory_fails_to_write_gives_its_room_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  fails: str) -> None:
+    """create books the room, then writes the record and the pod directory (a planted symlink, a name
+    too long): when either raises, the booking is given back, so the kubelet's retry finds its room and,
+    once the kubelet gives up on the pod, another takes it. Before, the pod's own ghost filled it."""
+    from hpkctl.errors import PodError
+    from hpkctl.provider import pilotpod
+
+    provider, slurm, steps = _provider(tmp_path, monkeypatch)
+    failures = [PodError("CreateContainerConfigError", "planted symlink")]
+
+    def flaky(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*a: Any, **kw: Any) -> Any:
+            if failures:
+                raise failures.pop()
+            return real(*a, **kw)
+        return call
+
+    if fails == "_save":
+        monkeypatch.setattr(provider, "_save", flaky(provider._save))
+    else:
+        monkeypatch.setattr(pilotpod, "write_pod_dir", flaky(pilotpod.write_pod_dir))
+    a = _pod("a", "u-1")
+    with pytest.raises(PodError):
+        provider.create(a, PodInputs())
+    assert [list(h.pods) for h in provider.pool.helds()] == [[]]
+    assert provider.create(a, PodInputs()).outcome is Outcome.SUBMITTED  # the kubelet's retry
+    assert len(steps) == 1
+    steps[0].ended.set()
+
+
+def test_a_pod_given_up_after_its_directory_failed_leaves_its_room_to_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpkctl.errors import PodError
+    from hpkctl.provider import pilotpod
+
+    provider, slurm, steps = _provider(tmp_path, monkeypatch)
+
+    def broken(*a: Any, **kw: Any) -> None:
+        raise PodError("CreateContainerConfigError", "planted symlink")
+
+    monkeypatch.setattr(pilotpod, "write_pod_dir", broken)
+    a = _pod("a", "u-1")
+    for _ in range(2):  # the first try and the kubelet's retry both fail, neither waits for room
+        with pytest.raises(PodError):
+            provider.create(a, PodInputs())
+    provider.give_up(PodRef.of(a))
+    monkeypatch.undo()
+    monkeypatch.setattr(pilotpod, "start_pod_step", lambda *a, **k: steps.append(Step()) or steps[-1])
+    assert provider.create(_pod("b", "u-2"), PodInputs()).outcome is Outcome.SUBMITTED
+    assert len(steps) == 1
+    steps[0].ended.set()
+
+
+class LateReaper(Step):
+    """An srun that has exited (``poll`` sees it) while its thread has not returned from its wait yet."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exited = threading.Event()
+
+    def poll(self) -> int | None:
+        return 1 if self.exited.is_set() else None
+
+
+def test_a_step_a_status_round_reaps_first_is_checked_for_a_dead_allocation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The round finds the srun ended before its thread does: it asks Slurm about the allocation
+    before it wakes the pod behind (else that pod is placed in the dead allocation) and logs the end."""
+    from hpkctl.provider import pilotpod
+
+    provider, slurm, steps = _provider(tmp_path, monkeypatch)
+    monkeypatch.setattr(pilotpod, "start_pod_step", lambda *a, **k: steps.append(LateReaper()) or steps[-1])
+    a = _pod("a", "u-1")
+    assert provider.create(a, PodInputs()).outcome is Outcome.SUBMITTED
+    woken = threading.Event()
+    b = _pod("b", "u-2")
+    assert provider.create(b, PodInputs(ready=lambda uid: woken.set())).outcome is Outcome.RETRY  # full
+    provider.statuses([Watched(PodRef.of(a), a, ALLOC)])  # a round while 41 runs: the books are fresh
+    slurm.state = "CANCELLED"  # 41 scancelled: a's step dies without pod.done
+    steps[0].exited.set()
+    with caplog.at_level("INFO", logger="hpkctl.provider.pilotpod"):
+        provider.statuses([Watched(PodRef.of(a), a, ALLOC)])
+    assert woken.is_set()
+    assert [h.job_id for h in provider.pool.helds()] == ["42"]  # 41 gone (asked before the wake), 42 requested
+    assert "the step of pod uid u-1 ended" in caplog.text
+    assert provider.create(b, PodInputs()).outcome is Outcome.RETRY
+    assert len(steps) == 1
+    steps[0].ended.set()
