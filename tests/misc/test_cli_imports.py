@@ -34,6 +34,12 @@ def importtime(args: list[str], cwd: Path, *, path: str = "/usr/bin:/bin",
     return r, rows
 
 
+def fresh(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -c CODE`` in a fresh interpreter (nothing imported yet), with this checkout on the path."""
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(REPO)})
+
+
 def report(title: str, rows: list[tuple[int, int, int, str]], top: int = 12) -> None:
     total = sum(s for s, _, _, _ in rows)
     lines = [f"-X importtime: {title}: {len(rows)} modules, {total / 1e6:.3f} s of imports (self times summed)"]
@@ -133,13 +139,11 @@ def test_render_imports_print_the_slowest(tmp_path: Path) -> None:
 def test_the_slurm_layer_does_not_import_asyncio_or_plumbum(tmp_path: Path) -> None:
     """Importing the Slurm layer does not import plumbum (it brings urllib, http.client, ssl and email):
     it comes with the first Slurm command (hpkctl.jobs.scrubbed), or the image pull when it pulls."""
-    r = subprocess.run([sys.executable, "-c", "import sys, hpkctl.jobs, hpkctl.local.submit; "
-                        "print(sorted(m for m in ('asyncio', 'pty', 'termios', 'plumbum') if m in sys.modules))"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(REPO)})
+    r = fresh("import sys, hpkctl.jobs, hpkctl.local.submit; "
+              "print(sorted(m for m in ('asyncio', 'pty', 'termios', 'plumbum') if m in sys.modules))", tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
-    r = subprocess.run([sys.executable, "-c", "from hpkctl.jobs import Step; print(Step.__module__)"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(REPO)})
+    r = fresh("from hpkctl.jobs import Step; print(Step.__module__)", tmp_path)
     assert r.stdout.strip() == "hpkctl.jobs.step", r.stderr
 
 
@@ -154,8 +158,7 @@ def test_plumbum_loads_urllib_request_only_when_read(tmp_path: Path) -> None:
             "from urllib.request import pathname2url, getproxies\n"
             "import urllib.request\n"
             "print(pathname2url('/c d'), callable(getproxies), urllib.request.__file__.endswith('request.py'))\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                       env={"PYTHONPATH": str(REPO)})
+    r = fresh(code, tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["[]", "file:///a%20b", "/c%20d True True"]
 
@@ -178,7 +181,6 @@ def test_the_deferred_urllib_request_is_found_as_an_attribute_and_imported_once_
             "real = sys.modules['urllib.request']\n"
             "print(len(got), len(set(map(id, got))), real is urllib.request, real.pathname2url is got[0],\n"
             "      type(real).__name__, urllib.request.pathname2url('/e f'))\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                       env={"PYTHONPATH": str(REPO)})
+    r = fresh(code, tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["8", "1", "True", "True", "module", "/e%20f"]
