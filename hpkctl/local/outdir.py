@@ -15,10 +15,9 @@ from pathlib import Path
 
 from hpkctl import __version__
 from hpkctl.errors import HpkError
-from hpkctl.pod.paths import PodDir
+from hpkctl.pod.paths import JOB_DIRS, PodDir
 
 MARKER = ".hpkctl-render"
-JOB_DIRS = ("status", "logs", "run")  # written by a job; write_pod_dir clears them
 
 
 def _files_under(path: Path) -> list[Path]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from hpkctl import __version__
 from hpkctl.pod.flags import SlurmOption, job_comment, sbatch_directive_word
 from hpkctl.pod.render import _comment
+from hpkctl.pod.runtimefile import current_runtime
 from hpkctl.pod.template import environment
 from hpkctl.pod.shell import Shell, quote
 from hpkctl.resources import data_dir
@@ -57,7 +58,7 @@ CLOCK_END = "# ---- end of the deadline clock ----\n"
 def _array_runtime() -> Shell:
     """``sbatch/array-runtime.sh``, after the deadline clock (``hpk_deadline_left``) of the pod runtime,
     ``sbatch/runtime.sh``: one clock for a pod's ``activeDeadlineSeconds`` and a Job's."""
-    pod_runtime = (data_dir("sbatch") / "runtime.sh").read_text()
+    pod_runtime = current_runtime().data.decode()
     clock = pod_runtime[pod_runtime.index(CLOCK_BEGIN):pod_runtime.index(CLOCK_END) + len(CLOCK_END)]
     return Shell(clock + (data_dir("sbatch") / "array-runtime.sh").read_text())
 

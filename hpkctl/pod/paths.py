@@ -15,6 +15,10 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
+#: The pod directory's parts written by a job: a resubmitted pod's are removed (write_pod_dir), so a
+#: new job never inherits another's verdict.
+JOB_DIRS = ("status", "logs", "run")
+
 # Pod-level status files (status/NAME).
 JOB_STARTED = "job.started"  # RFC 3339 time the batch script started
 JOB_NODE = "job.node"  # hostname -s of the batch host

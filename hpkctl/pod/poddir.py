@@ -32,11 +32,10 @@ import sys
 from pathlib import Path
 
 from hpkctl.errors import PodError
+from hpkctl.pod.paths import JOB_DIRS
 from hpkctl.pod.render import RenderedPod
 from hpkctl.pod.runtimefile import install_runtime
 
-#: Written by a job: a resubmitted pod's are removed, so a new job never inherits another's verdict.
-JOB_DIRS = ("status", "logs", "run")
 _BASE_DIRS = ("job", "env", "logs", "status", "volumes")
 #: Volumes of files that may hold none (an optional ConfigMap that does not exist, an empty Secret):
 #: still an empty directory in the container, as in Kubernetes.

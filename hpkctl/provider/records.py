@@ -84,8 +84,7 @@ def record_json(rec: PodRecord) -> bytes:
 
 def from_json(data: dict[str, Any]) -> PodRecord:
     """A record as written by this or another version (unknown fields of a newer one are left out)."""
-    known = {f.name for f in fields(PodRecord)}
-    return PodRecord(**{k: v for k, v in data.items() if k in known})
+    return PodRecord(**{k: v for k, v in data.items() if k in _FIELDS})
 
 
 class RecordStore(Protocol):
