@@ -30,6 +30,7 @@ import pytest
 from hpkctl.controlplane.launch import cluster_id
 from hpkctl.controlplane.statedir import read_endpoint
 from hpkctl.kube.address import host_address
+from hpkctl.provider.records import node_records
 from tests.support.ci import HPK_USER, REPO, missing
 from tests.support.cluster import make_root, remove_root
 from tests.support.hpk import STANDIN, VENV_BIN, require_standin
@@ -173,11 +174,7 @@ class Site:
         except subprocess.TimeoutExpired:
             pass
         left = list(self.active())
-        pods = self.dir / "pods" / "kubelet" / "hpk" / "pods"
-        for rec in pods.glob("*.json") if pods.exists() else []:
-            job = json.loads(rec.read_text()).get("job_id")
-            if job:
-                left.append(str(job))
+        left += [r.job_id for r in node_records(self.dir / "pods" / "kubelet" / "hpk").values() if r.job_id]
         if left:
             subprocess.run(["scancel", *left], capture_output=True, timeout=30, check=False)
 

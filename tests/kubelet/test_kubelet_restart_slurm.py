@@ -38,9 +38,10 @@ def test_sigkill_during_burst_of_50_then_restart(cluster: Cluster) -> None:
     uids = {}
     for n in names:
         uids[n] = cluster.create(burst_pod(n))["metadata"]["uid"]
-    records = cluster.root / "hpk-state" / "kubelet" / "hpk" / "pods"
-    # the kubelet's intent records are the cheapest sign of progress (a file per pod being submitted)
-    wait_for("some pods being submitted", lambda: len(list(records.glob("*.json"))) >= 3, timeout=60, every=0.02)
+    records = cluster.root / "hpk-state" / "kubelet" / "hpk" / "records.log"
+    # the kubelet's intent records are the cheapest sign of progress (a line per pod being submitted)
+    wait_for("some pods being submitted", lambda: records.exists() and records.read_bytes().count(b"\n") >= 3,
+             timeout=60, every=0.02)
     cluster.stop_process(cluster.kubelet, signal.SIGKILL)
     submitted_before = sum(1 for n in names if cluster.job_id(n))
     cluster.start_kubelet()

@@ -830,15 +830,16 @@ def test_exit_statuses_cannot_be_confused(launched: Launched, case: str) -> None
 
 @launch(lambda env: [pod("rc-private", [c_("main", "true")])])
 def test_state_directories_and_records_are_private(launched: Launched) -> None:
-    """The pod's directory (its volumes, env files, logs) is 0700 and the kubelet's record of it
+    """The pod's directory (its volumes, env files, logs) is 0700 and the kubelet's records (its log)
     0600 in a 0700 directory, owned by the user the kubelet runs as."""
     c = launched.cluster
     finished(c, "rc-private")
     uid = launched.uid("rc-private")
     hpk = pwd.getpwnam(HPK_USER).pw_uid
     pod_dir = c.root / "hpk-state" / "pods" / uid
-    records = c.root / "hpk-state" / "kubelet" / "hpk" / "pods"
-    for path, mode in ((pod_dir, 0o700), (records, 0o700), (records / f"{uid}.json", 0o600)):
+    node = c.root / "hpk-state" / "kubelet" / "hpk"
+    assert uid in (node / "records.log").read_text()
+    for path, mode in ((pod_dir, 0o700), (node, 0o700), (node / "records.log", 0o600)):
         st = path.stat()
         assert (stat.S_IMODE(st.st_mode), st.st_uid) == (mode, hpk), path
 

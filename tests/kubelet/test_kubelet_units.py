@@ -3,7 +3,6 @@ status patch and its no-regression rule, the intent records, the node's capacity
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -19,7 +18,6 @@ from hpkctl.jobs import NodeInfo
 from hpkctl.kube.workqueue import URGENT_LEAD, WorkQueue
 from hpkctl.kubelet.node import NodeState, capacity, micro_time
 from hpkctl.kubelet.podstatus import api_status, forbidden_transitions, never_regresses, reported_starts, status_patch
-from hpkctl.provider.records import SUBMITTED, SUBMITTING, PodRecord, Records
 from hpkctl.pod.status import ContainerStatus, PodStatus
 from tests.support.waiting import wait_for
 
@@ -271,23 +269,6 @@ def test_a_native_sidecar_may_restart_under_any_pod_policy_a_plain_init_containe
     retried = forbidden_transitions({"initContainerStatuses": [_init("setup", {"waiting": {}})]}, failed_setup, spec)
     assert retried == ([] if policy == "OnFailure" else ["status.initContainerStatuses[0].state"])
     assert forbidden_transitions(setup_again, old, dict(spec, restartPolicy="Always")) == []
-
-
-# ---------------------------------------------------------------------------- records
-def test_records_round_trip_atomic_and_skip_garbage(tmp_path: Path) -> None:
-    recs = Records(tmp_path)
-    a = PodRecord(uid="u-1", namespace="ns", name="p", pod_dir="/x/u-1", state=SUBMITTING, submitted=1.5)
-    recs.save(a)
-    a.state, a.job_id = SUBMITTED, "77"
-    recs.save(a)
-    (recs.root / "broken.json").write_text("{not json")
-    (recs.root / "old.json").write_text(json.dumps({**a.__dict__, "uid": "u-2", "future_field": 1}))
-    loaded = recs.load_all()
-    assert loaded["u-1"] == a
-    assert loaded["u-2"].uid == "u-2"  # unknown fields of a newer version are ignored
-    assert not [p for p in recs.root.iterdir() if p.name.startswith(".tmp-")]
-    with pytest.raises(ValueError):
-        recs.path("../escape")
 
 
 # ---------------------------------------------------------------------------- node
