@@ -57,10 +57,22 @@ class PilotBook:
         self._queue.pop(uid, None)
         return state
 
-    def drop(self, uid: str) -> None:
-        """Forget the pod (its step ended, or its delete is done)."""
+    def drop(self, uid: str) -> bool:
+        """Forget the pod (its step ended, or its delete is done); True when it was waiting for room."""
         self.pods.pop(uid, None)
+        waited = uid in self._queue
         self._queue.pop(uid, None)
+        return waited
+
+    def wait_turn(self, uid: str, need: Need, wake: Callable[[str], None] | None, *, now: float,
+                  every: float) -> tuple[list[Need], bool]:
+        """Pod ``uid`` found no room for ``need`` and waits (``wake`` re-queues it): the waiting pods'
+        needs when a tick for them is due (the pod began to wait now, or no tick came within ``every``
+        seconds; else []), and whether it is the pod that has waited longest."""
+        due = self.wait(uid, need, wake) or now - self.ticked >= every
+        if due:
+            self.ticked = now
+        return self.waiting() if due else [], next(iter(self._queue), None) == uid
 
     def waiting(self) -> list[Need]:
         """The needs of the waiting pods, longest waiting first."""

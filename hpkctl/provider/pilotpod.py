@@ -6,7 +6,9 @@ written before anything exists outside the process, the pod directory and job sc
 change log and the files, logs, exec. What differs is where the script runs and how it is stopped:
 
 * ``create`` books the pod in a held allocation (:mod:`hpkctl.pilot`) and starts its step (``srun
-  --jobid=J --exact``); when none has room it requests one and answers ``RETRY`` (never waits). The
+  --jobid=J --exact``); when none has room it requests one and answers ``RETRY`` (never waits): the
+  pod that waited longest is asked again each second, the others when room frees (a step ended, the
+  pod before them placed: an allocation that starts has room for several) or every 10 s. The
   pod's job id, for the record, the API's ``hpk.io/slurm-job-id`` and the status rounds, is the
   allocation's; the step's own id is ``status/job.id`` (``J.S``).
 * ``delete`` marks the pod deleted and sends TERM to the step's task alone (``scancel --signal=TERM
@@ -30,21 +32,20 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpkctl.errors import HpkError, PodError
-from hpkctl.jobs import JobInfo, NodeInfo, Slurm
+from hpkctl.errors import PodError
+from hpkctl.jobs import Slurm
 from hpkctl.jobs.steps import StepProcess, is_step_id
 from hpkctl.pilot.launch import need_of, start_pod_step
 from hpkctl.pilot.plan import Need, unfit
-from hpkctl.pilot.pool import Pool
-from hpkctl.pod import render_pod, write_pod_dir
+from hpkctl.pod import write_pod_dir
 from hpkctl.pod.lifecycle import stop_wait
 from hpkctl.pod.paths import JOB_ID, POD_DONE, POD_TERMINATING, PodDir
-from hpkctl.provider.api import (Created, Deletion, ExecSession, Leftover, Outcome, PodInputs, PodRef, StatusReport,
-                                 Watched)
+from hpkctl.provider.api import Created, Deletion, Leftover, Outcome, PodInputs, PodRef, StatusReport, Watched
 from hpkctl.provider.jobpod import DELETE_CHECK, STOP_MARGIN, JobPodProvider
 from hpkctl.provider.jobstatus import final_report
 from hpkctl.provider.pilotadopt import rebook
 from hpkctl.provider.pilotbook import PilotBook
+from hpkctl.provider.pilotheld import PILOT_OWNER, PilotHolder, pilot_enabled
 from hpkctl.provider.pilotworkload import PilotWorkloadStops
 from hpkctl.provider.records import STOPPED, SUBMITTING, PodRecord, RecordStore, Records, compact_json
 from hpkctl.provider.runrecords import RunRecords
@@ -54,13 +55,8 @@ from hpkctl.sites.schema import SiteProfile
 
 log = logging.getLogger("hpkctl.provider.pilotpod")
 SRUN_EXIT_WAIT = 30.0  # seconds a cancelled step's srun has to end before it is killed
-PILOT_OWNER = "kubelet"  # the owner in a pilot kubelet's allocation comments (hpk-pilot kubelet=kubelet state=S node=N)
-WAIT_FOR_ROOM = 1.0  # seconds before create is asked again while an allocation is being requested
-
-
-def pilot_enabled(profile: SiteProfile) -> SiteProfile:
-    """``profile`` with ``[pilot] enabled`` (``--pilot`` turns it on whatever the profile says)."""
-    return profile.model_copy(update={"pilot": profile.pilot.model_copy(update={"enabled": True})})
+WAIT_FOR_ROOM = 1.0  # seconds before the pod waiting longest asks create again (an allocation may have started)
+WAIT_BEHIND = 10.0  # seconds before a pod behind it asks again (it is woken when room frees: a fallback)
 
 
 RUN_OWNER = "run"  # the allocations of this user's ``hpkctl run --pilot`` (a pilot kubelet's: PILOT_OWNER)
@@ -79,13 +75,12 @@ def pilot_run_provider(slurm: Slurm, profile: SiteProfile) -> PilotPodProvider:
                             state_dir=Path(profile.pods.state_dir).expanduser(), owner=RUN_OWNER)
 
 
-class PilotPodProvider(JobPodProvider):
+class PilotPodProvider(PilotHolder):
     """:class:`~hpkctl.provider.api.PodProvider` whose pods are steps of held allocations."""
 
     def __init__(self, *, slurm: Slurm, profile: SiteProfile, records: RecordStore, node: str, state_dir: Path,
                  owner: str = PILOT_OWNER) -> None:
-        super().__init__(slurm=slurm, profile=pilot_enabled(profile), records=records)
-        self.pool = Pool(slurm, self.profile, owner=owner, node=node, state_dir=state_dir)
+        super().__init__(slurm=slurm, profile=profile, records=records, node=node, state_dir=state_dir, owner=owner)
         self._book = PilotBook()  # each pod's state and the waiting queue; under _plock
         self._plock = threading.Lock()
         self.pilot_workloads = PilotWorkloadStops(slurm, margin=STOP_MARGIN)
@@ -98,11 +93,6 @@ class PilotPodProvider(JobPodProvider):
         nothing (bench/run pilot's backlog: squeue 0.31 per pod)."""
         return waiting if not self.pool.settled() else max(waiting, self.profile.kubelet.slurm_poll)
 
-    def step_id(self, uid: str) -> str:
-        """The pod's step, ``J.S``, as its script wrote it ("" before it did)."""
-        rec = self._rec(uid)
-        return (PodDir(Path(rec.pod_dir)).read(JOB_ID) or "").strip() if rec is not None and rec.pod_dir else ""
-
     def know_step(self, uid: str, proc: StepProcess) -> None:
         """The srun of pod ``uid``'s step, started by this process (``hpkctl run --pilot``): its delete
         waits for it to end."""
@@ -113,23 +103,9 @@ class PilotPodProvider(JobPodProvider):
         with self._plock:
             return {uid for uid, p in self._book.pods.items() if p.deleting}
 
-    @property
-    def profile(self) -> SiteProfile:
-        return self._profile
-
-    @profile.setter
-    def profile(self, value: SiteProfile) -> None:
-        """The kubelet hands its provider the profile with the cluster's DNS: pilot mode stays on."""
-        self._profile = pilot_enabled(value)
-
     @classmethod
     def for_pilot_node(cls, *, slurm: Slurm, profile: SiteProfile, node_state: Path, node: str) -> PilotPodProvider:
         return cls(slurm=slurm, profile=profile, records=Records(node_state), node=node, state_dir=node_state)
-
-    def start(self) -> None:
-        super().start()
-        held = self.pool.adopt()
-        log.info("pilot: holding %d allocation(s) of an earlier kubelet: %s", len(held), ", ".join(held) or "none")
 
     def leftovers(self) -> list[Leftover]:
         out = super().leftovers()
@@ -160,23 +136,24 @@ class PilotPodProvider(JobPodProvider):
         # its one Slurm call (bench/run pilot: the squeue was 0.02-0.14 s of the create path under load).
         self.pool.refresh(max_age=self.profile.kubelet.slurm_poll)
         spot = self.pool.place(need)
-        if spot is None:
-            self.pool.refresh(max_age=self._books_age(WAIT_FOR_ROOM))
+        if spot is None and (age := self._books_age(WAIT_FOR_ROOM)) < self.profile.kubelet.slurm_poll:
+            self.pool.refresh(max_age=age)  # younger books only while an allocation is pending
             spot = self.pool.place(need)
         if spot is None:
             # A pod that begins to wait ticks now (it may need an allocation requested); one asked again
-            # ticks only if no tick came within WAIT_FOR_ROOM: each waiting pod retries each second, and
-            # a tick for every retry was O(N) each, O(N^2) a second for a backlog of N.
-            now = time.monotonic()
+            # ticks only if no tick came within WAIT_FOR_ROOM (a tick is O(waiting pods)).
             with self._plock:
-                due = self._book.wait(ref.uid, need, inputs.ready) or now - self._book.ticked >= WAIT_FOR_ROOM
-                pending = self._book.waiting() if due else []
-                if due:
-                    self._book.ticked = now
-            if due:
+                pending, first = self._book.wait_turn(ref.uid, need, inputs.ready, now=time.monotonic(),
+                                                      every=WAIT_FOR_ROOM)
+            if pending:
                 self.pool.tick(pending)
             self._park(ref.uid, rendered)  # kept while it waits for room: no re-render, no GETs, no token
-            return Created(Outcome.RETRY, retry_after=WAIT_FOR_ROOM, warnings=tuple(rendered.warnings))
+            # The pod that waited longest asks again each WAIT_FOR_ROOM (an allocation may start); the
+            # others are woken when room frees or the pod before them is placed, and ask only each
+            # WAIT_BEHIND (each second, a backlog of N was N creates a second: bench/run pilot, 14
+            # creates that found no room per pod placed).
+            return Created(Outcome.RETRY, retry_after=WAIT_FOR_ROOM if first or inputs.ready is None else WAIT_BEHIND,
+                           warnings=tuple(rendered.warnings))
         try:  # the room is booked: a failure before the step exists gives it back (else it blocks the retry)
             with self._plock:
                 self._book.stop_waiting(ref.uid)
@@ -193,6 +170,7 @@ class PilotPodProvider(JobPodProvider):
         with self._plock:
             self._book.pod(ref.uid).step = proc
         threading.Thread(target=self._reap, args=(ref.uid, proc), name=f"pilot-step-{ref.name}", daemon=True).start()
+        self._wake(1)  # the pod behind it may fit too (an allocation that started has room for several)
         t_srun = time.monotonic()
         notes = self._submitted(ref, rec, spot[0])
         # the create path's stages (bench/run pilot's "where the time goes" splits the rest)
@@ -208,6 +186,7 @@ class PilotPodProvider(JobPodProvider):
         with self._plock:
             self._book.drop(ref.uid)
         self.pool.done(ref.uid)  # a room booked by a create that failed after placing it is free again
+        self._wake(1)  # the pod behind it, if it was the longest waiting, asks each WAIT_FOR_ROOM now
         super().give_up(ref)
 
     def delete(self, ref: PodRef, *, grace: float | None, pod: Mapping[str, Any], report: bool = True) -> Deletion:
@@ -221,7 +200,9 @@ class PilotPodProvider(JobPodProvider):
                             cancelled=cancelled)
         if rec is None or rec.state == STOPPED or not rec.pod_dir:
             with self._plock:
-                self._book.drop(ref.uid)
+                waited = self._book.drop(ref.uid)
+            if waited:
+                self._wake(1)  # the pod behind it, if it waited longest, asks each WAIT_FOR_ROOM now
             return super().delete(ref, grace=grace, pod=pod, report=report)
         pd = PodDir(Path(rec.pod_dir))
         step = (pd.read(JOB_ID) or "").strip()
@@ -259,6 +240,7 @@ class PilotPodProvider(JobPodProvider):
         with self._plock:
             self._book.drop(ref.uid)
         self.pool.done(ref.uid)
+        self._wake(1)
         final = final_report(ref.uid, Path(rec.pod_dir), pod) if report else None
         rec.state, rec.stopped = STOPPED, time.time()
         self._save(rec)
@@ -353,48 +335,5 @@ class PilotPodProvider(JobPodProvider):
         for uid, wake in wakes:
             wake(uid)
 
-    # ------------------------------------------------------------------ what a kubelet left (stop --all)
-    def owns_job(self, uid: str, comment: str) -> bool:
-        """A pilot pod's recorded job is this kubelet's allocation (its comment names the kubelet, its
-        state directory and node, never a pod): the pod's step in it is in the pod directory."""
-        return comment == self.pool.comment
 
-    def stoppable(self, uid: str, job: JobInfo | None) -> str:
-        """The pod's step (``J.S``) while its allocation runs and the pod has not finished; else ""."""
-        rec = self._rec(uid)
-        if rec is None or not rec.pod_dir or job is None or job.state != "RUNNING":
-            return ""
-        pd = PodDir(Path(rec.pod_dir))
-        step = (pd.read(JOB_ID) or "").strip()
-        return step if is_step_id(step) and step.split(".")[0] == rec.job_id and not pd.exists(POD_DONE) else ""
-
-    def release(self) -> list[str]:
-        """Cancel every allocation of this kubelet (``hpkctl stop --all``, once its pods are stopped)."""
-        self.pool.adopt()
-        held = [h.job_id for h in self.pool.helds()]
-        self.pool.release_all()
-        return held
-
-    async def exec(self, uid: str, container: str, command: Sequence[str], *, tty: bool,
-                   stdin: bool) -> ExecSession:
-        """A step of the pod's allocation on the node its step runs on: the allocation may span nodes,
-        and srun alone would pick its first. The node is Slurm's (``squeue --steps``: the node's Slurm
-        name, which ``status/job.node``, the host name, need not be)."""
-        rec = self._rec(uid)
-        if rec is None or not rec.job_id or not rec.pod_dir:
-            raise HpkError(f"pod {uid} has no pilot allocation to run the command in")
-        step = (PodDir(Path(rec.pod_dir)).read(JOB_ID) or "").strip()
-        node = self.slurm.step_node(step) if is_step_id(step) else ""
-        return await self.slurm.exec_step(rec.job_id, pod_dir=Path(rec.pod_dir), container=container,
-                                          command=command, tty=tty, stdin=stdin, node=node)
-
-    def capacity_nodes(self) -> list[NodeInfo]:
-        """The node's capacity in pilot mode: the held allocations' shares, plus what the allocations
-        that could still be requested would hold (``[pilot] max_allocations``), as two entries."""
-        cap = self.pool.capacity()
-        return [NodeInfo("pilot-held", (), cap.held.cpus, cap.held.memory_mb, cap.held.gpus, "allocated"),
-                NodeInfo("pilot-requestable", (), cap.requestable.cpus, cap.requestable.memory_mb,
-                         cap.requestable.gpus, "idle")]
-
-    def shutdown(self) -> None:
-        super().shutdown()  # steps and allocations stay: the next kubelet adopts them
+__all__ = ["PILOT_OWNER", "RUN_OWNER", "PilotPodProvider", "pilot_enabled", "pilot_run_provider", "run_provider"]

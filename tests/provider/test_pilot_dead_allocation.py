@@ -20,6 +20,7 @@ from hpkctl.jobs import JobInfo
 from hpkctl.jobs.alloc import AllocationInfo, NodeShare
 from hpkctl.pilot.plan import Held
 from hpkctl.provider import Outcome, PodInputs, PodRef, Watched
+from hpkctl.provider import pilotpod
 from hpkctl.provider.records import Records
 from hpkctl.sites import load_site
 from tests.support.kubelet_fakes import FakeSlurm, _pod
@@ -139,17 +140,22 @@ def test_a_step_that_finished_costs_no_squeue_when_its_srun_ends(tmp_path: Path,
 
 def test_a_pod_the_kubelet_gave_up_on_waits_for_room_no_more(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its need is no longer planned for and the room freed next wakes the pod behind it."""
+    """Its need is no longer planned for, the pod behind it is woken (it waits longest now: it asks
+    each WAIT_FOR_ROOM, not WAIT_BEHIND), and the room freed next wakes it too."""
     provider, slurm, steps = _provider(tmp_path, monkeypatch)
     assert provider.create(_pod("a", "u-1"), PodInputs()).outcome is Outcome.SUBMITTED
     woken: list[str] = []
-    for name, uid in (("b", "u-2"), ("c", "u-3")):
-        assert provider.create(_pod(name, uid), PodInputs(ready=woken.append)).outcome is Outcome.RETRY
+    retries = [provider.create(_pod(name, uid), PodInputs(ready=woken.append))
+               for name, uid in (("b", "u-2"), ("c", "u-3"))]
+    assert [(c.outcome, c.retry_after) for c in retries] == [(Outcome.RETRY, pilotpod.WAIT_FOR_ROOM),
+                                                             (Outcome.RETRY, pilotpod.WAIT_BEHIND)]
     provider.give_up(PodRef.of(_pod("b", "u-2")))
     with provider._plock:
         assert [n.uid for n in provider._book.waiting()] == ["u-3"]
-    provider._wake(1)
     assert woken == ["u-3"]
+    assert provider.create(_pod("c", "u-3"), PodInputs(ready=woken.append)).retry_after == pilotpod.WAIT_FOR_ROOM
+    provider._wake(1)
+    assert woken == ["u-3", "u-3"]
     steps[0].ended.set()
 
 
@@ -243,3 +249,33 @@ def test_a_step_a_status_round_reaps_first_is_checked_for_a_dead_allocation(
     assert provider.create(b, PodInputs()).outcome is Outcome.RETRY
     assert len(steps) == 1
     steps[0].ended.set()
+
+
+def test_the_pod_placed_first_in_an_allocation_that_started_wakes_the_pod_behind_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While an allocation is pending only the pod that waited longest asks again each WAIT_FOR_ROOM
+    (the others each WAIT_BEHIND: a backlog of N asked N times a second); once it is placed, the pod
+    behind it is woken at once, since an allocation that starts has room for several."""
+    provider, slurm, steps = _provider(tmp_path, monkeypatch)
+    monkeypatch.setattr(pilotpod, "WAIT_FOR_ROOM", 0.0)  # each retry asks Slurm (the books are not trusted)
+
+    class Two(Slurm):
+        def allocation(self, job_id: str) -> AllocationInfo:
+            return AllocationInfo(job_id, self.state, {"vm": NodeShare(2, 2048)}, end=time.time() + 3600)
+
+    two = Two()
+    two.state = "PENDING"
+    provider.slurm = provider.pool.slurm = two
+    provider.pool._helds = {ALLOC: Held(ALLOC, "PENDING")}
+    woken: list[str] = []
+    pods = [_pod("b", "u-2"), _pod("c", "u-3")]
+    retries = [provider.create(p, PodInputs(ready=woken.append)) for p in pods]
+    assert [(c.outcome, c.retry_after) for c in retries] == [(Outcome.RETRY, 0.0), (Outcome.RETRY, pilotpod.WAIT_BEHIND)]
+    assert woken == []
+    two.state = "RUNNING"
+    assert provider.create(pods[0], PodInputs(ready=woken.append)).outcome is Outcome.SUBMITTED
+    assert woken == ["u-3"]
+    assert provider.create(pods[1], PodInputs(ready=woken.append)).outcome is Outcome.SUBMITTED
+    assert woken == ["u-3"] and len(steps) == 2  # no one waits: no wake
+    for step in steps:
+        step.ended.set()
