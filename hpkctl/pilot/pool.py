@@ -236,11 +236,9 @@ class Pool:
             with self._lock:
                 if self._helds.get(job_id) is not held:
                     continue
-                if state not in (RUNNING, *WAITING):
-                    lost += list(held.pods)
-                    del self._helds[job_id]
+                lost += self._take_state(job_id, held, state)
+                if job_id not in self._helds:
                     continue
-                held.state = state
                 if details is not None and details.state == RUNNING and details.nodes:
                     held.nodes, held.end = dict(details.nodes), details.end
                     if not held.pods and held.idle_since is None:
@@ -260,14 +258,18 @@ class Pool:
             for job_id, info in states.items():
                 held = self._helds.get(job_id)
                 state = info.state if info is not None else "GONE"
-                if held is None or held.state != RUNNING or state == RUNNING:
-                    continue
-                if state in WAITING:
-                    held.state = state
-                else:
-                    lost += list(held.pods)
-                    del self._helds[job_id]
+                if held is not None and held.state == RUNNING and state != RUNNING:
+                    lost += self._take_state(job_id, held, state)
         return lost
+
+    def _take_state(self, job_id: str, held: Held, state: str) -> list[str]:
+        """With the lock held: Slurm says ``state`` of ``held``. One that runs or waits takes it; one that
+        ended leaves the books, and the uids placed in it are returned."""
+        if state in (RUNNING, *WAITING):
+            held.state = state
+            return []
+        del self._helds[job_id]
+        return list(held.pods)
 
     def tick(self, pending: Sequence[Need]) -> Plan:
         """Request the allocations ``pending`` pods need (and a successor), release idle ones. One tick
