@@ -125,6 +125,11 @@ class Pool:
             self._touch_lease()
         return spot
 
+    def fits(self, need: Need) -> bool:
+        """A running allocation has room for ``need`` now (nothing booked)."""
+        with self._lock:
+            return place(self._helds.values(), need, self.clock(), self.rules) is not None
+
     def book_steps(self) -> None:
         """The books of every held allocation become the steps Slurm runs in it (one ``scontrol show step
         -o``), whoever started them: ``hpkctl run --pilot`` processes share their allocations, and

@@ -74,6 +74,14 @@ class PilotBook:
             self.ticked = now
         return self.waiting() if due else [], next(iter(self._queue), None) == uid
 
+    def head(self) -> tuple[str, Need, Callable[[str], None]] | None:
+        """The pod that has waited longest, its need and its wake-up (None: none waits, or it has none)."""
+        uid = next(iter(self._queue), None)
+        state = self.pods.get(uid) if uid is not None else None
+        if uid is None or state is None or state.waiting is None or state.wake is None:
+            return None
+        return uid, state.waiting, state.wake
+
     def waiting(self) -> list[Need]:
         """The needs of the waiting pods, longest waiting first."""
         return [need for uid in self._queue if (need := self.pods[uid].waiting) is not None]

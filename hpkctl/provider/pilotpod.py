@@ -7,8 +7,8 @@ change log and the files, logs, exec. What differs is where the script runs and 
 
 * ``create`` books the pod in a held allocation (:mod:`hpkctl.pilot`) and starts its step (``srun
   --jobid=J --exact``); when none has room it requests one and answers ``RETRY`` (never waits): the
-  pod that waited longest is asked again each second, the others when room frees (a step ended, the
-  pod before them placed: an allocation that starts has room for several) or every 10 s. The
+  pod that waited longest is asked again each second, the others when room frees (a step ended; the
+  pod before them placed and room left: an allocation that starts has room for several) or every 10 s. The
   pod's job id, for the record, the API's ``hpk.io/slurm-job-id`` and the status rounds, is the
   allocation's; the step's own id is ``status/job.id`` (``J.S``).
 * ``delete`` marks the pod deleted and sends TERM to the step's task alone (``scancel --signal=TERM
@@ -170,7 +170,10 @@ class PilotPodProvider(PilotHolder):
         with self._plock:
             self._book.pod(ref.uid).step = proc
         threading.Thread(target=self._reap, args=(ref.uid, proc), name=f"pilot-step-{ref.name}", daemon=True).start()
-        self._wake(1)  # the pod behind it may fit too (an allocation that started has room for several)
+        with self._plock:
+            head = self._book.head()
+        if head is not None and self.pool.fits(head[1]):
+            head[2](head[0])  # the pod behind it fits too (an allocation that started has room for several)
         t_srun = time.monotonic()
         notes = self._submitted(ref, rec, spot[0])
         # the create path's stages (bench/run pilot's "where the time goes" splits the rest)

@@ -259,3 +259,18 @@ def test_steps_that_end_together_share_the_squeue_in_flight(tmp_path: Path) -> N
     assert slurm.queries == 1
     pool.refresh()  # max_age 0: an answer asked before the call never serves it
     assert slurm.queries == 2
+
+
+def test_fits_says_whether_a_need_has_room_and_books_nothing(tmp_path: Path) -> None:
+    """The pilot provider wakes the pod behind a placed one only when it fits: ``fits`` asks the same
+    placement as ``place`` without booking the room."""
+    from hpkctl.jobs.alloc import NodeShare
+
+    pool = _pool(tmp_path, FakeSlurm(), Clock())
+    held = pool._helds["41"]
+    held.nodes, held.end = {"vm": NodeShare(2, 1000)}, None  # running, 2 CPUs; u-1 holds one
+    one = Need(uid="u-2", cpus=1, memory_mb=100)
+    assert pool.fits(one) and pool.fits(one)  # asked twice: nothing booked
+    assert not pool.fits(Need(uid="u-3", cpus=2, memory_mb=100))
+    assert pool.place(one) == ("41", "vm")
+    assert not pool.fits(Need(uid="u-3", cpus=1, memory_mb=100))

@@ -251,31 +251,34 @@ def test_a_step_a_status_round_reaps_first_is_checked_for_a_dead_allocation(
     steps[0].ended.set()
 
 
+@pytest.mark.parametrize("cpus", [2, 1])
 def test_the_pod_placed_first_in_an_allocation_that_started_wakes_the_pod_behind_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int) -> None:
     """While an allocation is pending only the pod that waited longest asks again each WAIT_FOR_ROOM
     (the others each WAIT_BEHIND: a backlog of N asked N times a second); once it is placed, the pod
-    behind it is woken at once, since an allocation that starts has room for several."""
+    behind it is woken at once when it fits too (an allocation that starts has room for several), and
+    not when it does not (its create would find no room)."""
     provider, slurm, steps = _provider(tmp_path, monkeypatch)
     monkeypatch.setattr(pilotpod, "WAIT_FOR_ROOM", 0.0)  # each retry asks Slurm (the books are not trusted)
 
-    class Two(Slurm):
+    class Started(Slurm):
         def allocation(self, job_id: str) -> AllocationInfo:
-            return AllocationInfo(job_id, self.state, {"vm": NodeShare(2, 2048)}, end=time.time() + 3600)
+            return AllocationInfo(job_id, self.state, {"vm": NodeShare(cpus, 2048)}, end=time.time() + 3600)
 
-    two = Two()
-    two.state = "PENDING"
-    provider.slurm = provider.pool.slurm = two
+    started = Started()
+    started.state = "PENDING"
+    provider.slurm = provider.pool.slurm = started
     provider.pool._helds = {ALLOC: Held(ALLOC, "PENDING")}
     woken: list[str] = []
     pods = [_pod("b", "u-2"), _pod("c", "u-3")]
     retries = [provider.create(p, PodInputs(ready=woken.append)) for p in pods]
     assert [(c.outcome, c.retry_after) for c in retries] == [(Outcome.RETRY, 0.0), (Outcome.RETRY, pilotpod.WAIT_BEHIND)]
     assert woken == []
-    two.state = "RUNNING"
+    started.state = "RUNNING"
     assert provider.create(pods[0], PodInputs(ready=woken.append)).outcome is Outcome.SUBMITTED
-    assert woken == ["u-3"]
-    assert provider.create(pods[1], PodInputs(ready=woken.append)).outcome is Outcome.SUBMITTED
-    assert woken == ["u-3"] and len(steps) == 2  # no one waits: no wake
+    assert woken == (["u-3"] if cpus == 2 else [])
+    assert provider.create(pods[1], PodInputs(ready=woken.append)).outcome is (
+        Outcome.SUBMITTED if cpus == 2 else Outcome.RETRY)
+    assert len(steps) == cpus
     for step in steps:
         step.ended.set()
