@@ -8,14 +8,14 @@ turns a garbled stream into :class:`KubeUnavailable` (retried with back-off) rat
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 from collections.abc import Generator, Sequence
 from typing import Any
 
-import urllib3
-
 from hpkctl.kube.client import Kube, KubeUnavailable
+from hpkctl.kube.http import Response
 
 #: A Kubernetes object or watch event as decoded JSON.
 Obj = dict[str, Any]
@@ -36,7 +36,7 @@ class WatchStream:
         self._query = list(query)
         self._timeout = (connect_timeout, read_timeout)
         self._lock = threading.Lock()
-        self._resp: Any = None
+        self._resp: Response | None = None
         self._cancelled = False
 
     def cancel(self) -> None:
@@ -44,10 +44,7 @@ class WatchStream:
             self._cancelled = True
             resp = self._resp
         if resp is not None:
-            try:
-                resp.response.shutdown()
-            except (ValueError, RuntimeError, OSError):
-                pass  # already closed or released: the reader is not blocked on it
+            resp.shutdown()  # the socket's, not the TLS layer's: safe under a reader in another thread
 
     def events(self) -> Generator[Obj, None, None]:
         resp = self._kube._send("GET", self._path, query=self._query, body=None, content_type=None,
@@ -61,7 +58,7 @@ class WatchStream:
             if resp.status >= 400:
                 raise Kube._error(resp, "GET", self._path)
             buf = b""
-            for chunk in resp.response.stream(64 * 1024, decode_content=True):
+            while chunk := resp.read1(64 * 1024):  # what has come, not a full 64 KiB: events as they arrive
                 buf += chunk
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
@@ -69,13 +66,13 @@ class WatchStream:
                         yield _decode(line)
             if buf.strip():
                 yield _decode(buf)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except (http.client.HTTPException, OSError, ValueError) as exc:  # ValueError: read after a cut
             if not self._cancelled:
                 raise KubeUnavailable(f"watch {self._path}: {exc}") from exc
         finally:
             with self._lock:
                 self._resp = None
-            resp.response.close()  # a watch left early has unread data: the connection cannot be reused
+            resp.close()  # a watch's connection is never pooled: one left early has unread data
 
 
 def _decode(line: bytes) -> Obj:
