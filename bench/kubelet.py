@@ -374,6 +374,7 @@ class Cluster:
                                 + ("" if pilot is None else f"\n[pilot]\n{pilot}\n"))
         self.state.mkdir()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._saved: tuple[int, dict[str, float]] = (-1, {})  # the records log's size, uid -> first "submitted" time
         self.api: Api | None = None
         self.watch: Watch | None = None
 
@@ -475,15 +476,25 @@ class Cluster:
         return self.state / "pods" / uid
 
     def submitted_at(self, uid: str) -> float | None:
-        """When the kubelet's sbatch for pod ``uid`` returned: the mtime of its record, rewritten
-        with the job id right then (and not again until the pod is deleted). The job id annotation
-        comes later, with the pod's first status patch, at the API server's pace."""
-        p = self.state / "kubelet" / self.node / "pods" / f"{uid}.json"
+        """When the kubelet's sbatch for pod ``uid`` returned: the ``saved`` time of its record's first
+        line with the job id in the kubelet's log (``records.log``), written right then. The job id
+        annotation comes later, with the pod's first status patch, at the API server's pace."""
+        p = self.state / "kubelet" / self.node / "records.log"
         try:
-            rec = json.loads(p.read_text())
-        except (OSError, ValueError):
+            size = p.stat().st_size
+        except OSError:
             return None
-        return mtime(p) if rec.get("job_id") and rec.get("state") == "submitted" else None
+        if self._saved[0] != size:  # read again only once the log grew (200 pods: one read, not 200)
+            first: dict[str, float] = {}
+            for line in p.read_bytes().splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and rec.get("job_id") and rec.get("state") == "submitted":
+                    first.setdefault(str(rec.get("uid")), float(rec.get("saved") or 0.0))
+            self._saved = (size, first)
+        return self._saved[1].get(uid) or None
 
     def alive(self) -> None:
         for name, p in self.procs.items():
@@ -676,7 +687,7 @@ class Bench:
         for key, at in (("bound", seen.bound), ("annotated", seen.annotated), ("running", seen.phases.get("Running")),
                         ("succeeded", seen.phases.get("Succeeded"))):
             times[key] = None if at is None else at - t0
-        at = self.cluster.submitted_at(uid)  # the kubelet's sbatch/srun returned (its record's rewrite)
+        at = self.cluster.submitted_at(uid)  # the kubelet's sbatch/srun returned (its record's line)
         times["srun"] = None if at is None else at - t0
         phase = seen.terminal()
         if not ok or phase != "Succeeded":
@@ -797,7 +808,7 @@ class Bench:
         t0 = time.time()
         self.cluster.start_kubelet()
         w.wait(f"{n} backlog pods to be submitted", lambda: all((x := w.pods.get(nm)) and x.annotated for nm in names),
-               900)  # the job id annotation follows the sbatch (the records' mtimes say when that returned)
+               900)  # the job id annotation follows the sbatch (the records' saved times say when that returned)
         cpu = {k: v - cpu0.get(k, 0.0) for k, v in self.cluster.cpu().items()}
         timed = self.calls.take()
         submitted = [a for u in uids if (a := self.cluster.submitted_at(u)) is not None]

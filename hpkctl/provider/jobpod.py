@@ -74,8 +74,7 @@ class JobPodProvider:
 
     @classmethod
     def for_node(cls, *, slurm: Slurm, profile: SiteProfile, node_name: str) -> JobPodProvider:
-        """The provider of the kubelet of node ``node_name``: its records are under ``pods/`` in
-        :func:`node_state_dir`."""
+        """The provider of the kubelet of node ``node_name``: its records are in :func:`node_state_dir`."""
         return cls(slurm=slurm, profile=profile, records=Records(node_state_dir(profile, node_name)))
 
     def know(self, rec: PodRecord) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -79,9 +80,10 @@ def compact_json(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def record_json(rec: PodRecord) -> bytes:
-    """A record's file (its fields are plain values: no ``dataclasses.asdict`` deep copy needed)."""
-    return compact_json({name: getattr(rec, name) for name in _FIELDS})
+def record_json(rec: PodRecord, **extra: Any) -> bytes:
+    """A record's file, or line (its fields are plain values: no ``dataclasses.asdict`` deep copy needed),
+    with ``extra`` keys that readers of records leave out (:func:`from_json`)."""
+    return compact_json({**{name: getattr(rec, name) for name in _FIELDS}, **extra})
 
 
 def from_json(data: dict[str, Any]) -> PodRecord:
@@ -222,7 +224,8 @@ class Records:
     def save(self, rec: PodRecord) -> None:
         _check_uid(rec.uid)
         self._first_use()
-        self.log.append(record_json(rec) + b"\n", sync=rec.state in DURABLE)
+        # "saved": when (the time a state was reached, e.g. sbatch returned: bench/kubelet.py, a reader's log)
+        self.log.append(record_json(rec, saved=round(time.time(), 6)) + b"\n", sync=rec.state in DURABLE)
         self._live.add(rec.uid)
         self._maybe_compact()
 

@@ -35,6 +35,7 @@ def test_round_trip_last_line_wins_and_garbage_is_skipped(tmp_path: Path) -> Non
     recs.save(a)
     a.state, a.job_id = SUBMITTED, "77"
     recs.save(a)
+    assert [sorted(json.loads(line)) for line in _lines(recs)] == [sorted([*a.__dict__, "saved"])] * 2  # when: bench/
     with open(recs.log.path, "ab") as fh:  # a line of a newer version, and garbage
         fh.write(json.dumps({**a.__dict__, "uid": "u-2", "future_field": 1}).encode() + b"\n{not json\n[1]\n")
     recs.save(_rec("u-3"))
