@@ -22,6 +22,7 @@ from hpkctl.local.outdir import MARKER
 from hpkctl.provider.runrecords import (SUBMITTING, RunExists, RunRecord, all_records, check_name, create_record, forget_run,
                                   load_record, record_path, save_record)
 from hpkctl.local.runs import EXIT_CANNOT_INVOKE, EXIT_HPKCTL, EXIT_NO_CODE, EXIT_NOT_FOUND, exit_status
+from hpkctl.provider.records import Records
 from hpkctl.provider.runstatus import run_status
 from hpkctl.local.signals import Interrupted, Interrupts
 from hpkctl.local.submit import resolve_namespace, submit_pod
@@ -302,9 +303,8 @@ def test_a_record_stuck_in_submitting_adopts_its_job_and_unrecorded_jobs_are_fou
                        "53|COMPLETED|hpk-uid=u-old hpk-pod=team/old\n"
                        "54|RUNNING|not a pod of hpkctl\n"
                        "55|RUNNING|hpk-uid=u-kubelet hpk-pod=default/web-7d9f-x2b4q\n")
-    kubelet_pods = Path(profile.pods.state_dir).expanduser() / "kubelet" / "hpk" / "pods"
-    kubelet_pods.mkdir(parents=True)
-    (kubelet_pods / "u-kubelet.json").write_text("{}")  # a pod of the cluster's kubelet: not a lost run
+    kubelet = Records(Path(profile.pods.state_dir).expanduser() / "kubelet" / "hpk")
+    kubelet.save(rec(uid="u-kubelet", name="web-7d9f-x2b4q"))  # a pod of the cluster's kubelet: not a lost run
     found = unrecorded_jobs(profile, Slurm(profile.slurm), all_records(profile))
     assert [(o.job.job_id, o.namespace, o.name, o.uid) for o in found] == [("52", "team", "lost", "u-lost")]
     assert found[0].status().reason == "RecordMissing"
