@@ -10,7 +10,9 @@ four volumes of files) this prints:
   other processes' I/O on the same disk makes noisy) apart, from ``os.times()``;
 * with ``strace`` installed, the system calls of one pod's ``write_pod_dir``, new and resubmitted
   (its ``status``/``logs``/``run`` left by an earlier job), by name, and the metadata calls among them.
-  The runtime file is installed and verified by two earlier pods first, as in a running kubelet.
+  The runtime file is installed and verified by two earlier pods first, as in a running kubelet;
+* the same for a projected service-account token's file (``write_token``, 1,100 bytes as a real
+  one): its first write after ``sbatch`` and a renewal.
 
 Run it with the dev venv: ``/opt/hpkctl-venv/bin/python bench/pod_dir.py [N]``.
 """
@@ -35,11 +37,13 @@ sys.path.insert(0, str(REPO))
 from hpkctl.local.manifest import load_manifest, select_pod, with_api_defaults  # noqa: E402
 from hpkctl.pod import RenderedPod, render_pod, write_pod_dir  # noqa: E402
 from hpkctl.pod.objects import ObjectSource  # noqa: E402
+from hpkctl.provider.tokens import write_token  # noqa: E402
 from hpkctl.sites.schema import SiteProfile  # noqa: E402
 
 METADATA = {"newfstatat", "statx", "stat", "lstat", "mkdir", "mkdirat", "open", "openat", "rename", "renameat",
             "renameat2", "chmod", "fchmod", "fchmodat", "unlink", "unlinkat", "rmdir", "getdents64"}
 MARK = b"HPK-BENCH-MARK\n"
+TOKEN = b"x" * 1100  # a projected token's size (a JWT with the pod's bound claims)
 
 
 def _profile(tmp: Path) -> SiteProfile:
@@ -73,7 +77,17 @@ def _rendered(tmp: Path, kind: str, n: int) -> list[tuple[RenderedPod, bytes]]:
 
 
 def one(kind: str, tmp: Path, resubmit: bool) -> None:
-    """Under strace: one pod's write_pod_dir between two marks on stderr."""
+    """Under strace: one pod's write_pod_dir (or token write: a renewal with ``resubmit``) between two
+    marks on stderr."""
+    if kind == "token":
+        path = tmp / "volume" / "token"
+        path.parent.mkdir()
+        if resubmit:
+            write_token(path, TOKEN, 0o644)
+        os.write(2, MARK)
+        write_token(path, TOKEN, 0o644)
+        os.write(2, MARK)
+        return
     ((rendered, pod_json),) = _rendered(tmp, kind, 1)
     if resubmit:
         write_pod_dir(rendered, pod_json=pod_json)
@@ -101,6 +115,12 @@ def calls(kind: str, resubmit: bool) -> collections.Counter[str] | None:
     return counts
 
 
+def _counted(counts: collections.Counter[str]) -> str:
+    meta = sum(v for k, v in counts.items() if k in METADATA)
+    detail = ", ".join(f"{k} {v}" for k, v in counts.most_common() if k in METADATA)
+    return f"{meta} metadata calls ({detail}); {sum(counts.values())} system calls in all"
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--one"]:
         one(sys.argv[2], Path(sys.argv[3]), sys.argv[4] == "1")
@@ -122,10 +142,11 @@ def main() -> None:
             if counts is None:
                 print("  (no strace: no call counts)")
                 break
-            meta = sum(v for k, v in counts.items() if k in METADATA)
-            detail = ", ".join(f"{k} {v}" for k, v in counts.most_common() if k in METADATA)
-            print(f"  {'resubmitted' if resubmit else 'new'}: {meta} metadata calls ({detail}); "
-                  f"{sum(counts.values())} system calls in all")
+            print(f"  {'resubmitted' if resubmit else 'new'}: {_counted(counts)}")
+    for renewal in (False, True):
+        counts = calls("token", renewal)
+        if counts is not None:
+            print(f"token ({len(TOKEN)} bytes), {'renewal' if renewal else 'first write'}: {_counted(counts)}")
 
 
 if __name__ == "__main__":

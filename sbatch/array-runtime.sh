@@ -61,7 +61,8 @@ hpk_a_deadline() {
 # on to it, so the pod's own stop sequence runs.
 hpk_a_run_pod() {
   [ -z "$HPK_A_STOPPING" ] || return 143  # deleted before its pod started: it never does
-  mkdir -p -- "$1/logs" || return 1
+  # logs/ for the output below; status/ too (hpkctl leaves it to the job): hpk_a_keep moves both
+  mkdir -p -- "$1/logs" "$1/status" || return 1
   bash "$1/job/job.sh" >>"$1/logs/slurm.out" 2>&1 </dev/null &
   HPK_A_CHILD=$!
   # a TERM that came while the pod was being started found no child to hand it on to (the pod's
@@ -92,8 +93,8 @@ hpk_a_stop() {
   # stopped by its Job, as the Job controller deletes a failed Job's pods, not cancelled from outside
   # hpkctl, which is what the pod's stop sequence would say of a TERM on a job no longer RUNNING.
   local why st="${HPK_PODS[${SLURM_ARRAY_TASK_ID:-0}]}/status"
-  if why=$(head -n 1 -- "$HPK_ARRAY_STATUS/job.failed" 2>/dev/null) && [ -n "$why" ] && [ -d "$st" ] \
-    && [ ! -e "$st/pod.failed" ]; then
+  if why=$(head -n 1 -- "$HPK_ARRAY_STATUS/job.failed" 2>/dev/null) && [ -n "$why" ] \
+    && { [ -d "$st" ] || mkdir -- "$st" 2>/dev/null; } && [ ! -e "$st/pod.failed" ]; then
     printf 'Terminated\nits Job failed (%s); its containers were stopped with their grace period\n' "$why" \
       >"$st/.pod.failed.$$" && mv -f -- "$st/.pod.failed.$$" "$st/pod.failed"
   fi

@@ -2,23 +2,42 @@
 
 Home and project file systems are GPFS or Lustre on most sites, where every ``mkdir``, ``stat``,
 ``open`` and ``rename`` is a round trip to a metadata server; the kubelet writes one directory per
-pod on its submit path (README.md "Load on your site"). So the directory is written through one
-descriptor of the pod directory, and every directory under it that already existed is opened
-without following a link and listed once: a name this call writes must not be a symlink there
-(what an earlier job, or a container through a volume, may have left), and a directory this call
-created itself holds nothing it did not put there. A new pod costs one ``mkdir`` per directory and
-``open``/``write``/``close``/``rename`` per file (plus an ``fchmod`` where the umask narrowed the
-mode); nothing resolves a path component by component. Directories it creates are mode 0700.
+pod on its submit path (README.md "Load on your site"). A NEW pod directory (the kubelet's first
+create of a pod, ``hpkctl run``) costs one ``mkdir`` per directory and one ``open`` per file, nothing
+else: files in a directory this call just created are created ``O_CREAT|O_EXCL`` under their own
+names, no temporary file and ``rename`` (nobody reads them before ``sbatch``; a crash half-way leaves
+a directory the next create rewrites as a resubmission, every file renamed over what is there), and
+the new directory itself is not opened (its path is as safe as the directories below it, see
+below). An ``fchmod`` follows only where the umask narrowed a mode. A directory that existed (a
+resubmission) is written through one descriptor: it and every directory under it that existed are
+opened without following a link and listed once: a name this call writes must not be a symlink there
+(what an earlier job, or a container through a volume, may have left); each file is written beside
+its name and renamed over it. Nothing resolves a path component by component. Directories it creates
+are mode 0700.
+
+Which directories: ``job/`` and ``env/`` (the script, pod.json, env files and credentials), those of
+volumes of files (configMap, secret, downwardAPI, projected: an empty one is still mounted) and of a
+projected token the kubelet writes after ``sbatch`` (``tokens.py``), and ``logs/``: Slurm opens
+``logs/slurm.out`` (``--output``, and the pilot's ``srun --output``) before the script runs, and the
+pilot provider's ``logs/srun.log`` is opened by the kubelet. ``status/`` and ``run/`` are the job's
+(``hpk_host_part`` makes ``status/`` and ``logs/`` in its first ``mkdir``, the job script's refusals
+and the array runtime make ``status/`` before they write there): every reader on the kubelet side
+takes a missing ``status/`` for "nothing written yet" (``PodDir.read``, the status rounds' mtime of
+``status/``, ``mark_deleting``, which writes only once ``job.started`` is there), and a job on
+another node sees the directory its own job made. ``volumes/`` is made only with a volume in it
+(emptyDir and PVC directories are the job's ``hpk_mkdir``).
 
 What holds while something else writes into the pod directory at the same time (an earlier job's
 step or a container still running): no name in a directory that existed is followed if it is a
 symlink (checked against the listing, opened ``O_NOFOLLOW``), no file's own name is followed
-(``O_CREAT|O_EXCL|O_NOFOLLOW`` beside it, then ``rename``, which replaces a link rather than writing
-through it), and a job directory is renamed aside before its fresh one is made (refused if the name
-is back before the ``mkdir``). Directories this call creates are NOT opened: files below them are
-reached by path from the nearest opened directory, so a process that swaps such a new directory for
-a symlink between its ``mkdir`` and the writes below it redirects those writes. Write a pod's
-directory only while no job of that pod runs (the kubelet writes it before ``sbatch``).
+(``O_CREAT|O_EXCL|O_NOFOLLOW``: beside it, then ``rename``, which replaces a link rather than writing
+through it; in a new directory under its own name, which fails on any entry there, a link too), and
+a job directory is renamed aside before its fresh one is made (refused if the name is back before
+the ``mkdir``). Directories this call creates, the pod directory itself when new, are NOT opened:
+paths below them are resolved from the nearest opened directory (or from the pod directory's path),
+so a process that swaps such a new directory for a symlink between its ``mkdir`` and the writes
+below it redirects those writes; only the pod's own user can, and no job of a new pod exists yet.
+Write a pod's directory only while no job of that pod runs (the kubelet writes it before ``sbatch``).
 """
 
 from __future__ import annotations
@@ -36,11 +55,13 @@ from hpkctl.pod.paths import JOB_DIRS
 from hpkctl.pod.render import RenderedPod
 from hpkctl.pod.runtimefile import install_runtime
 
-_BASE_DIRS = ("job", "env", "logs", "status", "volumes")
+#: Made for every pod (see the module's docstring for those left to the job).
+_BASE_DIRS = ("job", "logs")
 #: Volumes of files that may hold none (an optional ConfigMap that does not exist, an empty Secret):
 #: still an empty directory in the container, as in Kubernetes.
 _FILE_VOLUMES = ("configMap", "secret", "downwardAPI", "projected")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _HINT = "remove the symlink or the path from the pod directory, or delete and re-run the pod"
 #: A file system's answers that retrying never changes: a directory where a file belongs, a name
 #: longer than NAME_MAX (255 bytes on most) or a path longer than PATH_MAX.
@@ -64,6 +85,38 @@ def _umask() -> int | None:
 _UMASK = _umask()
 
 
+def _narrowed(mode: int) -> bool:
+    """Whether the umask may have taken bits of ``mode`` away (then it is set again)."""
+    return _UMASK is None or bool(mode & _UMASK)
+
+
+def write_new(path: str, data: bytes, mode: int, *, dir_fd: int | None = None) -> None:
+    """Create the file ``path`` (``O_CREAT|O_EXCL|O_NOFOLLOW``: ``FileExistsError`` on any entry there,
+    a symlink too) with ``data`` and ``mode``: one ``open``, and an ``fchmod`` only where the umask
+    narrowed the mode. Not atomic: a reader may see it empty, then whole (one ``write`` of ``data``);
+    a file a write failed half-way is removed again."""
+    out = os.open(path, _NEW_FILE, mode, dir_fd=dir_fd)
+    try:
+        try:
+            _fill(out, data, mode)
+        finally:
+            os.close(out)
+    except BaseException:
+        try:
+            os.unlink(path, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def _fill(out: int, data: bytes, mode: int) -> None:
+    if _narrowed(mode):
+        os.fchmod(out, mode)  # the umask narrowed the mode os.open gave it
+    view = memoryview(data)
+    while view:
+        view = view[os.write(out, view):]
+
+
 def _relative(root: Path, rel: str) -> tuple[str, ...]:
     """``rel``'s components after ``..`` is folded, refused unless they stay inside the pod directory."""
     norm = posixpath.normpath(rel)
@@ -75,14 +128,17 @@ def _relative(root: Path, rel: str) -> tuple[str, ...]:
 
 class _Tree:
     """The pod directory as descriptors: ``at(parts)`` is (a descriptor, a path relative to it) for a
-    directory created or checked in this call. Existing directories are opened with ``O_NOFOLLOW``
-    and listed once (``listings``: each entry's name → its kind, ``_listing``)."""
+    directory created or checked in this call (``None`` and the path from the pod directory's own
+    when that is new and so not opened). Existing directories are opened with ``O_NOFOLLOW`` and
+    listed once (``listings``: each entry's name → its kind, ``_listing``); ``made`` holds the
+    directories this call created (their files are created in place, ``write_new``)."""
 
-    def __init__(self, root: Path, fd: int, listing: dict[str, str] | None) -> None:
+    def __init__(self, root: Path, fd: int | None, listing: dict[str, str] | None) -> None:
         self.root = root
-        self.fds: dict[tuple[str, ...], int] = {(): fd}
+        self.fds: dict[tuple[str, ...], int] = {} if fd is None else {(): fd}
         # a directory that existed → {name: kind}; one this call created has no listing
         self.listings: dict[tuple[str, ...], dict[str, str]] = {} if listing is None else {(): listing}
+        self.made: set[tuple[str, ...]] = {()} if fd is None else set()
         #: job directories renamed aside by ``_remove_job_dirs``: their name must not be back
         self.removed: set[tuple[str, ...]] = set()
 
@@ -90,13 +146,13 @@ class _Tree:
         for fd in self.fds.values():
             os.close(fd)
 
-    def at(self, parts: tuple[str, ...]) -> tuple[int, str]:
+    def at(self, parts: tuple[str, ...]) -> tuple[int | None, str]:
         """The nearest opened ancestor's descriptor and the rest of the path (only created directories)."""
         for i in range(len(parts), -1, -1):
             fd = self.fds.get(parts[:i])
             if fd is not None:
                 return fd, "/".join(parts[i:]) or "."
-        raise AssertionError(parts)  # () is always there
+        return None, posixpath.join(str(self.root), *parts)  # a new pod directory: not opened
 
     def refuse(self, parts: tuple[str, ...], what: str) -> PodError:
         rel = "/".join(parts)
@@ -125,6 +181,7 @@ class _Tree:
             fd, rel = self.at(parts)
             try:
                 os.mkdir(rel, 0o700, dir_fd=fd)
+                self.made.add(parts)
                 return
             except FileExistsError:  # made meanwhile: checked as an existing one, opened even if empty
                 if parts in self.removed:
@@ -155,38 +212,43 @@ class _Tree:
         self.listings[parts] = _listing(fd)
 
     def write(self, parts: tuple[str, ...], data: bytes, mode: int) -> None:
-        """Write one file atomically (beside its name, renamed over it; no link followed)."""
+        """Write one file: in a directory this call made, created in place; else atomically (beside
+        its name, renamed over it). No link followed."""
         parent, name = parts[:-1], parts[-1]
         listing = self.listings.get(parent)
         if listing is not None and listing.get(name) == "link":
             raise self.refuse(parts, "a symlink")
+        fd, rel = self.at(parent)
         try:
-            self._write_at(*self.at(parent), name, data, mode)
+            if parent in self.made:
+                try:
+                    write_new(posixpath.join(rel, name), data, mode, dir_fd=fd)
+                    return
+                except FileExistsError:  # put there meanwhile: replaced as in a directory that existed
+                    pass
+            _write_at(fd, rel, name, data, mode)
         except OSError as e:
             if e.errno in _UNFIT:
                 raise self.unfit(parts, e) from None
             raise
 
-    @staticmethod
-    def _write_at(fd: int, rel: str, name: str, data: bytes, mode: int) -> None:
-        tmp = posixpath.join(rel, f".hpk-tmp-{secrets.token_hex(8)}")
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+
+def _write_at(fd: int | None, rel: str, name: str, data: bytes, mode: int) -> None:
+    """``name`` in ``rel`` (from ``fd``) replaced atomically: written beside it, renamed over it."""
+    tmp = posixpath.join(rel, f".hpk-tmp-{secrets.token_hex(8)}")
+    out = os.open(tmp, _NEW_FILE, mode, dir_fd=fd)
+    try:
         try:
-            try:
-                if _UMASK is None or mode & _UMASK:
-                    os.fchmod(out, mode)  # the umask narrowed the mode os.open gave it
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(out, view):]
-            finally:
-                os.close(out)
-            os.rename(tmp, posixpath.join(rel, name), src_dir_fd=fd, dst_dir_fd=fd)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=fd)
-            except FileNotFoundError:
-                pass
-            raise
+            _fill(out, data, mode)
+        finally:
+            os.close(out)
+        os.rename(tmp, posixpath.join(rel, name), src_dir_fd=fd, dst_dir_fd=fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def _listing(fd: int) -> dict[str, str]:
@@ -197,24 +259,26 @@ def _listing(fd: int) -> dict[str, str]:
                 for e in it}
 
 
-def _open_root(root: Path) -> tuple[int, bool]:
-    """The pod directory's descriptor (created 0700 if missing), and whether it existed. The path to
-    it is followed as given (a site's home may be a symlink); what lies inside is checked."""
-    existed = False
+def _open_root(root: Path) -> int | None:
+    """The pod directory's descriptor if it existed (set to 0700); ``None`` if this call created it
+    (0700): it is not opened, its files are reached by path. The path to it is followed as given (a
+    site's home may be a symlink); what lies inside is checked."""
     try:
-        os.mkdir(root)
+        os.mkdir(root, 0o700)
     except FileExistsError:
-        existed = True
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o700)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
     except FileNotFoundError:
         root.parent.mkdir(parents=True, exist_ok=True)
-        os.mkdir(root)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fchmod(fd, 0o700)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, existed
+        os.mkdir(root, 0o700)
+    if _narrowed(0o700):
+        os.chmod(root, 0o700)
+    return None
 
 
 def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Path:
@@ -238,11 +302,15 @@ def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Pa
         if kind in _FILE_VOLUMES and path.startswith(prefix):
             parts = _relative(root, path[len(prefix):])
             dirs |= {parts[:i] for i in range(1, len(parts) + 1)}
+    for p in rendered.plan.volumes.payloads:  # a token written after sbatch: its directory now
+        if p.deferred and p.path.startswith(prefix):
+            parts = _relative(root, p.path[len(prefix):])
+            dirs |= {parts[:i] for i in range(1, len(parts))}
     written_into = with_files | {d[:-1] for d in dirs}
-    fd, existed = _open_root(root)
-    tree = _Tree(root, fd, _listing(fd) if existed else None)
+    fd = _open_root(root)
+    tree = _Tree(root, fd, None if fd is None else _listing(fd))
     try:
-        if existed:
+        if fd is not None:
             _remove_job_dirs(tree)
         for parts in sorted(dirs, key=lambda p: (len(p), p)):  # parents first
             tree.ensure(parts, open_it=parts in written_into)

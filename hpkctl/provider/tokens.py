@@ -3,6 +3,13 @@ a token is re-requested once 80 % of its lifetime has passed and written in plac
 (a new file renamed over it, in the volume's directory that the container has bound, so a reader
 sees the old token or the new one, never half of one).
 
+A token's first write is one ``open`` of its name (``O_CREAT|O_EXCL``, no link followed) and one
+``write`` into the volume's directory that ``write_pod_dir`` made, no temporary file, ``rename`` or
+``stat``s (every one a metadata round trip on GPFS/Lustre): no older token is there for anyone to
+read, and the job's ``hpk_wait_token`` waits for a non-empty file, which one ``write`` of at most a
+page fills at once (a file system shows its size grow page by page); a longer token, and every
+renewal (a container may be reading the token it replaces), is written beside and renamed over.
+
 A job per pod is submitted before its tokens exist (:class:`DeferTokens`, issue 23.2): the TokenRequest
 was an API round trip on every create's path, and in a burst it waited behind the scheduler's binds
 and the other pods' requests. The job script waits for each token file (``hpk_wait_token``) before the
@@ -12,18 +19,23 @@ pod's first container, as a kubelet mounts every volume first; the kubelet write
 from __future__ import annotations
 
 import dataclasses
+import os
 import posixpath
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hpkctl.files import write_atomic
 from hpkctl.pod.objects import ObjectSource
+from hpkctl.pod.poddir import write_new
 
 if TYPE_CHECKING:
     from hpkctl.provider.api import PodInputs
 
 REFRESH_AT = 0.8
+#: A token up to this long is written by one ``write`` (a page: seen empty or whole by a reader).
+ONE_WRITE = 4096
 TOKEN_SECONDS = 3607  # what ServiceAccount admission asks for in kube-api-access-* (a real pod's dump)
 
 
@@ -88,19 +100,37 @@ def _default_mode(pod: Mapping[str, Any], volume: str) -> int:
 
 
 def refresh(objects: TokenSource, pod: Mapping[str, Any], pod_dir: Path) -> int:
-    """Request each token (again) and write its file, atomically: the first time right after sbatch (the
-    job waits for it), then in place of the old one; the number written. Raises the API's errors."""
+    """Request each token (again) and write its file: the first time right after sbatch (the job waits
+    for it) created in place, then atomically in place of the old one; the number written. A token
+    whose volume directory is gone is not written. Raises the API's errors."""
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
     sa = (pod.get("spec") or {}).get("serviceAccountName") or "default"
     done = 0
     for rel, audience, exp in token_files(pod):
-        path = pod_dir / rel
-        if not path.parent.is_dir():
-            continue
         token = objects.service_account_token(ns, sa, audience=audience, expiration_seconds=exp)
-        if token is None:
-            continue
-        mode = path.stat().st_mode & 0o777 if path.exists() else _default_mode(pod, rel.split("/")[1])
-        write_atomic(path, token, mode=mode, sync=False)  # a lost token is requested again
-        done += 1
+        if token is not None and write_token(pod_dir / rel, token, _default_mode(pod, rel.split("/")[1])):
+            done += 1
     return done
+
+
+def write_token(path: Path, token: bytes, mode: int) -> bool:
+    """``token`` at ``path``: a new file created with ``mode`` (one ``open``; see the module's
+    docstring), else written beside the one there and renamed over it, keeping that file's mode; False
+    when the directory is not there (the pod directory removed)."""
+    try:
+        if len(token) <= ONE_WRITE:
+            try:
+                write_new(str(path), token, mode)
+                return True
+            except FileExistsError:
+                pass
+        try:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                mode = stat.S_IMODE(st.st_mode)
+        except FileNotFoundError:
+            pass  # a long token's first write
+        write_atomic(path, token, mode=mode, sync=False)  # a lost token is requested again
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False

@@ -46,6 +46,15 @@ class TokenKube(FakeKube):
         return {"status": {"token": f"secret-token-{self.tokens}"}}
 
 
+def _written(path: Path) -> bool:
+    """What the job's hpk_wait_token waits for: the file there and not empty (its first write is in
+    place, one write: a reader may see it empty first)."""
+    try:
+        return path.stat().st_size > 0
+    except FileNotFoundError:
+        return False
+
+
 def _token_pod() -> dict[str, Any]:
     pod = _pod()
     pod["spec"]["volumes"] = [{"name": "kube-api-access-x", "projected": {"defaultMode": 0o640, "sources": [
@@ -80,7 +89,7 @@ def test_the_job_is_submitted_while_its_token_request_is_still_unanswered(setup:
     assert not (pod_dir / TOKEN).exists()
     assert (pod_dir / "volumes/kube-api-access-x/ca.crt").read_text() == "CA"
     kube.gate.set()
-    wait_for("the token written after sbatch", lambda: (pod_dir / TOKEN).exists(), timeout=30)
+    wait_for("the token written after sbatch", lambda: _written(pod_dir / TOKEN), timeout=30)
     assert (pod_dir / TOKEN).read_text() == "secret-token-1"
     assert stat.S_IMODE((pod_dir / TOKEN).stat().st_mode) == 0o640  # the projected volume's defaultMode
     assert "secret-token" not in (pod_dir / "job" / "job.sh").read_text()
@@ -105,7 +114,7 @@ def test_a_failed_token_request_is_a_failed_mount_warning_and_is_tried_again(set
     assert not (pod_dir / TOKEN).exists()
     kube.refuse = None
     # the pod is queued again after its back-off; its worker writes the token then
-    wait_for("the token written by the retry", lambda: m.queue.drain() >= 0 and (pod_dir / TOKEN).exists(),
+    wait_for("the token written by the retry", lambda: m.queue.drain() >= 0 and _written(pod_dir / TOKEN),
              timeout=60)
     assert (pod_dir / TOKEN).read_text() == "secret-token-1"
     assert slurm.submitted == 1  # never submitted twice

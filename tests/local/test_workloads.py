@@ -336,7 +336,7 @@ def test_a_deleted_pilot_element_ends_with_its_pod(tmp_path: Path) -> None:
     proc = _element(tmp_path, plan, 0, env={"HPK_PILOT": "1"}, wait=False)
     assert isinstance(proc, subprocess.Popen)
     wait_for("the pod's TERM trap", (pod / "trapped").exists, timeout=20, every=0.05)
-    (pod / "status").mkdir()
+    (pod / "status").mkdir(exist_ok=True)  # the element made it before the pod's script ran
     (pod / "status" / "pod.deleting").write_text("now\n")  # the delete marks the pod, then TERM
     proc.terminate()
     assert proc.wait(timeout=30) == 143  # the 60 s linger would outlast this

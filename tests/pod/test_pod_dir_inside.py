@@ -85,7 +85,8 @@ def test_modes_and_no_temporary_file_left(tmp_path: Path) -> None:
     assert root.stat().st_mode & 0o777 == 0o700
     assert modes["job/job.sh"] == 0o700
     assert modes["env/app.env"] == modes["job/pod.json"] == 0o600
-    assert {"job", "env", "logs", "status", "volumes"} <= set(modes)
+    assert {"job", "env", "logs"} <= set(modes)
+    assert "status" not in modes and "volumes" not in modes  # the job's, and no volume: not made
     assert not [name for name in modes if ".hpk-tmp-" in name]
     assert (root / "job" / "pod.json").read_bytes() == b"{}"
 
@@ -100,9 +101,9 @@ def test_a_resubmitted_pod_loses_what_its_earlier_job_wrote(tmp_path: Path) -> N
     first = _tree(root)
     write_pod_dir(rendered, pod_json=b"{}")
     again = _tree(root)
-    assert not (root / "run").exists()
+    assert not (root / "run").exists() and not (root / "status").exists()  # the new job makes status/
     assert not [name for name in again if name.endswith("left")]
-    assert again == {k: v for k, v in first.items() if not k.endswith("left") and not k.startswith("run")}
+    assert again == {k: v for k, v in first.items() if not k.endswith("left") and not k.startswith(("run", "status"))}
     assert (root / "env" / "app.env").read_bytes() == rendered.files["env/app.env"][0]
 
 
@@ -118,7 +119,7 @@ def test_a_symlink_in_place_of_a_job_directory_is_removed_not_followed(tmp_path:
         os.symlink(outside, root / sub)
     write_pod_dir(rendered)
     assert (outside / "keep").read_text() == "keep"
-    assert not (root / "run").exists() and not (root / "status").is_symlink() and (root / "status").is_dir()
+    assert not (root / "run").exists() and not (root / "status").is_symlink() and not (root / "status").exists()
 
 
 def test_a_file_in_place_of_a_job_directory_is_removed(tmp_path: Path) -> None:
@@ -210,7 +211,7 @@ def test_directories_it_creates_are_private_whatever_the_umask(tmp_path: Path) -
     finally:
         os.umask(old)
     dirs = {name: mode for name, mode in _tree(root).items() if (root / name).is_dir()}
-    assert {"job", "env", "logs", "status", "volumes", "volumes/cfg"} <= set(dirs)
+    assert {"job", "env", "logs", "volumes", "volumes/cfg"} <= set(dirs)
     assert set(dirs.values()) == {0o700}
 
 

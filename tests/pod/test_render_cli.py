@@ -145,6 +145,7 @@ def test_writing_a_pod_directory_again_clears_the_old_verdict(tmp_path: Path) ->
 
     rendered = render_pod(pod_doc({"containers": [{"name": "c", "image": "b:1"}]}), make_profile(tmp_path))
     root = write_pod_dir(rendered)
+    (root / "status").mkdir()  # the job makes it (write_pod_dir leaves status/ to the job)
     (root / "status" / "pod.done").write_text("1\n")
     (root / "logs" / "c.log").write_text("old\n")
     write_pod_dir(rendered)

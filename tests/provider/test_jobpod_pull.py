@@ -217,6 +217,7 @@ def test_a_pilot_step_that_ends_frees_its_room_and_wakes_a_waiting_pod_without_a
     cancels: list[tuple[str, str | None]] = []
     provider.slurm.cancel_step = lambda step, signal=None: cancels.append((step, signal))
     status = tmp_path / "pods" / "u-1" / "status"  # the finished pod's files: its step, its end
+    status.mkdir(exist_ok=True)  # made by the pod's script (write_pod_dir leaves it to the job)
     (status / "job.id").write_text("41.3\n")
     (status / "pod.done").write_text("0\n")
     gone = provider.delete(PodRef.of(_pod("a", "u-1")), grace=0, pod=_pod("a", "u-1"))

@@ -113,6 +113,7 @@ def test_a_pod_woken_when_a_step_dies_with_its_allocation_is_not_placed_there(
     assert provider.create(b, PodInputs(ready=lambda uid: woken.set())).outcome is Outcome.RETRY  # full
     slurm.state = "CANCELLED" if termed else "NODE_FAIL"
     if termed:
+        (tmp_path / "pods" / "u-1" / "status").mkdir(exist_ok=True)  # the pod's script makes it
         for name in ("pod.terminating", "pod.done"):
             (tmp_path / "pods" / "u-1" / "status" / name).write_text("143\n")
     steps[0].ended.set()
@@ -129,6 +130,7 @@ def test_a_step_that_finished_costs_no_squeue_when_its_srun_ends(tmp_path: Path,
     assert provider.create(_pod("a", "u-1"), PodInputs()).outcome is Outcome.SUBMITTED
     woken = threading.Event()
     assert provider.create(_pod("b", "u-2"), PodInputs(ready=lambda uid: woken.set())).outcome is Outcome.RETRY
+    (tmp_path / "pods" / "u-1" / "status").mkdir(exist_ok=True)  # the pod's script makes it
     (tmp_path / "pods" / "u-1" / "status" / "pod.done").write_text("0\n")
     asked = len(slurm.queries)
     steps[0].ended.set()
