@@ -169,12 +169,16 @@ class Pool:
         except OSError as exc:  # the holders then see only running steps: never fatal
             log.debug("pilot: cannot touch %s: %s", self.lease, exc)
 
-    def done(self, uid: str) -> None:
-        """The pod's step ended: its share is free again."""
+    def done(self, uid: str) -> bool:
+        """The pod's step ended: its share is free again. False when it held none (freed already)."""
+        freed = False
         with self._lock:
             for held in self._helds.values():
-                if held.pods.pop(uid, None) is not None and not held.pods:
-                    held.idle_since = self.clock()
+                if held.pods.pop(uid, None) is not None:
+                    freed = True
+                    if not held.pods:
+                        held.idle_since = self.clock()
+        return freed
 
     def settled(self) -> bool:
         """Every allocation on the books runs, its nodes known: Slurm has nothing the pool waits for (an

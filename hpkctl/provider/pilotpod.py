@@ -259,8 +259,9 @@ class PilotPodProvider(PilotHolder):
             pending = self._book.waiting()
             self._book.ticked = time.monotonic()
         since = self.pool.clock() if ended else 0.0
+        freed = 0
         for uid, rc in ended:  # reaped here before its thread did: the same checks (a dead allocation)
-            self._step_ended(uid, rc, since)
+            freed += self._step_ended(uid, rc, since)
         # at most one squeue per status_poll, however often a step's announcement starts a round
         self._refresh_books(max_age=self._books_age(self.profile.kubelet.status_poll), pending=pending)
         asked = self.jobs.asked
@@ -273,7 +274,7 @@ class PilotPodProvider(PilotHolder):
                                                   and (r := self._rec(w.ref.uid)) is not None], self.jobs.jobs)
         for uid in lost:
             self.pool.done(uid)
-        out, freed = list(lost.values()), len(lost) + len(ended)
+        out, freed = list(lost.values()), freed + len(lost)
         for report in reports:
             if report.uid in lost:
                 continue
@@ -282,8 +283,7 @@ class PilotPodProvider(PilotHolder):
             if report.status is not None and report.status.finished and pod_dir is not None \
                     and PodDir(pod_dir).exists(POD_DONE):
                 report = dataclasses.replace(report, final=True)
-                self.pool.done(report.uid)
-                freed += 1
+                freed += self.pool.done(report.uid)  # not again when its srun's end freed it (one wake each)
             out.append(report)
         self._wake(freed)
         return out
@@ -305,18 +305,19 @@ class PilotPodProvider(PilotHolder):
             mine = state is not None and state.step is proc and not state.deleting
             if mine:
                 self._book.drop(uid)
-        if mine:
-            self._step_ended(uid, rc, ended)
+        if mine and self._step_ended(uid, rc, ended):  # not when a round freed its room already
             self._wake(1)
 
-    def _step_ended(self, uid: str, rc: int | None, since: float) -> None:
-        """Pod ``uid``'s srun ended (seen at ``since``, by its thread or a status round): its room is free. A step
-        killed before its script's last word or TERMed by Slurm may have lost its allocation: ask before a wake."""
-        self.pool.done(uid)
+    def _step_ended(self, uid: str, rc: int | None, since: float) -> bool:
+        """Pod ``uid``'s srun ended (seen at ``since``, by its thread or a status round): its room is free (False:
+        a round freed it already, seeing pod.done). A step killed before its script's last word or TERMed by
+        Slurm may have lost its allocation: ask before a wake."""
+        freed = self.pool.done(uid)
         pod_dir = self._pod_dir(uid)
         if pod_dir is None or not PodDir(pod_dir).exists(POD_DONE) or PodDir(pod_dir).exists(POD_TERMINATING):
             self._refresh_books(max_age=max(self.pool.clock() - since, 1e-6))
         log.info("pilot: the step of pod uid %s ended (srun exit status %s): its room is free", uid, rc)
+        return freed
 
     def _refresh_books(self, *, max_age: float, pending: Sequence[Need] | None = None) -> None:
         """The pool's books at most ``max_age`` old; then, with ``pending`` (a status round's), its tick."""

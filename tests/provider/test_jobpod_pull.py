@@ -126,8 +126,9 @@ def test_pilot_pods_waiting_for_room_are_woken_when_a_step_ends(tmp_path: Path) 
         def tick(self, pending: Any) -> None:
             pass
 
-        def done(self, uid: str) -> None:
+        def done(self, uid: str) -> bool:
             self.freed.append(uid)
+            return True  # the step held its room
 
         def clock(self) -> float:
             return time.monotonic()
@@ -179,10 +180,12 @@ def test_a_pilot_step_that_ends_frees_its_room_and_wakes_a_waiting_pod_without_a
         def tick(self, pending: Any) -> None:
             pass
 
-        def done(self, uid: str) -> None:
+        def done(self, uid: str) -> bool:
             self.freed.append(uid)
-            if self.taken == uid:
+            held = self.taken == uid
+            if held:
                 self.taken = None
+            return held
 
     class Step:  # an srun that runs until the test ends it
         def __init__(self) -> None:

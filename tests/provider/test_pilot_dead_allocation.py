@@ -284,3 +284,28 @@ def test_the_pod_placed_first_in_an_allocation_that_started_wakes_the_pod_behind
     assert len(steps) == cpus
     for step in steps:
         step.ended.set()
+
+
+def test_a_pod_that_ends_wakes_one_waiting_pod_whoever_frees_its_room_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A status round that reads pod.done frees the pod's room and wakes the pod waiting longest; when its
+    srun then ends, the room is free already: no second wake (a create that would find no room)."""
+    provider, slurm, steps = _provider(tmp_path, monkeypatch)
+    a = _pod("a", "u-1")
+    assert provider.create(a, PodInputs()).outcome is Outcome.SUBMITTED
+    woken: list[str] = []
+    for name, uid in (("b", "u-2"), ("c", "u-3")):
+        assert provider.create(_pod(name, uid), PodInputs(ready=woken.append)).outcome is Outcome.RETRY
+    (tmp_path / "pods" / "u-1" / "status" / "pod.done").write_text("0\n")  # the pod's script's last word
+    reports = provider.statuses([Watched(PodRef.of(a), a, ALLOC)])
+    assert [r.final for r in reports] == [True] and woken == ["u-2"]
+    steps[0].ended.set()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # its thread reaps the srun
+        with provider._plock:
+            if "u-1" not in provider._book.pods:
+                break
+        time.sleep(0.01)
+    with provider._plock:
+        assert "u-1" not in provider._book.pods, "the step's thread did not reap its srun"
+    assert woken == ["u-2"]
