@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ci.standin.kubeapi.certs import Pki
 from hpkctl.controlplane.kubeconfig import write_kubeconfig
@@ -112,9 +113,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return Pki(tmp_path_factory.mktemp("pki"))
 
 
-@pytest.fixture
-def server(pki: Pki) -> Iterator[Server]:
-    cert, key = pki.leaf("server", cn="server", server=True, sans=("127.0.0.1",))
+def serve(pki: Pki, *sans: str) -> Iterator[Server]:
+    cert, key = pki.leaf("server-" + "-".join(sans), cn="server", server=True, sans=sans)
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls.load_cert_chain(cert, key)
     s = Server(tls)
@@ -124,6 +124,11 @@ def server(pki: Pki) -> Iterator[Server]:
     s.release.set()
     s.shutdown()
     s.server_close()
+
+
+@pytest.fixture
+def server(pki: Pki) -> Iterator[Server]:
+    yield from serve(pki, "127.0.0.1")
 
 
 def kubeconfig(pki: Pki, server: Server, tmp_path: Path) -> Path:
@@ -265,3 +270,21 @@ def test_the_kubelet_on_an_hpkctl_kubeconfig_never_imports_kubernetes(
                        env={"PYTHONPATH": str(REPO)})
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["/ok", "[]"]
+
+
+def test_the_server_certificate_is_checked_for_tls_server_name_or_not_at_all_when_told(
+        pki: Pki, tmp_path: Path) -> None:
+    """A server whose certificate names only kubernetes.default, reached at 127.0.0.1: refused as is,
+    accepted with ``tls-server-name: kubernetes.default`` (the name checked and sent as SNI), and with
+    ``insecure-skip-tls-verify``."""
+    for named in serve(pki, "kubernetes.default"):
+        plain = kubeconfig(pki, named, tmp_path)
+        with pytest.raises(KubeUnavailable, match="GET /ok: .*(certificate|hostname|IP address)"):
+            Kube(str(plain)).get("/ok")
+        doc = yaml.safe_load(plain.read_text())
+        cluster = doc["clusters"][0]["cluster"]
+        for key, value in (("tls-server-name", "kubernetes.default"), ("insecure-skip-tls-verify", True)):
+            told = tmp_path / f"{key}.kubeconfig"
+            told.write_text(yaml.safe_dump({**doc, "clusters": [{"name": "hpk", "cluster": {**cluster, key: value}}]}))
+            assert Kube(str(told)).get("/ok")["path"] == "/ok"
+        assert [p for _, p, *_ in named.seen] == ["/ok", "/ok"]
