@@ -296,7 +296,9 @@ def test_a_pod_that_ends_wakes_one_waiting_pod_whoever_frees_its_room_first(
     woken: list[str] = []
     for name, uid in (("b", "u-2"), ("c", "u-3")):
         assert provider.create(_pod(name, uid), PodInputs(ready=woken.append)).outcome is Outcome.RETRY
-    (tmp_path / "pods" / "u-1" / "status" / "pod.done").write_text("0\n")  # the pod's script's last word
+    status = tmp_path / "pods" / "u-1" / "status"  # the job makes it
+    status.mkdir(exist_ok=True)
+    (status / "pod.done").write_text("0\n")  # the pod's script's last word
     reports = provider.statuses([Watched(PodRef.of(a), a, ALLOC)])
     assert [r.final for r in reports] == [True] and woken == ["u-2"]
     steps[0].ended.set()
