@@ -129,8 +129,8 @@ class Transport:
             if not verify_tls:
                 self._tls.check_hostname = False
                 self._tls.verify_mode = ssl.CERT_NONE
-            if cert_file and key_file:
-                self._tls.load_cert_chain(cert_file, key_file)
+            if cert_file:  # a certificate file may hold its key too (the package's loader passes such files)
+                self._tls.load_cert_chain(cert_file, key_file or None)
         self._server_name = tls_server_name
         self._proxy = urlsplit(proxy) if proxy else None
         if self._proxy and (self._proxy.scheme != "http" or not self._proxy.hostname):

@@ -65,7 +65,8 @@ def load(kubeconfig: str, context: str | None = None) -> Settings:
         user = _named(doc, "users", str(ctx["user"]), optional=True) if ctx.get("user") else {}
         if "exec" in user or "auth-provider" in user or "proxy-url" in cluster or _env_proxy(cluster):
             return _with_kubernetes(kubeconfig, context)
-        return _settings(cluster, user, path.resolve().parent)
+        # relative files from the directory that names the kubeconfig, as kubectl resolves them (not a symlink's target's)
+        return _settings(cluster, user, Path(os.path.abspath(kubeconfig)).parent)
     except HpkError:
         raise
     except (OSError, yaml.YAMLError, ValueError, TypeError, KeyError) as exc:
@@ -114,10 +115,19 @@ def _env_proxy(cluster: dict[str, Any]) -> bool:
 def _settings(cluster: dict[str, Any], user: dict[str, Any], base: Path) -> Settings:
     host = _str(cluster.get("server"), "server in the cluster").rstrip("/")
     ca = cert = key = None
+    insecure = cluster.get("insecure-skip-tls-verify", False)
+    if not isinstance(insecure, bool):  # kubectl refuses "false" (a string): it must not turn verification off
+        raise _Bad(f"insecure-skip-tls-verify must be true or false, unquoted (it is {insecure!r})")
     if host.startswith("https"):
         ca = _file(cluster, "certificate-authority", base)
+        if insecure and ca:
+            raise _Bad("specifying a root certificates file with the insecure flag is not allowed "
+                       "(remove insecure-skip-tls-verify or certificate-authority from the cluster)")
         cert = _file(user, "client-certificate", base)
         key = _file(user, "client-key", base)
+        if cert and not key:
+            raise _Bad("client-key-data or client-key must be specified for the user to use the clientCert "
+                       "authentication method")
     token = user.get("token")
     if not token and user.get("tokenFile"):
         token = (base / str(user["tokenFile"])).read_text().strip()
@@ -128,7 +138,7 @@ def _settings(cluster: dict[str, Any], user: dict[str, Any], base: Path) -> Sett
         header = "Basic " + base64.b64encode(f"{user['username']}:{user['password']}".encode()).decode()
     name = cluster.get("tls-server-name")
     return Settings(host=host, ca_file=ca, cert_file=cert, key_file=key,
-                    verify_tls=not cluster.get("insecure-skip-tls-verify", False),
+                    verify_tls=not insecure,
                     tls_server_name=str(name) if name else None, authorization=lambda: header)
 
 
@@ -177,6 +187,10 @@ def _with_kubernetes(kubeconfig: str, context: str | None) -> Settings:
         bearer: Any = dict(cfg.auth_settings()).get("BearerToken") or {}  # refreshes an expired exec token
         return bearer.get("value") or None
 
+    from kubernetes.client.rest import should_bypass_proxies
+
+    # the package applied no_proxy only when it sent a request: the transport is given no proxy for such a host
+    proxy = None if not cfg.proxy or should_bypass_proxies(cfg.host, cfg.no_proxy or "") else cfg.proxy
     return Settings(host=cfg.host, ca_file=cfg.ssl_ca_cert, cert_file=cfg.cert_file, key_file=cfg.key_file,
                     verify_tls=bool(cfg.verify_ssl), tls_server_name=cfg.tls_server_name or None,
-                    proxy=cfg.proxy or None, authorization=authorization)
+                    proxy=proxy, authorization=authorization)

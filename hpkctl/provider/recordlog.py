@@ -85,6 +85,17 @@ def _flock(fd: int, op: int) -> bool:
         raise
 
 
+def _write_all(fd: int, data: bytes, path: Path) -> None:
+    """All of ``data`` to ``fd``, or ``OSError``: a full disk or quota makes ``write`` return short, and a
+    compaction that renamed a cut-short copy over the log would drop every record past the cut."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, f"{path}: written in part (no space left?)")
+        view = view[n:]
+
+
 class AppendLog:
     """The log at ``path`` (created 0600). Thread-safe."""
 
@@ -165,6 +176,8 @@ class AppendLog:
                         break
                     os.close(rfd)
                     rfd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                for stale in self.path.parent.glob(f".{self.path.name}.*"):  # a compaction killed midway
+                    stale.unlink(missing_ok=True)  # (no other can be running: this one holds the lock)
                 with os.fdopen(os.dup(rfd), "rb") as fh:
                     live, _ = parse(fh.read(), key)
                 for k, line in (merge or {}).items():
@@ -173,7 +186,7 @@ class AppendLog:
                 fd = os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                              0o600)
                 try:
-                    os.write(fd, b"".join(line for _, line in live.values()))
+                    _write_all(fd, b"".join(line for _, line in live.values()), tmp)
                     os.fsync(fd)
                     os.replace(tmp, self.path)
                 except BaseException:

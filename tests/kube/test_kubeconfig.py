@@ -156,3 +156,42 @@ def test_an_exec_plugin_goes_to_the_kubernetes_package(tmp_path: Path) -> None:
                        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["Bearer t False", "Bearer from-exec True"]
+
+
+def test_relative_files_of_a_symlinked_kubeconfig_are_read_beside_the_link(tmp_path: Path) -> None:
+    """kubectl and the package resolve them from the directory that names the kubeconfig, not its target's."""
+    real = one(tmp_path / "real" / "config", {"server": "https://a", "certificate-authority": "ca.crt"}, {"token": "t"})
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "ca.crt").write_bytes(CA)
+    (tmp_path / "link" / "config").symlink_to(real)
+    got = kubeconfig.load(str(tmp_path / "link" / "config"))
+    assert summary(got) == package(tmp_path / "link" / "config")
+    assert got.ca_file == str(tmp_path / "link" / "ca.crt")
+
+
+@pytest.mark.parametrize(("cluster", "user", "says"), [
+    ({"insecure-skip-tls-verify": "false"}, {"token": "t"}, "must be true or false"),
+    ({"insecure-skip-tls-verify": True, "certificate-authority-data": b64(CA)}, {"token": "t"}, "insecure flag"),
+    ({}, {"client-certificate-data": b64(CERT)}, "client-key-data or client-key must be specified"),
+])
+def test_what_kubectl_refuses_is_refused_not_read_as_less_secure(tmp_path: Path, cluster: dict[str, Any],
+                                                                 user: dict[str, Any], says: str) -> None:
+    path = one(tmp_path / "kc", {"server": "https://a", **cluster}, user)
+    with pytest.raises(HpkError) as e:
+        kubeconfig.load(str(path))
+    assert says in str(e.value)
+
+
+def test_no_proxy_holds_for_a_kubeconfig_the_package_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin = tmp_path / "cred"
+    plugin.write_text('#!/bin/sh\necho \'{"apiVersion": "client.authentication.k8s.io/v1", '
+                      '"kind": "ExecCredential", "status": {"token": "from-exec"}}\'\n')
+    plugin.chmod(0o755)
+    path = one(tmp_path / "exec", {"server": "https://127.0.0.1:6443"},
+               {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin),
+                         "interactiveMode": "Never"}})
+    monkeypatch.setenv("https_proxy", "http://127.0.0.1:9")
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    assert kubeconfig.load(str(path)).proxy is None
+    monkeypatch.setenv("no_proxy", "example.org")
+    assert kubeconfig.load(str(path)).proxy == "http://127.0.0.1:9"

@@ -124,6 +124,29 @@ def test_concurrent_saves_give_one_whole_line_each(tmp_path: Path) -> None:
     assert sorted(json.loads(line)["uid"] for line in lines) == sorted(f"u-{t}-{i}" for t in range(8) for i in range(50))
 
 
+def test_a_compaction_the_disk_cuts_short_leaves_the_log_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    recs = Records(tmp_path)
+    for i in range(60):
+        recs.save(_rec(f"u-{i}", SUBMITTED, str(i)))
+    (tmp_path / ".records.log.0123abcd").write_bytes(b"a compaction killed midway left this")
+    real_write = os.write
+    calls: list[int] = []
+
+    def full_disk(fd: int, data: bytes) -> int:  # the first write lands in part, then nothing fits
+        calls.append(len(data))
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, bytes(data[:1000]))
+
+    monkeypatch.setattr(recordlog.os, "write", full_disk)
+    with pytest.raises(OSError):
+        recs.log.compact("uid")
+    monkeypatch.setattr(recordlog.os, "write", real_write)
+    assert calls[0] > 1000  # the whole live set was asked for in one write, and cut
+    assert len(Records(tmp_path).load_all()) == 60
+    assert [p.name for p in tmp_path.iterdir()] == ["records.log"]
+
+
 def test_compaction_keeps_the_live_records_and_shrinks_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(records, "COMPACT_SLACK", 10)
     recs = Records(tmp_path)
