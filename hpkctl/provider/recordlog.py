@@ -17,11 +17,12 @@ How it stays correct:
   one in flight and is skipped when that one covered its line, so N threads flushing at once cost
   fewer than N flushes;
 * compaction writes the live lines to a new file (fsync), renames it over the log and syncs the
-  directory; other processes (``hpkctl status`` loading the records while a kubelet appends) are
-  safe: an append holds a shared ``flock`` on the file it writes and checks, under it, that the file
-  is still the log (``st_nlink``), a compaction holds the exclusive one from its read through its
-  rename, so no line lands in a file already copied. A file system without ``flock`` (Lustre
-  mounted ``noflock``) runs without it: one kubelet per state directory is its only writer then.
+  directory. A process keeps a shared ``flock`` on the log for as long as it has it open for
+  appending (taken once, not per line), and a compaction only *tries* the exclusive one (the
+  kubelet converts its own): while another process appends (a kubelet, while ``hpkctl status``
+  loads its records), nobody else compacts, so no line lands in a file already copied. A file
+  system without ``flock`` (Lustre mounted ``noflock``) runs unlocked: only a process that appends
+  compacts there (one kubelet per state directory, ``hpkctl stop --all`` once it is gone).
 """
 
 from __future__ import annotations
@@ -74,15 +75,29 @@ def read_log(path: Path, key: str) -> tuple[dict[str, tuple[dict[str, Any], byte
         return {}, 0
 
 
-def _flock(fd: int, op: int) -> bool:
-    """``flock``; False when the file system has none (then unlocked)."""
+def _flock(fd: int, op: int) -> bool | None:
+    """``flock``: True when taken, None when another process holds a conflicting lock (``LOCK_NB``),
+    False when the file system has none (Lustre mounted ``noflock``: then unlocked)."""
     try:
         fcntl.flock(fd, op)
         return True
+    except BlockingIOError:
+        return None
     except OSError as e:
         if e.errno in (errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
             return False
         raise
+
+
+def _read_all(fd: int) -> bytes:
+    size, parts, at = os.fstat(fd).st_size, [], 0
+    while at < size:
+        part = os.pread(fd, size - at, at)
+        if not part:
+            break
+        parts.append(part)
+        at += len(part)
+    return b"".join(parts)
 
 
 def _write_all(fd: int, data: bytes, path: Path) -> None:
@@ -96,6 +111,9 @@ def _write_all(fd: int, data: bytes, path: Path) -> None:
         view = view[n:]
 
 
+_APPEND = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 class AppendLog:
     """The log at ``path`` (created 0600). Thread-safe."""
 
@@ -103,59 +121,56 @@ class AppendLog:
         self.path = path
         self._lock = threading.Lock()  # the descriptor, the write, the counters
         self._sync_lock = threading.Lock()  # one fdatasync in flight
-        self._fd: int | None = None
+        self._fd: int | None = None  # open for appending, share-locked while open
         self._torn = False  # the last write may have been cut short: start the next on a new line
         self._written = 0  # lines this process appended
         self._synced = 0  # ... of which known to be on disk
         self.appended = 0  # lines appended since the log was last read whole or compacted (for the caller's policy)
 
     def _open(self) -> int:
-        """The log opened for appending (read too: its last byte says whether a line was cut short)."""
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        size = os.fstat(fd).st_size
-        self._torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
-        return fd
-
-    def _live_fd(self) -> int:
-        """The descriptor of the log as it is now, share-locked (a compaction elsewhere renamed a new
-        file over the one open here: that one has no name left, ``st_nlink`` 0, and is reopened)."""
+        """The log opened for appending and share-locked for as long as it stays open, so that no other
+        process compacts it meanwhile; one that did before the lock was taken renamed a new file over
+        the one opened (``st_nlink`` 0): the new one is opened instead. Its last byte says whether a
+        line was cut short."""
         while True:
-            if self._fd is None:
-                self._fd = self._open()
-            locked = _flock(self._fd, fcntl.LOCK_SH)
-            if os.fstat(self._fd).st_nlink > 0:
-                return self._fd
-            if locked:
-                _flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+            fd = os.open(self.path, _APPEND | os.O_CREAT, 0o600)
+            _flock(fd, fcntl.LOCK_SH)
+            st = os.fstat(fd)
+            if st.st_nlink > 0:
+                self._torn = st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n"
+                return fd
+            os.close(fd)
 
     def append(self, line: bytes, *, sync: bool = False) -> None:
         """Append ``line`` (one JSON object, ending in a newline) with one ``write``; ``sync``: on disk
         when this returns."""
         with self._lock:
-            fd = self._live_fd()
-            try:
-                data = b"\n" + line if self._torn else line
-                self._torn = True  # until the write is known whole
-                if os.write(fd, data) != len(data):
-                    raise OSError(errno.ENOSPC, f"{self.path}: the record was written in part (no space left?)")
-                self._torn = False
-            finally:
-                _flock(fd, fcntl.LOCK_UN)
+            if self._fd is None:
+                self._fd = self._open()
+            data = b"\n" + line if self._torn else line
+            self._torn = True  # until the write is known whole
+            if os.write(self._fd, data) != len(data):
+                raise OSError(errno.ENOSPC, f"{self.path}: a record was written in part (no space left?)")
+            self._torn = False
             self._written += 1
             self.appended += 1
             seq = self._written
         if sync:
             self._sync(seq)
 
+    def sync(self) -> None:
+        """Every line appended so far on disk."""
+        with self._lock:
+            seq = self._written
+        self._sync(seq)
+
     def _sync(self, seq: int) -> None:
         """Line ``seq`` on disk: one ``fdatasync`` covers every line written before it began."""
         with self._sync_lock:
             if self._synced >= seq:
-                return  # the flush this one waited for covered it
+                return  # the flush this one waited for covered it (or a compaction flushed it)
             with self._lock:
-                if self._fd is None:  # compacted meanwhile: the new file was flushed whole
+                if self._fd is None:
                     return
                 fd, upto = os.dup(self._fd), self._written
             try:
@@ -164,45 +179,49 @@ class AppendLog:
                 os.close(fd)
             self._synced = max(self._synced, upto)
 
-    def compact(self, key: str, merge: dict[str, bytes] | None = None) -> dict[str, tuple[dict[str, Any], bytes]]:
-        """Rewrite the log with its live lines only (plus ``merge``'s lines, key -> line, which win): a new file, flushed, renamed over the log, the directory flushed. The live
-        entries afterwards."""
+    def compact(self, key: str) -> dict[str, tuple[dict[str, Any], bytes]] | None:
+        """Rewrite the log with its live lines only: a new file, flushed, renamed over the log, the
+        directory flushed; the live entries afterwards. ``None`` (nothing done) while another process
+        has the log open for appending (its shared lock): the exclusive lock a compaction needs is
+        only tried, never waited for, so a reader (``hpkctl status``) never compacts under a kubelet."""
         with self._lock:
-            rfd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                while True:  # the exclusive lock on the file that is the log now
-                    _flock(rfd, fcntl.LOCK_EX)
-                    if os.fstat(rfd).st_nlink > 0:
-                        break
-                    os.close(rfd)
-                    rfd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                for stale in self.path.parent.glob(f".{self.path.name}.*"):  # a compaction killed midway
-                    stale.unlink(missing_ok=True)  # (no other can be running: this one holds the lock)
-                with os.fdopen(os.dup(rfd), "rb") as fh:
-                    live, _ = parse(fh.read(), key)
-                for k, line in (merge or {}).items():
-                    live[k] = (json.loads(line), line)
-                tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(6)}")
-                fd = os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             0o600)
-                try:
-                    _write_all(fd, b"".join(line for _, line in live.values()), tmp)
-                    os.fsync(fd)
-                    os.replace(tmp, self.path)
-                except BaseException:
+            own = self._fd
+            fd = own if own is not None else os.open(self.path, _APPEND | os.O_CREAT, 0o600)
+            got = _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # from this process's shared lock, if it has one
+            if got is None or (got is False and own is None) or os.fstat(fd).st_nlink == 0:
+                # another process appends (or compacted just now; or no flock here and this process
+                # writes nothing): not now. A failed conversion may have dropped the shared lock.
+                if own is not None:
+                    os.close(own)
+                    self._fd = self._open()
+                else:
                     os.close(fd)
-                    tmp.unlink(missing_ok=True)
-                    raise
+                self.appended = 0
+                return None
+            for stale in self.path.parent.glob(f".{self.path.name}.*"):  # a compaction killed midway
+                stale.unlink(missing_ok=True)  # (no other can be running: this one holds the exclusive lock)
+            tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(6)}")
+            new = os.open(tmp, _APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                _flock(new, fcntl.LOCK_SH)  # before it has the log's name: nobody compacts it under this process
+                live, _ = parse(_read_all(fd), key)
+                _write_all(new, b"".join(line for _, line in live.values()), tmp)
+                os.fsync(new)
+                os.replace(tmp, self.path)
                 dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
                 try:
                     os.fsync(dfd)
                 finally:
                     os.close(dfd)
-            finally:
-                os.close(rfd)  # ends the exclusive lock: a writer waiting on the old file reopens
-            if self._fd is not None:
-                os.close(self._fd)
-            self._fd, self._torn, self.appended = fd, False, 0
+            except BaseException:
+                os.close(new)
+                tmp.unlink(missing_ok=True)
+                _flock(fd, fcntl.LOCK_SH)
+                if own is None:
+                    os.close(fd)
+                raise
+            os.close(fd)  # the old file, nameless now: its lock goes with it
+            self._fd, self._torn, self.appended = new, False, 0
             self._synced = self._written
             return live
 

@@ -177,23 +177,23 @@ class Records:
     write. The intent stays flushed although a pod with no record at all is never submitted blindly
     either (``JobFinder.find`` asks the same three places before any submission): the lookup only
     runs for a pod the API still lists. A pod deleted while the kubelet was down after a power cut
-    that lost its unflushed intent would leave its job running with nothing naming it: no record (so
-    no leftover for ``hpkctl stop --all`` or the restarted kubelet to stop) and no pod to adopt it.
+    that lost its unflushed intent would leave its job running with nothing naming it: no record (for
+    ``hpkctl stop --all`` or the restarted kubelet to look its job up by) and no pod to adopt it.
     That flush is one ``fdatasync`` of an append (~0.1 ms here, shared by the threads flushing at
     once), not the create + fsync + rename of a file per save it replaces (whose rename was not even
     flushed). A process kill loses nothing that was written (the page cache survives it).
 
     Compaction (live lines to a new file, flushed, renamed over the log) runs at ``load_all`` when
-    the log has grown, and after a save once it has ``COMPACT_FACTOR`` times more lines than live
-    records plus ``COMPACT_SLACK``.
+    the log has over twice as many lines as live records, and after a save once it has
+    ``COMPACT_FACTOR`` times more plus ``COMPACT_SLACK``; never while another process appends
+    (:meth:`~hpkctl.provider.recordlog.AppendLog.compact`).
 
     Upgrade: the ``pods/<uid>.json`` files of an earlier version are read too (``load_all``, and
-    before this process's first save), written into the log and removed. A file counts unless the
+    before this process's first save), appended to the log (flushed) and removed. A file counts unless the
     log was written after it (their mtimes): this version never writes those files, so one still
-    there is either left by a migration cut short (the log, compacted after it, is newer and has its
-    line, or the line's later removal) or written by an earlier version run after this one (newer
-    than any line). A migration that cannot compact (a full disk) raises, before any line is
-    appended: the files stay newer than the log."""
+    there is either left by a migration cut short (the log, appended to after it, is newer and has
+    its line, or the line's later removal) or written by an earlier version run after this one (newer
+    than any line). A migration that cannot append (a full disk) raises before it removes a file."""
 
     def __init__(self, root: Path) -> None:
         self.dir = private_dirs(root)
@@ -203,20 +203,25 @@ class Records:
         self._mlock = threading.Lock()
 
     def _load(self) -> dict[str, PodRecord]:
-        """Read the log (and an earlier version's files, migrated into it); compact it when it has
-        more lines than live records, or files were migrated."""
+        """Read the log, and an earlier version's files, whose newer records are appended to it (flushed)
+        before they are removed; compact the log when it has grown."""
         with self._mlock:
             lines, newer, old, count = _merged(self.dir)
-            if old or count > 2 * len(lines) + COMPACT_SLACK // 8:
-                lines = {uid: line for uid, (_, line) in self.log.compact("uid", merge=newer).items()}
-                for p in old:
-                    p.unlink(missing_ok=True)
+            for line in newer.values():
+                self.log.append(line)
+            if newer:
+                self.log.sync()
+            for p in old:
+                p.unlink(missing_ok=True)
+            if old:
                 try:
                     (self.dir / OLD_DIR).rmdir()
                 except OSError:
                     pass
-            else:
-                self.log.appended = count
+            self.log.appended = count + len(newer)
+            if self.log.appended > 2 * len(lines) + COMPACT_SLACK // 8:
+                live = self.log.compact("uid")
+                lines = lines if live is None else {uid: line for uid, (_, line) in live.items()}
             self._migrated = True
             self._live = set(lines)
             return _records(lines)
@@ -246,8 +251,9 @@ class Records:
 
     def _maybe_compact(self) -> None:
         if self.log.appended > COMPACT_FACTOR * len(self._live) + COMPACT_SLACK:
-            live = self.log.compact("uid")
-            self._live = set(live)
+            live = self.log.compact("uid")  # None: another process appends too; tried again as many lines later
+            if live is not None:
+                self._live = set(live)
 
     def load_all(self) -> dict[str, PodRecord]:
         """Every readable record; unreadable lines (cut short by a crash or a full disk) are skipped,

@@ -160,19 +160,29 @@ def test_compaction_keeps_the_live_records_and_shrinks_the_log(tmp_path: Path, m
     assert [p.name for p in tmp_path.iterdir()] == ["records.log"]
 
 
-def test_a_compaction_by_another_process_loses_none_of_this_ones_lines(tmp_path: Path) -> None:
-    """``hpkctl status`` loads (and may compact) the log while the kubelet appends: the kubelet's open
-    file is renamed over; its next line goes to the new log, not to the file that lost its name."""
+def test_no_process_compacts_the_log_while_another_appends_to_it(tmp_path: Path) -> None:
+    """``hpkctl status`` loads the records while the kubelet appends: it does not compact the log under
+    the kubelet (a line would land in a file already copied); the kubelet does once it alone has the
+    log open, and waits for a later chance while another process appends too. No line is lost."""
     kubelet = Records(tmp_path)
     for i in range(5):
         kubelet.save(_rec(f"u-{i}", SUBMITTING))
         kubelet.save(_rec(f"u-{i}", SUBMITTED, str(i)))
-    other = Records(tmp_path)
-    other.log.compact("uid")
+    status = Records(tmp_path)
+    assert len(status.load_all()) == 5
+    assert status.log.compact("uid") is None
     kubelet.save(_rec("u-9", SUBMITTED, "9"))
     kubelet.remove("u-0")
+    inode = kubelet.log.path.stat().st_ino
+    assert kubelet.log.compact("uid") is not None  # the reader appended nothing: it holds no lock
+    assert kubelet.log.path.stat().st_ino != inode
+    stopper = Records(tmp_path)
+    stopper.save(_rec("u-8", STOPPED, "8"))  # a second process that appends
+    assert kubelet.log.compact("uid") is None
+    kubelet.save(_rec("u-7", SUBMITTED, "7"))
+    stopper.save(_rec("u-6", STOPPED, "6"))
     assert {u: r.job_id for u, r in Records(tmp_path).load_all().items()} == {
-        "u-1": "1", "u-2": "2", "u-3": "3", "u-4": "4", "u-9": "9"}
+        "u-1": "1", "u-2": "2", "u-3": "3", "u-4": "4", "u-6": "6", "u-7": "7", "u-8": "8", "u-9": "9"}
 
 
 def _old_file(node: Path, rec: PodRecord, mtime_ns: int | None = None) -> Path:
