@@ -110,7 +110,8 @@ hpk_array_main() {
   fi
   local pod=${HPK_PODS[i]} attempt=1 rc failed delay=$HPK_RESTART_BACKOFF
   HPK_A_CHILD='' HPK_A_STOPPING=''
-  mkdir -p -- "$HPK_ARRAY_STATUS" || exit 1
+  # the pod's status/ before index.I.attempts: a delete marks it (status/pod.deleting) just before its TERM
+  mkdir -p -- "$HPK_ARRAY_STATUS" "$pod/status" || exit 1
   trap hpk_a_stop TERM INT  # before index.I.attempts: hpkctl's delete sends TERM once that is there
   if [ -e "$HPK_ARRAY_STATUS/job.failed" ]; then
     printf 'hpkctl: the Job has failed already; pod %s does not start\n' "$i" >&2

@@ -452,3 +452,20 @@ def test_a_term_before_the_elements_pod_started_stops_it_before_it_runs(tmp_path
     assert proc.poll() is None  # it lingers for the scancel (TERM no longer trapped)
     proc.terminate()
     assert proc.wait(timeout=20) == -signal.SIGTERM
+
+
+def test_the_pods_status_dir_is_there_once_a_delete_may_mark_it(tmp_path: Path) -> None:
+    """A delete writes ``status/pod.deleting`` into the element's pod, then sends TERM, as soon as
+    ``index.I.attempts`` exists: the pod's ``status/`` must be there by then (hpkctl no longer makes it
+    before submitting). A ``mv`` wrapper records, as each status file is put in place, whether it was."""
+    plan = _fast(_plan(tmp_path, 1, retries=False))
+    plan.pod_dirs = _fake_pods(tmp_path, ["0"])
+    pod_status = Path(plan.pod_dirs[0]) / "status"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mv").write_text(f'#!/bin/sh\n[ -d {pod_status} ] && s=yes || s=no\n'
+                                f'echo "${{3##*/}} $s" >>{tmp_path}/mv.log\nexec /bin/mv "$@"\n')
+    (bin_dir / "mv").chmod(0o755)
+    done = _element(tmp_path, plan, 0)
+    assert isinstance(done, subprocess.CompletedProcess) and done.returncode == 0, done
+    assert "index.0.attempts yes" in (tmp_path / "mv.log").read_text().splitlines()
