@@ -86,6 +86,8 @@ class PilotBook:
         """The needs of the waiting pods, longest waiting first."""
         return [need for uid in self._queue if (need := self.pods[uid].waiting) is not None]
 
-    def first_wakes(self, n: int) -> list[tuple[str, Callable[[str], None]]]:
-        """The ``n`` pods that have waited longest, with their wake-up."""
-        return [(uid, wake) for uid in itertools.islice(self._queue, n) if (wake := self.pods[uid].wake) is not None]
+    def first_waiting(self, scan: int) -> list[tuple[str, Need, Callable[[str], None]]]:
+        """The (at most ``scan``) pods that have waited longest, with their need and wake-up: the caller picks
+        the ones a freed room fits, outside the lock (the pool's own lock is not taken under this one)."""
+        return [(uid, state.waiting, state.wake) for uid in itertools.islice(self._queue, scan)
+                if (state := self.pods[uid]).waiting is not None and state.wake is not None]

@@ -57,6 +57,7 @@ log = logging.getLogger("hpkctl.provider.pilotpod")
 SRUN_EXIT_WAIT = 30.0  # seconds a cancelled step's srun has to end before it is killed
 WAIT_FOR_ROOM = 1.0  # seconds before the pod waiting longest asks create again (an allocation may have started)
 WAIT_BEHIND = 10.0  # seconds before a pod behind it asks again (it is woken when room frees: a fallback)
+WAKE_SCAN = 64  # waiting pods looked at, longest waiting first, for those a freed room fits
 
 
 RUN_OWNER = "run"  # the allocations of this user's ``hpkctl run --pilot`` (a pilot kubelet's: PILOT_OWNER)
@@ -156,6 +157,7 @@ class PilotPodProvider(PilotHolder):
                            warnings=tuple(rendered.warnings))
         try:  # the room is booked: a failure before the step exists gives it back (else it blocks the retry)
             with self._plock:
+                was_head = next(iter(self._book.first_waiting(1)), ("",))[0] == ref.uid
                 self._book.stop_waiting(ref.uid)
             t_place = time.monotonic()
             rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=rendered.plan.pod_dir,
@@ -172,8 +174,10 @@ class PilotPodProvider(PilotHolder):
         threading.Thread(target=self._reap, args=(ref.uid, proc), name=f"pilot-step-{ref.name}", daemon=True).start()
         with self._plock:
             head = self._book.head()
-        if head is not None and self.pool.fits(head[1]):
-            head[2](head[0])  # the pod behind it fits too (an allocation that started has room for several)
+        # the pod behind it: now the longest waiting, it asks each WAIT_FOR_ROOM from its next create on (its
+        # retry was WAIT_BEHIND); or it fits too (an allocation that started has room for several)
+        if head is not None and (was_head or self.pool.fits(head[1])):
+            head[2](head[0])
         t_srun = time.monotonic()
         notes = self._submitted(ref, rec, spot[0])
         # the create path's stages (bench/run pilot's "where the time goes" splits the rest)
@@ -242,8 +246,8 @@ class PilotPodProvider(PilotHolder):
             proc.poll()
         with self._plock:
             self._book.drop(ref.uid)
-        self.pool.done(ref.uid)
-        self._wake(1)
+        if self.pool.done(ref.uid):  # not when a status round or its srun's end freed the room already
+            self._wake(1)
         final = final_report(ref.uid, Path(rec.pod_dir), pod) if report else None
         rec.state, rec.stopped = STOPPED, time.time()
         self._save(rec)
@@ -273,8 +277,8 @@ class PilotPodProvider(PilotHolder):
             lost = lost_step_reports(self.slurm, [r for w in pods if w.ref.uid not in gone
                                                   and (r := self._rec(w.ref.uid)) is not None], self.jobs.jobs)
         for uid in lost:
-            self.pool.done(uid)
-        out, freed = list(lost.values()), freed + len(lost)
+            freed += self.pool.done(uid)  # not a room freed already, or in an allocation that ended
+        out = list(lost.values())
         for report in reports:
             if report.uid in lost:
                 continue
@@ -329,14 +333,17 @@ class PilotPodProvider(PilotHolder):
             log.exception("pilot: refreshing the allocations failed")
 
     def _wake(self, n: int) -> None:
-        """Room for about ``n`` pods was freed: the ``n`` pods that have waited longest are created
-        again now, not after their WAIT_FOR_ROOM (a backlog's pods otherwise ran in waves a second
-        apart: bench/run pilot). One that still finds no room waits again."""
+        """Room for about ``n`` pods was freed: of the pods that have waited longest (the first WAKE_SCAN),
+        the first ``n`` that fit now are created again now, not after their retry (a backlog's pods
+        otherwise ran in waves a second apart: bench/run pilot; and a big pod at the head that does not
+        fit took the one wake-up while a small one behind it that did waited WAIT_BEHIND); when none fits,
+        the longest waiting (the books may be older than the freed room). One that finds no room waits again."""
         if n <= 0:
             return
         with self._plock:
-            wakes = self._book.first_wakes(n)
-        for uid, wake in wakes:
+            waiting = self._book.first_waiting(WAKE_SCAN)
+        fitting = [(uid, wake) for uid, need, wake in waiting if self.pool.fits(need)][:n]
+        for uid, wake in fitting or [(uid, wake) for uid, _, wake in waiting[:1]]:  # none fits: the head looks again
             wake(uid)
 
 

@@ -130,6 +130,9 @@ def test_pilot_pods_waiting_for_room_are_woken_when_a_step_ends(tmp_path: Path) 
             self.freed.append(uid)
             return True  # the step held its room
 
+        def fits(self, need: Any) -> bool:
+            return bool(self.freed)  # the freed room fits any of them
+
         def clock(self) -> float:
             return time.monotonic()
 
@@ -186,6 +189,9 @@ def test_a_pilot_step_that_ends_frees_its_room_and_wakes_a_waiting_pod_without_a
             if held:
                 self.taken = None
             return held
+
+        def fits(self, need: Any) -> bool:
+            return self.taken is None
 
     class Step:  # an srun that runs until the test ends it
         def __init__(self) -> None:

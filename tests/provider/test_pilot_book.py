@@ -14,8 +14,8 @@ def test_the_waiting_pods_come_longest_waiting_first_and_leave_the_queue() -> No
     assert [n.uid for n in book.waiting()] == ["a", "b", "c", "d"] and book.waiting()[1].cpus == 2
     book.stop_waiting("a")  # placed
     book.drop("c")  # deleted
-    assert [uid for uid, _ in book.first_wakes(2)] == ["b", "d"]
-    assert [uid for uid, _ in book.first_wakes(1)] == ["b"]
+    assert [(uid, need.cpus) for uid, need, _ in book.first_waiting(2)] == [("b", 2), ("d", 1)]
+    assert [uid for uid, _, _ in book.first_waiting(1)] == ["b"]
     assert book.wait("a", Need("a", 1, 64), woken.append)  # waits again: last in the queue
     assert [n.uid for n in book.waiting()] == ["b", "d", "a"]
     assert "a" in book.pods and "c" not in book.pods

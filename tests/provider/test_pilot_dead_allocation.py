@@ -258,8 +258,8 @@ def test_the_pod_placed_first_in_an_allocation_that_started_wakes_the_pod_behind
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int) -> None:
     """While an allocation is pending only the pod that waited longest asks again each WAIT_FOR_ROOM
     (the others each WAIT_BEHIND: a backlog of N asked N times a second); once it is placed, the pod
-    behind it is woken at once when it fits too (an allocation that starts has room for several), and
-    not when it does not (its create would find no room)."""
+    behind it is woken at once: it fits too (an allocation that starts has room for several), or, when it
+    does not, it now waits longest and its create (no room) asks again each WAIT_FOR_ROOM, not WAIT_BEHIND."""
     provider, slurm, steps = _provider(tmp_path, monkeypatch)
     monkeypatch.setattr(pilotpod, "WAIT_FOR_ROOM", 0.0)  # each retry asks Slurm (the books are not trusted)
 
@@ -278,9 +278,9 @@ def test_the_pod_placed_first_in_an_allocation_that_started_wakes_the_pod_behind
     assert woken == []
     started.state = "RUNNING"
     assert provider.create(pods[0], PodInputs(ready=woken.append)).outcome is Outcome.SUBMITTED
-    assert woken == (["u-3"] if cpus == 2 else [])
-    assert provider.create(pods[1], PodInputs(ready=woken.append)).outcome is (
-        Outcome.SUBMITTED if cpus == 2 else Outcome.RETRY)
+    assert woken == ["u-3"]
+    again = provider.create(pods[1], PodInputs(ready=woken.append))
+    assert (again.outcome, again.retry_after) == ((Outcome.SUBMITTED, 0.0) if cpus == 2 else (Outcome.RETRY, 0.0))
     assert len(steps) == cpus
     for step in steps:
         step.ended.set()
