@@ -30,6 +30,7 @@ from hpkctl.jobs.info import is_job_id
 from hpkctl.jobs.steps import is_step_id
 from hpkctl.pod.flags import uid_from_comment
 from hpkctl.pod.paths import JOB_ID, PodDir
+from hpkctl.provider.records import PodRecord
 
 log = logging.getLogger("hpkctl.provider.adopt")
 
@@ -160,3 +161,11 @@ class JobFinder:
             if job_id:
                 return FoundJob(job_id, "sacct (its job comment)")
         return None
+
+
+def intent_job(finder: JobFinder, rec: PodRecord, pod: Mapping[str, Any]) -> str:
+    """The job of a record left in ``submitting`` (its ``sbatch`` may have run before the process died):
+    found by the pod's uid as before a submission, else ``""``. A pod deleted while its kubelet was away
+    has only this record: without the lookup its job would run on with nothing naming it."""
+    found = finder.find(uid=rec.uid, pod=pod, pod_dir=Path(rec.pod_dir), fresh=True) if rec.pod_dir else None
+    return found.job_id if found is not None else ""

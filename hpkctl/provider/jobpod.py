@@ -23,13 +23,12 @@ from typing import Any
 
 from hpkctl.errors import HpkError, PodError
 from hpkctl.jobs import JobInfo, Slurm, SlurmTimeout, SubmitError
-from hpkctl.pod import pod_dir_for, render_pod, write_pod_dir
+from hpkctl.pod import RenderedPod, pod_dir_for, render_pod, write_pod_dir
 from hpkctl.pod.lifecycle import stop_wait
-from hpkctl.pod.render import RenderedPod
 from hpkctl.pod.flags import uid_from_comment
 from hpkctl.pod.paths import EXITCODE, JOB_STARTED, POD_DONE, STARTED, PodDir
 from hpkctl.pod.status import PodStatus, container_done
-from hpkctl.provider.adopt import JobFinder, ran_before, terminal_phase
+from hpkctl.provider.adopt import JobFinder, intent_job, ran_before, terminal_phase
 from hpkctl.provider.api import (ContainerRun, Created, Deletion, ExecSession, Failure, ImagePullFailed, Leftover, Note,
                                  Outcome, PodInputs, PodRef, StatusReport, Watched)
 from hpkctl.provider.changes import ChangeLog
@@ -252,6 +251,8 @@ class JobPodProvider:
             self._parked.pop(ref.uid, None)
         rec = self._rec(ref.uid)
         job_id = rec.job_id if rec else ""
+        if rec is not None and rec.state == SUBMITTING and not job_id:  # its sbatch may have run: by uid
+            job_id = rec.job_id = intent_job(self.finder, rec, pod)
         if rec is not None and rec.state == STOPPED:
             return Deletion(done=True, job_id=job_id)
         if rec is not None and rec.is_array and job_id:  # a workload of hpkctl run: its job array

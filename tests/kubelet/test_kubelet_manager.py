@@ -101,6 +101,22 @@ def test_records_without_api_pods_are_stopped_after_the_first_full_list(mgr: Any
     assert m.table.get("gone") is None
 
 
+def test_a_record_left_submitting_whose_pod_was_deleted_meanwhile_has_its_job_found_and_stopped(
+        mgr: Any, tmp_path: Path) -> None:
+    """The kubelet died between its intent and the job id (its sbatch ran), and the pod was deleted while
+    it was away: its job is looked up by the pod's uid and cancelled, not left running unnamed."""
+    m, kube, slurm = mgr
+    m.provider.records.save(PodRecord(uid="gone", namespace="default", name="old", pod_dir=str(tmp_path / "g"),
+                             state=SUBMITTING))
+    slurm.listed = [UserJob("55", "PENDING", "hpk-uid=gone hpk-pod=default/old")]
+    slurm.jobs["55"] = JobInfo(job_id="55", state="PENDING")
+    m.load_records()
+    m.on_sync([])
+    m.sync("gone")
+    assert slurm.cancelled == [("55", None)]  # pending: cancelled at once
+    assert (m.provider.records.load_all()["gone"].state, m.provider.records.load_all()["gone"].job_id) == (STOPPED, "55")
+
+
 def test_submitting_record_with_a_job_found_by_uid_is_adopted(mgr: Any, tmp_path: Path) -> None:
     m, kube, slurm = mgr
     m.provider.records.save(PodRecord(uid="u-1", namespace="default", name="p", pod_dir=str(tmp_path / "d"),
