@@ -236,12 +236,8 @@ class _Tree:
 def _write_at(fd: int | None, rel: str, name: str, data: bytes, mode: int) -> None:
     """``name`` in ``rel`` (from ``fd``) replaced atomically: written beside it, renamed over it."""
     tmp = posixpath.join(rel, f".hpk-tmp-{secrets.token_hex(8)}")
-    out = os.open(tmp, _NEW_FILE, mode, dir_fd=fd)
+    write_new(tmp, data, mode, dir_fd=fd)  # removed again if the write fails
     try:
-        try:
-            _fill(out, data, mode)
-        finally:
-            os.close(out)
         os.rename(tmp, posixpath.join(rel, name), src_dir_fd=fd, dst_dir_fd=fd)
     except BaseException:
         try:
