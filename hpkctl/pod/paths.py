@@ -150,6 +150,36 @@ class PodDir:
         return self.status_file(name).exists()
 
 
+@dataclass(frozen=True)
+class ListedPodDir(PodDir):
+    """A pod directory whose ``status/`` was listed once (:meth:`of`): a status name not in the listing
+    reads as not written, with no ``open``. A status read asks for ~20 names per container, most of
+    them not written (all of them before the job starts, when ``status/`` does not exist yet): each a
+    failed lookup, a metadata round trip on GPFS/Lustre. The reads are of the moment of the listing;
+    a file written after it is read at the next round (its change marker follows it)."""
+
+    names: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, root: Path) -> ListedPodDir:
+        try:
+            return cls(root, frozenset(os.listdir(root / "status")))
+        except (FileNotFoundError, NotADirectoryError):
+            return cls(root)
+
+    def read(self, name: str) -> str | None:
+        return super().read(name) if name in self.names else None
+
+    def read_container(self, container: str, suffix: str) -> str | None:
+        return super().read_container(container, suffix) if f"{container}.{suffix}" in self.names else None
+
+    def read_message(self, container: str, suffix: str = MESSAGE) -> str | None:
+        return super().read_message(container, suffix) if f"{container}.{suffix}" in self.names else None
+
+    def exists(self, name: str) -> bool:
+        return name in self.names
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text().rstrip("\n")

@@ -17,7 +17,7 @@ from typing import Any
 
 from hpkctl.pod import paths as f
 from hpkctl.pod.outcome import STEP_ID, PodOutcome, SlurmFacts, allocation_ended, pod_outcome
-from hpkctl.pod.paths import PodDir, read_int
+from hpkctl.pod.paths import ListedPodDir, PodDir, read_int
 from hpkctl.pod.phase import init_summary, live_phase, main_summary
 
 # Slurm outcomes that explain the end of the pod better than the script could.
@@ -277,7 +277,7 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
     ``containers`` lists (name, is_init) in spec order. ``job`` is Slurm's latest view (``None``
     when Slurm has no record); ``job_known=False`` means Slurm was not asked (files only).
     """
-    pd = PodDir(pod_dir)
+    pd = ListedPodDir.of(pod_dir)  # status/ listed once: names not in it are not opened
     outcome: PodOutcome | None = pod_outcome(job) if job_known else None
     done = read_int(pd.read(f.POD_DONE))
     failed = pd.read(f.POD_FAILED)

@@ -150,3 +150,25 @@ def test_a_job_per_pod_time_limit_is_still_deadline_exceeded(tmp_path: Path) -> 
     files(tmp_path, job__id="7", job__started="t", main__started="t")
     st = read_pod_status(tmp_path, [("main", False)], job("TIMEOUT", exit_code=0, signal=15))
     assert st.reason == "DeadlineExceeded"
+
+
+def test_a_status_read_opens_only_the_status_files_that_are_there(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """status/ is listed once: of the ~20 names per container a read asks for, only those written are
+    opened (before the job starts, when status/ does not exist yet, none), and the status is the same."""
+    opened: list[str] = []
+    real = Path.open
+
+    def counting(self: Path, *a, **k):  # type: ignore[no-untyped-def]
+        opened.append(self.parent.name + "/" + self.name)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "open", counting)
+    st = read_pod_status(tmp_path, CONTAINERS, job("PENDING", reason="Priority"))
+    assert st.phase == "Pending" and [p for p in opened if p.startswith("status/")] == []
+    files(tmp_path, job__started="2026-01-01T00:00:00Z", init__started="t1", init__exitcode="0", main__started="t3")
+    opened.clear()
+    st = read_pod_status(tmp_path, CONTAINERS, job("RUNNING", nodes="n1"))
+    assert [c.state for c in st.containers] == ["terminated", "running"]
+    assert sorted(p for p in opened if p.startswith("status/")) == [
+        "status/init.exitcode", "status/init.started", "status/job.started", "status/main.started"]
