@@ -76,11 +76,7 @@ class PilotBook:
 
     def head(self) -> tuple[str, Need, Callable[[str], None]] | None:
         """The pod that has waited longest, its need and its wake-up (None: none waits, or it has none)."""
-        uid = next(iter(self._queue), None)
-        state = self.pods.get(uid) if uid is not None else None
-        if uid is None or state is None or state.waiting is None or state.wake is None:
-            return None
-        return uid, state.waiting, state.wake
+        return next(iter(self.first_waiting(1)), None)
 
     def waiting(self) -> list[Need]:
         """The needs of the waiting pods, longest waiting first."""

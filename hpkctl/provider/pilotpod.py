@@ -157,7 +157,7 @@ class PilotPodProvider(PilotHolder):
                            warnings=tuple(rendered.warnings))
         try:  # the room is booked: a failure before the step exists gives it back (else it blocks the retry)
             with self._plock:
-                was_head = next(iter(self._book.first_waiting(1)), ("",))[0] == ref.uid
+                was_head = (head := self._book.head()) is not None and head[0] == ref.uid
                 self._book.stop_waiting(ref.uid)
             t_place = time.monotonic()
             rec = PodRecord(uid=ref.uid, namespace=ref.namespace, name=ref.name, pod_dir=rendered.plan.pod_dir,

@@ -243,11 +243,8 @@ class Records:
 
     def _first_use(self) -> None:
         """An earlier version's files are in the log before this process writes a line of its own."""
-        if not self._migrated:
-            with self._mlock:
-                migrated = self._migrated
-            if not migrated:
-                self._load()
+        if not self._migrated:  # load_all at a kubelet's start sets it; a race at first use loads twice, harmlessly
+            self._load()
 
     def _maybe_compact(self) -> None:
         if self.log.appended > COMPACT_FACTOR * len(self._live) + COMPACT_SLACK:
