@@ -14,6 +14,7 @@ from hpkctl.pilot.plan import Held
 from hpkctl.provider import Outcome, PodInputs, PodRef, Watched, pilotpod
 from tests.provider.test_pilot_dead_allocation import ALLOC, Slurm, _provider
 from tests.support.kubelet_fakes import _pod
+from tests.support.waiting import wait_for
 
 
 def test_the_pod_that_becomes_the_longest_waiting_is_woken_to_ask_each_second(tmp_path: Path,
@@ -95,11 +96,10 @@ def test_deleting_a_pod_whose_room_a_round_freed_wakes_again(tmp_path: Path, mon
     (status / "pod.done").write_text("0\n")
     provider.statuses([Watched(PodRef.of(a), a, ALLOC)])
     steps[0].ended.set()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def reaped() -> bool:
         with provider._plock:
-            if "u-1" not in provider._book.pods:
-                break
-        time.sleep(0.01)
+            return "u-1" not in provider._book.pods
+
+    wait_for("the step's thread to reap its srun", reaped, timeout=30, every=0.01)
     provider.delete(PodRef.of(a), grace=0, pod=a)
     assert woken == ["u-2"], "the delete of a pod whose room was freed already woke the waiting pod a second time"
