@@ -50,7 +50,6 @@ def register(sub: Any) -> None:
 def _logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("urllib3").setLevel(logging.WARNING)
 
 
 def _stop_on_signals() -> threading.Event:

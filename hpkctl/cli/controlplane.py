@@ -51,7 +51,6 @@ def cmd_controlplane_run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("urllib3").setLevel(logging.WARNING)
     profile = load_site(site_of(args, announce=True))
     stop = _stop_on_signals()
     scheduler: SchedulerFn | None = None

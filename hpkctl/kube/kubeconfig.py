@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import base64
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -175,6 +176,10 @@ def _with_kubernetes(kubeconfig: str, context: str | None) -> Settings:
     """The ``kubernetes`` package's loader, for what :func:`load` does not read itself."""
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
+
+    # the one user of urllib3 left (an auth-provider's token refresh): its line per connection is not
+    # the daemons' -v log, as it was not when every request went through it
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
 
     cfg = k8s_client.Configuration()
     try:

@@ -1,9 +1,11 @@
 """The pod directory: every path in it, and the status-file protocol, named once.
 
-``<state_dir>/pods/<uid>/`` belongs to one pod. hpkctl writes ``job/`` and ``env/`` before
-submission; the job writes ``status/``, ``logs/``, ``run/``, ``etc/`` and ``tmp/``. Status files are
-text, one value and a trailing newline, written as temp file + ``mv`` so readers never see half a
-value (DEVELOPERS.md lists what each one means). The job (``sbatch/runtime.sh``, and the job
+``<state_dir>/pods/<uid>/`` belongs to one pod. Before submission hpkctl writes ``job/`` and ``env/``,
+``volumes/`` for volumes of files, and makes ``logs/`` empty (Slurm opens ``logs/slurm.out`` before
+the script runs); the job makes ``status/``, ``run/``, ``etc/`` and ``tmp/`` and writes the
+containers' logs into ``logs/`` (``hpkctl.pod.poddir`` says who makes what, and why). Status files
+are text, one value and a trailing newline, written as temp file + ``mv`` so readers never see half
+a value (DEVELOPERS.md lists what each one means). The job (``sbatch/runtime.sh``, and the job
 script's own refusals in ``sbatch/pod.sh.j2``) writes them under the same names;
 tests/pod/test_status_protocol.py checks that writer and reader agree.
 """
@@ -15,8 +17,8 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The pod directory's parts written by a job: a resubmitted pod's are removed (write_pod_dir), so a
-#: new job never inherits another's verdict.
+#: The pod directory's parts an earlier job wrote into (``logs/`` too, though hpkctl makes it): a
+#: resubmitted pod's are removed (write_pod_dir), so a new job never inherits another's verdict.
 JOB_DIRS = ("status", "logs", "run")
 
 # Pod-level status files (status/NAME).

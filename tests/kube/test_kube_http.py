@@ -259,17 +259,22 @@ def test_a_quiet_watch_is_cut_at_once_and_its_connection_never_pooled(kube: Kube
 
 def test_the_kubelet_on_an_hpkctl_kubeconfig_never_imports_kubernetes(
         pki: Pki, server: Server, tmp_path: Path) -> None:
-    """Importing the kubernetes package was 0.2 s of the kubelet's start-up: the daemon's imports and a
-    request on the control plane's kubeconfig load no module of it (a fresh interpreter's sys.modules)."""
+    """Importing the kubernetes package was 0.2 s of the kubelet's start-up: the daemon's imports, its
+    command's logging set-up and a request on the control plane's kubeconfig load no module of it, nor
+    urllib3 or pydantic (which it brings), and leave urllib3's logger alone (a fresh interpreter)."""
     path = kubeconfig(pki, server, tmp_path)
-    code = ("import sys, hpkctl.kubelet.daemon, hpkctl.scheduler.daemon\n"
+    code = ("import logging, sys, hpkctl.kubelet.daemon, hpkctl.scheduler.daemon, hpkctl.cli.controlplane\n"
+            "from hpkctl.cli.cluster import _logging\n"
             "from hpkctl.kube import Kube\n"
+            "_logging(True)\n"
             f"print(Kube({str(path)!r}).get('/ok')['path'])\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'kubernetes', 'urllib3', 'requests'}))\n")
+            "print(sorted({m.split('.')[0] for m in sys.modules}\n"
+            "             & {'kubernetes', 'urllib3', 'requests', 'pydantic', 'pydantic_core'}))\n"
+            "print(sorted(n for n in logging.Logger.manager.loggerDict if n.startswith('urllib3')))\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                        env={"PYTHONPATH": str(REPO)})
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["/ok", "[]"]
+    assert r.stdout.splitlines() == ["/ok", "[]", "[]"]
 
 
 def test_the_server_certificate_is_checked_for_tls_server_name_or_not_at_all_when_told(
