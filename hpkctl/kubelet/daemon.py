@@ -121,7 +121,7 @@ class Kubelet:
                              "the API server's kubelet client certificate)")
         return ca
 
-    def _listener(self) -> tuple[socket.socket, ssl.SSLContext, str, str]:
+    def _listener(self) -> tuple[socket.socket, ssl.SSLContext]:
         """The API's listening socket and TLS settings (its certificate, the cluster CA), made before the
         first pod is taken: a kubelet that cannot serve (a port in use, unreadable TLS files) stops before
         it submits anything."""
@@ -131,16 +131,15 @@ class Kubelet:
         if not cert or not key:
             cert, key = self_signed(self.state_dir / "pki", node_name=self.opts.node_name, addresses=[self.address])
         tls = serving_tls(cert, key, self._client_ca())
-        return listen_socket(self.address, self.opts.port), tls, cert, key
+        return listen_socket(self.address, self.opts.port), tls
 
-    def _serve(self, sock: socket.socket, tls: ssl.SSLContext, cert: str, key: str) -> None:
+    def _serve(self, sock: socket.socket, tls: ssl.SSLContext) -> None:
         from hpkctl.kubelet.server import KubeletServer  # aiohttp: imported while the first pods are submitted
 
         self.server = KubeletServer(self.pods.table, provider=self.provider, node_name=self.opts.node_name,
-                                    host=self.address, port=self.opts.port, cert_file=cert, key_file=key,
-                                    client_ca_file=self._client_ca(), clients=self.profile.kubelet.api_clients,
-                                    review=self.access_review, denied_ttl=self.profile.kubelet.authz_denied_ttl,
-                                    sock=sock, tls=tls)
+                                    host=self.address, port=self.opts.port, tls=tls, sock=sock,
+                                    clients=self.profile.kubelet.api_clients, review=self.access_review,
+                                    denied_ttl=self.profile.kubelet.authz_denied_ttl)
         self.server.start()
         self.node_state.port = self.server.port
 

@@ -50,7 +50,7 @@ from hpkctl.errors import HpkError
 from hpkctl.kubelet import logs, remotecommand
 from hpkctl.kubelet.apistatus import ApiError, status
 from hpkctl.kubelet.authz import DENIED_TTL, Review, authoriser
-from hpkctl.kubelet.certs import cannot_listen, serving_tls
+from hpkctl.kubelet.certs import cannot_listen
 from hpkctl.kubelet.remotecommand import Channels
 from hpkctl.kubelet.stats import CGROUP_ROOT, CpuRates, job_usage, pod_usage
 from hpkctl.kubelet.table import PodTable, Tracked
@@ -104,29 +104,26 @@ class KubeletServer:
 
     ``clients``: the certificate common names served besides ``system:masters`` (the API server's
     kubelet-client identity); ``review``: asks the API server about anyone else (SubjectAccessReview), whose
-    denials are kept ``denied_ttl`` seconds; ``sock`` and ``tls``: a listening socket and TLS settings
-    made beforehand (the kubelet's, before it takes a pod). ``cgroup_root`` and ``follow_poll`` exist
-    for tests."""
+    denials are kept ``denied_ttl`` seconds; ``tls``: the serving certificate and the client CA
+    (``hpkctl.kubelet.certs.serving_tls``, loaded by the caller: the kubelet does it before it takes a
+    pod, so unreadable TLS files stop it before any submission); ``sock``: a listening socket made
+    beforehand (else one on ``host:port`` at start). ``cgroup_root`` and ``follow_poll`` exist for tests."""
 
-    def __init__(self, table: PodTable, *, provider: PodProvider, node_name: str, host: str, port: int, cert_file: str,
-                 key_file: str, client_ca_file: str, clients: Collection[str] = (API_CLIENT,),
+    def __init__(self, table: PodTable, *, provider: PodProvider, node_name: str, host: str, port: int,
+                 tls: ssl.SSLContext, clients: Collection[str] = (API_CLIENT,),
                  review: Review | None = None, denied_ttl: float = DENIED_TTL, cgroup_root: Path = CGROUP_ROOT,
-                 follow_poll: float = logs.FOLLOW_POLL, sock: socket.socket | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 follow_poll: float = logs.FOLLOW_POLL, sock: socket.socket | None = None) -> None:
         self.table = table
         self.provider = provider
         self.node_name = node_name
         self.host = host
         self.port = port
-        self.cert_file = cert_file
-        self.key_file = key_file
-        self.client_ca_file = client_ca_file
         self.clients = tuple(clients)
         self.review = review
         self.denied_ttl = denied_ttl
         self.cgroup_root = cgroup_root
         self.follow_poll = follow_poll
-        self.sock, self.tls = sock, tls  # made beforehand (hpkctl.kubelet.certs), or here at start
+        self.sock, self.tls = sock, tls
         self.started_at = _now()
         self._rates = CpuRates()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -136,12 +133,8 @@ class KubeletServer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def ssl_context(self) -> ssl.SSLContext:
-        """Server certificate, and client certificates required from the cluster CA."""
-        return self.tls or serving_tls(self.cert_file, self.key_file, self.client_ca_file)
-
     def start(self) -> None:
-        ctx = self.ssl_context()
+        ctx = self.tls
         loop = asyncio.new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="kubelet-api", daemon=True)

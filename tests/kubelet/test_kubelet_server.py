@@ -25,6 +25,7 @@ import requests
 from ci.standin.kubeapi.certs import Pki
 from hpkctl.jobs import Slurm
 from hpkctl.kubelet import logs
+from hpkctl.kubelet.certs import serving_tls
 from hpkctl.kubelet.logs import rfc3339nano, tail_offset
 from hpkctl.kubelet.server import KubeletServer
 from hpkctl.kubelet.stats import JobUsage, job_usage
@@ -50,6 +51,10 @@ class Certs:
     stranger: tuple[str, str]  # signed by another CA
     scheduler: tuple[str, str]  # the cluster CA's, but not the API server's kubelet client
     admin: tuple[str, str]  # the cluster CA's, group system:masters
+
+    def tls(self) -> ssl.SSLContext:
+        """The server's TLS settings, as the kubelet loads them before it starts the server."""
+        return serving_tls(self.server[0], self.server[1], self.ca)
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +147,8 @@ class Served:
 def served(certs: Certs, tmp_path: Path) -> Iterator[Served]:
     table = PodTable()
     provider = provider_at(tmp_path)
-    server = KubeletServer(table, provider=provider, node_name="hpk", host="127.0.0.1", port=0, cert_file=certs.server[0],
-                           key_file=certs.server[1], client_ca_file=certs.ca, cgroup_root=tmp_path / "cgroup",
+    server = KubeletServer(table, provider=provider, node_name="hpk", host="127.0.0.1", port=0, tls=certs.tls(),
+                           cgroup_root=tmp_path / "cgroup",
                            follow_poll=0.05)
     server.start()
     try:
@@ -174,7 +179,7 @@ def test_anyone_else_is_asked_about_once_per_cache_time(certs: Certs, tmp_path: 
         return sub == "stats"
 
     server = KubeletServer(PodTable(), provider=provider_at(tmp_path), node_name="hpk", host="127.0.0.1", port=0,
-                           cert_file=certs.server[0], key_file=certs.server[1], client_ca_file=certs.ca,
+                           tls=certs.tls(),
                            review=review, cgroup_root=tmp_path / "cgroup")
     server.start()
     try:
@@ -233,17 +238,15 @@ def test_only_clients_with_a_certificate_of_the_cluster_ca_get_in(served: Served
         requests.get(served.url + "/healthz", cert=served.certs.stranger, verify=served.certs.ca, timeout=20)
 
 
-def test_start_refuses_unreadable_tls_files(certs: Certs, tmp_path: Path) -> None:
-    server = KubeletServer(PodTable(), provider=provider_at(tmp_path), node_name="hpk", host="127.0.0.1", port=0,
-                           cert_file=str(tmp_path / "missing.crt"), key_file=certs.server[1], client_ca_file=certs.ca)
+def test_unreadable_tls_files_are_refused_before_a_server_is_made(certs: Certs, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="cannot load its TLS files") as e:
-        server.start()
+        serving_tls(str(tmp_path / "missing.crt"), certs.server[1], certs.ca)
     assert "missing.crt" in str(e.value)
 
 
 def test_start_refuses_a_port_in_use(served: Served, certs: Certs) -> None:
     second = KubeletServer(PodTable(), provider=served.provider, node_name="hpk", host="127.0.0.1", port=served.server.port,
-                           cert_file=certs.server[0], key_file=certs.server[1], client_ca_file=certs.ca)
+                           tls=certs.tls())
     with pytest.raises(Exception, match=f"cannot listen on 127.0.0.1:{served.server.port}"):
         second.start()
     assert served.get("/healthz").text == "ok"  # the first one is not disturbed
@@ -458,7 +461,7 @@ def test_stop_ends_open_follows(certs: Certs, tmp_path: Path) -> None:
     table = PodTable()
     provider = provider_at(tmp_path)
     server = KubeletServer(table, provider=provider, node_name="hpk", host="127.0.0.1", port=0,
-                           cert_file=certs.server[0], key_file=certs.server[1], client_ca_file=certs.ca,
+                           tls=certs.tls(),
                            follow_poll=0.05)
     server.start()
     served = Served(server, table, tmp_path, certs, provider)

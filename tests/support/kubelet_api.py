@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from hpkctl.jobs import Slurm
+from hpkctl.kubelet.certs import serving_tls
 from hpkctl.kubelet.server import KubeletServer
 from hpkctl.kubelet.table import PodTable, Tracked
 from hpkctl.pod import paths as f
@@ -60,7 +61,7 @@ def main(argv: list[str]) -> int:
             table.put(tracked(d, provider.records))
         provider.leftovers()  # the provider reads the records
         server = KubeletServer(table, provider=provider, node_name="hpk", host="127.0.0.1", port=0,
-                               cert_file=args.cert, key_file=args.key, client_ca_file=args.ca)
+                               tls=serving_tls(args.cert, args.key, args.ca))
         server.start()
         print(server.port, flush=True)
         sys.stdin.read()
