@@ -95,26 +95,39 @@ def write_new(path: str, data: bytes, mode: int, *, dir_fd: int | None = None) -
     a symlink too) with ``data`` and ``mode``: one ``open``, and an ``fchmod`` only where the umask
     narrowed the mode. Not atomic: a reader may see it empty, then whole (one ``write`` of ``data``);
     a file a write failed half-way is removed again."""
+    fill_new(path, create_new(path, mode, dir_fd=dir_fd), data, dir_fd=dir_fd)
+
+
+def create_new(path: str, mode: int, *, dir_fd: int | None = None) -> int:
+    """``path`` created empty with ``mode`` as :func:`write_new` does; its descriptor, for :func:`fill_new`."""
     out = os.open(path, _NEW_FILE, mode, dir_fd=dir_fd)
+    if _narrowed(mode):
+        try:
+            os.fchmod(out, mode)  # the umask narrowed the mode os.open gave it
+        except BaseException:
+            fill_new(path, out, None, dir_fd=dir_fd)
+            raise
+    return out
+
+
+def fill_new(path: str, out: int, data: bytes | None, *, dir_fd: int | None = None) -> None:
+    """Write ``data`` into the file :func:`create_new` made and close it; with ``None``, or when the write
+    fails, the file is removed again."""
+    filled = False
     try:
         try:
-            _fill(out, data, mode)
+            view = memoryview(data or b"")
+            while view:
+                view = view[os.write(out, view):]
         finally:
             os.close(out)
-    except BaseException:
-        try:
-            os.unlink(path, dir_fd=dir_fd)
-        except OSError:
-            pass
-        raise
-
-
-def _fill(out: int, data: bytes, mode: int) -> None:
-    if _narrowed(mode):
-        os.fchmod(out, mode)  # the umask narrowed the mode os.open gave it
-    view = memoryview(data)
-    while view:
-        view = view[os.write(out, view):]
+        filled = data is not None
+    finally:
+        if not filled:
+            try:
+                os.unlink(path, dir_fd=dir_fd)
+            except OSError:
+                pass
 
 
 def _relative(root: Path, rel: str) -> tuple[str, ...]:

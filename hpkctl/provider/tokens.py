@@ -3,8 +3,9 @@ a token is re-requested once 80 % of its lifetime has passed and written in plac
 (a new file renamed over it, in the volume's directory that the container has bound, so a reader
 sees the old token or the new one, never half of one).
 
-A token's first write is one ``open`` of its name (``O_CREAT|O_EXCL``, no link followed) and one
-``write`` into the volume's directory that ``write_pod_dir`` made, no temporary file, ``rename`` or
+A token's first write is one ``open`` of its name (``O_CREAT|O_EXCL``, no link followed; before the
+TokenRequest, so a directory that is gone costs no request) and one ``write`` into the volume's
+directory that ``write_pod_dir`` made, no temporary file, ``rename`` or
 ``stat``s (every one a metadata round trip on GPFS/Lustre): no older token is there for anyone to
 read, and the job's ``hpk_wait_token`` waits for a non-empty file, which one ``write`` of at most a
 page fills at once (a file system shows its size grow page by page); a longer token, and every
@@ -19,19 +20,23 @@ pod's first container, as a kubelet mounts every volume first; the kubelet write
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import posixpath
 import stat
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hpkctl.files import write_atomic
 from hpkctl.pod.objects import ObjectSource
-from hpkctl.pod.poddir import write_new
+from hpkctl.pod.poddir import create_new, fill_new, write_new
 
 if TYPE_CHECKING:
     from hpkctl.provider.api import PodInputs
+
+log = logging.getLogger(__name__)
 
 REFRESH_AT = 0.8
 #: A token up to this long is written by one ``write`` (a page: seen empty or whole by a reader).
@@ -101,16 +106,50 @@ def _default_mode(pod: Mapping[str, Any], volume: str) -> int:
 
 def refresh(objects: TokenSource, pod: Mapping[str, Any], pod_dir: Path) -> int:
     """Request each token (again) and write its file: the first time right after sbatch (the job waits
-    for it) created in place, then atomically in place of the old one; the number written. A token
-    whose volume directory is gone is not written. Raises the API's errors."""
+    for it) created in place, then atomically in place of the old one; the number written. Raises the
+    API's errors.
+
+    The file is created (empty: the job waits for a non-empty one) BEFORE its TokenRequest, which is
+    how a token whose directory is gone (the pod directory removed by hand) costs no request, and a
+    first write is still its one ``open``; a renewal finds its file there. A file made for a request
+    that failed, or gave no token, is removed again."""
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
     sa = (pod.get("spec") or {}).get("serviceAccountName") or "default"
     done = 0
     for rel, audience, exp in token_files(pod):
-        token = objects.service_account_token(ns, sa, audience=audience, expiration_seconds=exp)
-        if token is not None and write_token(pod_dir / rel, token, _default_mode(pod, rel.split("/")[1])):
-            done += 1
+        path, mode = pod_dir / rel, _default_mode(pod, rel.split("/")[1])
+        try:
+            new: int | None = create_new(str(path), mode)
+        except FileExistsError:
+            new = None  # a renewal
+        except (FileNotFoundError, NotADirectoryError):
+            _gone(pod_dir, path)
+            continue
+        token, written = None, False
+        try:
+            token = objects.service_account_token(ns, sa, audience=audience, expiration_seconds=exp)
+        finally:
+            if new is not None:  # one write of a short token; a longer one beside and renamed (write_token)
+                short = token if token is not None and len(token) <= ONE_WRITE else None
+                fill_new(str(path), new, short)
+                written = short is not None
+        if not written and token is not None:
+            written = write_token(path, token, mode)
+        done += written
     return done
+
+
+_gone_said: set[str] = set()  # the pod directories whose missing tokens were logged (once each)
+_gone_lock = threading.Lock()
+
+
+def _gone(pod_dir: Path, path: Path) -> None:
+    with _gone_lock:
+        if str(pod_dir) in _gone_said:
+            return
+        _gone_said.add(str(pod_dir))
+    log.warning("%s: not there (the pod directory was removed?): the pod's service account token is not "
+                "requested while it is missing", path.parent)
 
 
 def write_token(path: Path, token: bytes, mode: int) -> bool:

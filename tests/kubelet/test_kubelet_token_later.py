@@ -48,7 +48,7 @@ class TokenKube(FakeKube):
 
 def _written(path: Path) -> bool:
     """What the job's hpk_wait_token waits for: the file there and not empty (its first write is in
-    place, one write: a reader may see it empty first)."""
+    place, made empty before the TokenRequest and filled by one write)."""
     try:
         return path.stat().st_size > 0
     except FileNotFoundError:
@@ -86,7 +86,7 @@ def test_the_job_is_submitted_while_its_token_request_is_still_unanswered(setup:
     assert f'hpk_wait_token "$HPK_POD_DIR"/{TOKEN}\n' in script
     setup = script[script.index("\nhpk_pod_setup() {"):]
     assert f'hpk_wait_token "$HPK_POD_DIR"/{TOKEN}' in setup[:setup.index("\n}")]  # before the containers start
-    assert not (pod_dir / TOKEN).exists()
+    assert not _written(pod_dir / TOKEN)
     assert (pod_dir / "volumes/kube-api-access-x/ca.crt").read_text() == "CA"
     kube.gate.set()
     wait_for("the token written after sbatch", lambda: _written(pod_dir / TOKEN), timeout=30)
@@ -111,7 +111,7 @@ def test_a_failed_token_request_is_a_failed_mount_warning_and_is_tried_again(set
     assert ev["type"] == "Warning"
     assert ev["message"].startswith('MountVolume.SetUp failed for volume "kube-api-access-x" : failed to fetch token:')
     assert "no relationship found" in ev["message"]
-    assert not (pod_dir / TOKEN).exists()
+    assert not _written(pod_dir / TOKEN)
     kube.refuse = None
     # the pod is queued again after its back-off; its worker writes the token then
     wait_for("the token written by the retry", lambda: m.queue.drain() >= 0 and _written(pod_dir / TOKEN),
@@ -127,7 +127,7 @@ def test_a_kubelet_killed_before_it_wrote_the_token_writes_it_at_its_first_sync(
     m, kube, slurm, pod_dir = setup
     m.on_event("ADDED", _token_pod())
     m.queue.drain()  # submitted; the TokenRequest is held by the closed gate: no token yet
-    assert slurm.submitted == 1 and not (pod_dir / TOKEN).exists()
+    assert slurm.submitted == 1 and not _written(pod_dir / TOKEN)
     profile = m.profile
     m.token_writer.close()
     kube2 = TokenKube()
