@@ -119,8 +119,12 @@ hpk_fail() {
 hpk_memory_dir() {
   local parent own=0 template
   parent="$HPK_MEMORY_ROOT/hpk-$EUID"
-  [ -d "$parent" ] || mkdir -m 0700 -- "$parent" 2>/dev/null
-  hpk_own_dir "$parent" && own=1
+  if [ -n "${HPK_NODE_KNOWN:-}" ]; then  # pilot mode: checked by an earlier step (hpk_node_facts)
+    own=1
+  else
+    [ -d "$parent" ] || mkdir -m 0700 -- "$parent" 2>/dev/null
+    hpk_own_dir "$parent" && own=1 && hpk_node_record "$parent"
+  fi
   # In its own 0700 directory nobody else can make a name: the pod's directory is named after the pod
   # and this shell, made with its .dev-shm by one mkdir (which fails if the name is taken: then, and
   # where the parent is not this user's own, mktemp's random name). A process fewer before the first
@@ -136,6 +140,33 @@ hpk_memory_dir() {
   export HPK_MEMORY_REAL
   ln -sfn -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_DIR" \
     || hpk_fail MemoryDirRefused "cannot prepare the pod's memory directory $HPK_MEMORY_REAL"
+}
+
+# Pilot mode: every step of an allocation on a node finds the same node, so the first one records
+# what it learnt there with processes (the node's address: hostname -I; that the memory directory's
+# parent is this user's own 0700 directory: stat) in that directory's .pilot-node ("JOB NODE IP ."),
+# and the later ones read it with bash's read (two processes fewer at each pod's start). It is
+# trusted only for this allocation and node, and only in a directory of this user's (-O, not a
+# link: nobody else can write in it); anything else (another allocation's, half written) is done again.
+# hpk_node_facts: HPK_NODE_IP (hostname -I's first address, or empty), HPK_NODE_KNOWN=1 when read there.
+hpk_node_facts() {
+  local parent="$HPK_MEMORY_ROOT/hpk-$EUID" job node ip end
+  HPK_NODE_KNOWN=''
+  if [ -n "${HPK_PILOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ] && [ ! -L "$parent" ] && [ -O "$parent" ] \
+    && { read -r job node ip end <"$parent/.pilot-node"; } 2>/dev/null && [ "$end" = . ] \
+    && [ "$job" = "$SLURM_JOB_ID" ] && [ "$node" = "${SLURMD_NODENAME:--}" ]; then
+    HPK_NODE_IP=${ip#-} HPK_NODE_KNOWN=1
+    return 0
+  fi
+  HPK_NODE_IP=$(exec hostname -I 2>/dev/null)
+  HPK_NODE_IP=${HPK_NODE_IP%% *}  # the first address (no cut: a process fewer on the way to the container)
+}
+
+# hpk_node_record PARENT: pilot mode: what hpk_node_facts reads, once PARENT passed its check.
+hpk_node_record() {
+  [ -n "${HPK_PILOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ] || return 0
+  { printf '%s %s %s .\n' "$SLURM_JOB_ID" "${SLURMD_NODENAME:--}" "${HPK_NODE_IP:--}" >"$1/.pilot-node"; } 2>/dev/null
+  return 0
 }
 
 # hpk_own_dir DIR: DIR is a directory (not a link) of this user's with mode 0700; else it says so.
@@ -1056,8 +1087,8 @@ hpk_host_part() {
   # pilot mode: the Slurm node(s) hpkctl placed the pod on (an MPI pod's ranks: all of them), which a
   # restarted kubelet books it on again; several Slurm nodes may share one host
   [ -z "${HPK_PILOT:-}" ] || short=${HPK_RANKS_NODES:-${SLURMD_NODENAME:-$short}}
-  HPK_HOST_IP=$(exec hostname -I 2>/dev/null)
-  HPK_HOST_IP=${HPK_HOST_IP%% *}  # the first address (no cut: a process fewer on the way to the container)
+  hpk_node_facts
+  HPK_HOST_IP=$HPK_NODE_IP
   export HPK_HOST_IP
   hpk_clock now
   # the job's facts in one write (pilot mode: job.id is JOB.STEP); on the node's network the pod's
