@@ -1112,6 +1112,37 @@ hpk_host_part() {
   fi
 }
 
+# "job.sh pod-part" is how the parent container runs the pod part; "job.sh exec" is below.
+hpk_main() {
+  case ${1:-} in
+    pod-part)
+      HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
+      HPK_POD_IP=''  # the parent container's own address, asked for in hpk_pod_part
+      hpk_pod_part ;;
+    exec)
+      shift
+      trap - TERM INT  # kubectl exec's step: a TERM ends it, no stop sequence
+      [ -z "${HPK_TERM_EARLY:-}" ] || exit 143
+      hpk_exec "$@" ;;
+    *)
+      hpk_host_part ;;
+  esac
+}
+
+# hpk_has_probes: a container of the pod has probes (its function FN_probes, from the job script).
+hpk_has_probes() {
+  local i
+  for ((i = 2; i < ${#HPK_INIT[@]}; i += 3)); do declare -F "${HPK_INIT[i]}_probes" >/dev/null && return 0; done
+  for ((i = 2; i < ${#HPK_MAIN[@]}; i += 3)); do declare -F "${HPK_MAIN[i]}_probes" >/dev/null && return 0; done
+  return 1
+}
+
+# ==== below: the parts only some pods use, read only by those ===============================
+# Bash parses what it sources, and most pods use neither probes nor exec: sourcing ends here
+# (return: the lines below are not even parsed, ~1 ms of every pod's start) unless this is "job.sh
+# exec" or a container has probes. An MPI rank (HPK_MPI_ENV) needs nothing below either.
+[ "${1:-}" = exec ] || hpk_has_probes || return 0
+
 # ==== probes: startupProbe, livenessProbe, readinessProbe ==================================
 # <function>_probes (in the job script) sets probe_KIND=(initialDelaySeconds periodSeconds
 # timeoutSeconds successThreshold failureThreshold GRACE HANDLER ARGS...) for each probe and calls
@@ -1406,21 +1437,4 @@ hpk_exec() {
 # hpk_exec_secrets: hpk_load_secrets for exec, whose failure must not mark the pod failed.
 hpk_exec_secrets() {
   hpk_read_secrets || hpk_exec_fail "cannot read $HPK_POD_DIR/env/secrets"
-}
-
-# "job.sh pod-part" is how the parent container runs the pod part; "job.sh exec" is above.
-hpk_main() {
-  case ${1:-} in
-    pod-part)
-      HPK_APPTAINER=${HPK_PARENT_APPTAINER:-$HPK_APPTAINER}
-      HPK_POD_IP=''  # the parent container's own address, asked for in hpk_pod_part
-      hpk_pod_part ;;
-    exec)
-      shift
-      trap - TERM INT  # kubectl exec's step: a TERM ends it, no stop sequence
-      [ -z "${HPK_TERM_EARLY:-}" ] || exit 143
-      hpk_exec "$@" ;;
-    *)
-      hpk_host_part ;;
-  esac
 }
