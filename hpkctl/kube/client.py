@@ -21,7 +21,7 @@ from urllib.parse import quote, urlencode
 
 from hpkctl.errors import HpkError
 from hpkctl.kube import kubeconfig
-from hpkctl.kube.http import Response, Transport
+from hpkctl.kube.http import Cut, Response, Transport
 
 Timeout = tuple[float, float]
 DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)
@@ -108,7 +108,7 @@ class Kube:
 
     # ------------------------------------------------------------------ requests
     def _send(self, method: str, path: str, *, query: Sequence[tuple[str, Any]] | Mapping[str, Any] | None,
-              body: Any, content_type: str | None, timeout: Timeout | float) -> Response:
+              body: Any, content_type: str | None, timeout: Timeout | float, cut: Cut | None = None) -> Response:
         items = list(query.items()) if isinstance(query, Mapping) else list(query or [])
         headers: dict[str, str] = {"Accept": "application/json", "User-Agent": "hpkctl"}
         data: bytes | None = None
@@ -124,7 +124,7 @@ class Kube:
         if items:
             url += "?" + urlencode([(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in items])
         try:
-            return self._http.open(method, url, headers, data, timeout)
+            return self._http.open(method, url, headers, data, timeout, cut)
         except (OSError, http.client.HTTPException) as exc:
             raise KubeUnavailable(f"{method} {path}: {str(exc) or type(exc).__name__}") from exc
 

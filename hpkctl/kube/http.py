@@ -16,7 +16,9 @@ decides, reading the object back where it matters), so nothing is ever created o
 from __future__ import annotations
 
 import base64
+import errno
 import http.client
+import os
 import select
 import socket
 import ssl
@@ -28,14 +30,66 @@ Timeout = tuple[float, float] | float
 SAFE = frozenset({"GET", "HEAD"})
 
 
+class Cut:
+    """Lets another thread end one request at any moment (:meth:`cut`): connecting, in the TLS
+    handshake or a proxy's CONNECT, waiting for the answer's headers or reading its body.
+
+    It holds a duplicate of the request's socket from before its ``connect``: shutting a socket down
+    wakes a thread blocked in ``connect`` (Linux aborts it), ``recv`` or ``poll`` on it at once, and the
+    duplicate is still this connection's when the TLS layer has swapped the socket object. Only the
+    DNS lookup before the socket exists cannot be cut. :meth:`release` once the request is over."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._dup: socket.socket | None = None
+        self._cancelled = False
+
+    def attach(self, sock: socket.socket) -> None:
+        """``sock`` (a TLS one too) is the request's from now on; raises if cut already."""
+        dup = socket.fromfd(sock.fileno(), sock.family, sock.type)  # SSLSocket has no dup()
+        unused: socket.socket | None = dup
+        with self._lock:
+            if not self._cancelled:
+                unused, self._dup = self._dup, dup  # an earlier attempt's is closed
+        if unused is not None:
+            unused.close()
+        if self._cancelled:
+            raise ConnectionAbortedError("the request was cancelled")
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            if self._dup is not None:
+                self._shut(self._dup)
+
+    def release(self) -> None:
+        with self._lock:
+            dup, self._dup = self._dup, None
+        if dup is not None:
+            dup.close()
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # not connected yet on a system that refuses, or closed: the caller's read ends anyway
+
+
 class Conn(http.client.HTTPConnection):
-    """One connection to the server (TLS when the server is ``https``); ``tls`` wraps the socket."""
+    """One connection to the server (TLS when the server is ``https``); ``tls`` wraps the socket. With
+    ``cut``, its socket is shown to it before it connects."""
 
     def __init__(self, host: str, port: int, *, tls: ssl.SSLContext | None, server_name: str | None,
-                 connect_timeout: float) -> None:
+                 connect_timeout: float, cut: Cut | None = None) -> None:
         super().__init__(host, port, timeout=connect_timeout)
         self.tls = tls
         self.server_name = server_name or host
+        if cut is not None:
+            self._create_connection = lambda address, timeout, source: _connect(address, timeout, cut)
 
     def connect(self) -> None:
         super().connect()  # TCP_NODELAY, and the proxy's CONNECT when tunnelled
@@ -54,6 +108,37 @@ class Conn(http.client.HTTPConnection):
         return bool(p.poll(0))
 
 
+def _connect(address: tuple[str, int], timeout: float, cut: Cut) -> socket.socket:
+    """``socket.create_connection`` whose socket ``cut`` holds before ``connect``, each address in turn.
+    The connect is started non-blocking, then waited for unless cut: a cut before the start is seen
+    then, one after it aborts the connect under the wait."""
+    error: OSError | None = None
+    for family, kind, proto, _name, sockaddr in socket.getaddrinfo(*address, 0, socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            cut.attach(sock)
+            sock.setblocking(False)
+            err = sock.connect_ex(sockaddr)
+            if err == errno.EINPROGRESS and not cut.cancelled():
+                p = select.poll()
+                p.register(sock, select.POLLOUT)
+                if not p.poll(timeout * 1000):
+                    raise TimeoutError(f"connect to {address[0]}:{address[1]} timed out after {timeout:g} s")
+                err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if cut.cancelled():
+                raise ConnectionAbortedError("the request was cancelled")
+            if err:
+                raise OSError(err, os.strerror(err))
+            sock.settimeout(timeout)
+            return sock
+        except OSError as e:
+            sock.close()
+            if cut.cancelled():
+                raise
+            error = e
+    raise error or OSError(f"{address[0]}: no address to connect to")
+
+
 class Response:
     """One answer and the connection it came on, which goes back to the pool only when fully read."""
 
@@ -61,7 +146,6 @@ class Response:
         self._transport = transport
         self._conn = conn
         self._resp = resp
-        self._sock = conn.sock
         self._done = False  # the connection was pooled or closed: not this answer's any more
         self.status = resp.status
         self.reason = resp.reason
@@ -89,15 +173,6 @@ class Response:
             self._transport.put(self._conn)
         else:
             self._conn.close()
-
-    def shutdown(self) -> None:
-        """Cut the socket under a reader blocked in another thread (it wakes at once to an end or error)."""
-        if self._sock is not None:
-            try:
-                # the plain socket's shutdown: ssl's own drops its TLS object under the reader
-                socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed
 
     def close(self) -> None:
         """Close the connection (never pooled): a watch, or an answer left unread. No-op once released."""
@@ -139,13 +214,13 @@ class Transport:
         self._idle: list[Conn] = []
         self._lock = threading.Lock()
 
-    def _new(self, connect_timeout: float) -> Conn:
+    def _new(self, connect_timeout: float, cut: Cut | None) -> Conn:
         if self._proxy is None:
             return Conn(self._host, self._port, tls=self._tls, server_name=self._server_name,
-                        connect_timeout=connect_timeout)
+                        connect_timeout=connect_timeout, cut=cut)
         p = self._proxy
         conn = Conn(p.hostname or "", p.port or 80, tls=self._tls, server_name=self._server_name or self._host,
-                    connect_timeout=connect_timeout)
+                    connect_timeout=connect_timeout, cut=cut)
         headers = {}
         if p.username is not None:
             cred = f"{unquote(p.username)}:{unquote(p.password or '')}".encode()
@@ -178,22 +253,26 @@ class Transport:
             conn.close()
 
     def open(self, method: str, url: str, headers: dict[str, str], body: bytes | None,
-             timeout: Timeout) -> Response:
+             timeout: Timeout, cut: Cut | None = None) -> Response:
         """Send one request and read its status line and headers; the body is the caller's to read.
+        ``cut`` lets another thread end it at any moment (its caller releases it after).
 
-        Raises OSError (refused, reset, timed out, TLS) or http.client.HTTPException (garbled answer).
+        Raises OSError (refused, reset, timed out, TLS, cut) or http.client.HTTPException (garbled answer).
         """
         connect_timeout, read_timeout = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         conn = self._take()
         while True:
             reused = conn is not None
-            if conn is None:
-                conn = self._new(connect_timeout)
-                try:
+            try:
+                if conn is None:
+                    conn = self._new(connect_timeout, cut)
                     conn.connect()
-                except BaseException:
+                elif cut is not None:
+                    cut.attach(conn.sock)
+            except BaseException:
+                if conn is not None:
                     conn.close()
-                    raise
+                raise
             assert conn.sock is not None
             conn.sock.settimeout(read_timeout)
             sent = False

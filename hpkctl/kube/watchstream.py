@@ -10,23 +10,25 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
 from collections.abc import Generator, Sequence
 from typing import Any
 
 from hpkctl.kube.client import Kube, KubeUnavailable
-from hpkctl.kube.http import Response
+from hpkctl.kube.http import Cut
 
 #: A Kubernetes object or watch event as decoded JSON.
 Obj = dict[str, Any]
 
 
 class WatchStream:
-    """One watch request whose blocking read another thread can end (:meth:`cancel`).
+    """One watch request that another thread can end at any moment (:meth:`cancel`).
 
     :meth:`Kube.stream` cannot be interrupted: a quiet watch blocks in ``recv`` until the server
-    writes or the read timeout passes. Shutting the socket's read side wakes that ``recv`` at once,
-    which is what lets a daemon stop promptly on SIGTERM.
+    writes or the read timeout passes, and a stuck server (one that accepts and never answers, or
+    never accepts) holds a request for its connect timeout plus its read timeout. Shutting the
+    request's socket down (:class:`~hpkctl.kube.http.Cut`) wakes it at once wherever it is: connecting,
+    in the TLS handshake, waiting for the headers or reading events. That is what lets a daemon stop
+    promptly on SIGTERM.
     """
 
     def __init__(self, kube: Kube, path: str, query: Sequence[tuple[str, Any]], *, read_timeout: float,
@@ -35,44 +37,43 @@ class WatchStream:
         self._path = path
         self._query = list(query)
         self._timeout = (connect_timeout, read_timeout)
-        self._lock = threading.Lock()
-        self._resp: Response | None = None
-        self._cancelled = False
+        self._cut = Cut()
 
     def cancel(self) -> None:
-        with self._lock:
-            self._cancelled = True
-            resp = self._resp
-        if resp is not None:
-            resp.shutdown()  # the socket's, not the TLS layer's: safe under a reader in another thread
+        """End the watch now: :meth:`events` returns (no error), whatever it was doing."""
+        self._cut.cut()
 
     def events(self) -> Generator[Obj, None, None]:
-        resp = self._kube._send("GET", self._path, query=self._query, body=None, content_type=None,
-                                timeout=self._timeout)
-        with self._lock:
-            self._resp = resp
-            cancelled = self._cancelled
+        cut = self._cut
         try:
-            if cancelled:
+            if cut.cancelled():
                 return
-            if resp.status >= 400:
-                raise Kube._error(resp, "GET", self._path)
-            buf = b""
-            while chunk := resp.read1(64 * 1024):  # what has come, not a full 64 KiB: events as they arrive
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        yield _decode(line)
-            if buf.strip():
-                yield _decode(buf)
-        except (http.client.HTTPException, OSError, ValueError) as exc:  # ValueError: read after a cut
-            if not self._cancelled:
-                raise KubeUnavailable(f"watch {self._path}: {exc}") from exc
+            try:
+                resp = self._kube._send("GET", self._path, query=self._query, body=None, content_type=None,
+                                        timeout=self._timeout, cut=cut)
+            except KubeUnavailable:
+                if cut.cancelled():
+                    return
+                raise
+            try:
+                if resp.status >= 400:
+                    raise Kube._error(resp, "GET", self._path)
+                buf = b""
+                while chunk := resp.read1(64 * 1024):  # what has come, not a full 64 KiB: events as they arrive
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        if line.strip():
+                            yield _decode(line)
+                if buf.strip():
+                    yield _decode(buf)
+            except (http.client.HTTPException, OSError, ValueError) as exc:  # ValueError: read after a cut
+                if not cut.cancelled():
+                    raise KubeUnavailable(f"watch {self._path}: {exc}") from exc
+            finally:
+                resp.close()  # a watch's connection is never pooled: one left early has unread data
         finally:
-            with self._lock:
-                self._resp = None
-            resp.close()  # a watch's connection is never pooled: one left early has unread data
+            cut.release()
 
 
 def _decode(line: bytes) -> Obj:

@@ -2,7 +2,7 @@
 a kept-alive connection the server closes between two requests (found before use, or in use: a GET is
 retried once, a POST never sent twice), the pool's bound, compact JSON bodies and the credentials sent,
 errors as KubeError/KubeUnavailable, a quiet watch cut at once from another thread and its connection
-never pooled, and the kubelet on an hpkctl kubeconfig never importing the ``kubernetes`` package."""
+never pooled, a watch cut at once against a stuck server (connecting, in TLS, waiting for headers), and the kubelet on an hpkctl kubeconfig never importing the ``kubernetes`` package."""
 
 from __future__ import annotations
 
@@ -131,10 +131,12 @@ def server(pki: Pki) -> Iterator[Server]:
     yield from serve(pki, "127.0.0.1")
 
 
-def kubeconfig(pki: Pki, server: Server, tmp_path: Path) -> Path:
-    """An hpkctl kubeconfig (the control plane writes it: everything embedded) for the server, admin's certificate."""
+def kubeconfig(pki: Pki, server: Server | int, tmp_path: Path) -> Path:
+    """An hpkctl kubeconfig (the control plane writes it: everything embedded) for the server (or a
+    port), admin's certificate."""
     cert, key = pki.leaf("user-admin", cn="admin")
-    return write_kubeconfig(tmp_path / "kc" / "admin.kubeconfig", server=f"https://127.0.0.1:{server.server_address[1]}",
+    port = server if isinstance(server, int) else server.server_address[1]
+    return write_kubeconfig(tmp_path / "kc" / "admin.kubeconfig", server=f"https://127.0.0.1:{port}",
                             ca=pki.dir / "ca.crt", cert=cert, key=key, user="admin")
 
 
@@ -255,6 +257,84 @@ def test_a_quiet_watch_is_cut_at_once_and_its_connection_never_pooled(kube: Kube
     assert got == [{"type": "ADDED", "object": {"metadata": {"name": "a"}}}]
     assert kube._http._idle == [], "the watch's connection was closed, not pooled"
     assert kube.get("/ok")["conn"] == 2
+
+
+def _syn_sent(port: int) -> int:
+    """Connections to 127.0.0.1:``port`` still connecting (SYN_SENT in /proc/net/tcp)."""
+    remote = f"0100007F:{port:04X}"
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return sum(1 for r in rows if r[2] == remote and r[3] == "02")
+
+
+@pytest.mark.parametrize("stuck", ["never-accepts", "no-tls-answer", "no-headers"])
+def test_a_watch_is_cut_at_once_whatever_a_stuck_server_leaves_it_doing(
+        pki: Pki, tmp_path: Path, stuck: str) -> None:
+    """Against a server that never accepts (the watch connecting), accepts and never answers (in the
+    TLS handshake), or reads the request and never answers (waiting for the headers), cancel() ends the
+    watch at once, though its connect and read timeouts are 60 s each; events() ends without an error."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = listener.getsockname()[1]
+    held: list[socket.socket] = []
+    at = threading.Event()  # the stuck server has the watch where the case wants it
+    if stuck == "never-accepts":  # fill the accept queue: later connections stay in SYN_SENT
+        for _ in range(16):  # the queue holds one or two; loopback's handshake is done when connect_ex returns
+            if _syn_sent(port):
+                break
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            held.append(filler)
+        filling = wait_for("a connection left in SYN_SENT (the accept queue full)", lambda: _syn_sent(port), timeout=10)
+    else:
+        cert, key = pki.leaf("stuck-server", cn="server", server=True, sans=("127.0.0.1",))
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(cert, key)
+
+        def accept() -> None:
+            conn, _ = listener.accept()
+            if stuck == "no-headers":
+                conn = tls.wrap_socket(conn, server_side=True)
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += conn.recv(4096)
+            held.append(conn)
+            at.set()
+
+        threading.Thread(target=accept, daemon=True).start()
+    kube = Kube(str(kubeconfig(pki, port, tmp_path)), pool_size=2)
+    ws = WatchStream(kube, "/watch", [("watch", "true")], read_timeout=60, connect_timeout=60)
+    got: list[Any] = []
+    done = threading.Event()
+
+    def read() -> None:
+        try:
+            got.extend(ws.events())
+        except Exception as e:  # noqa: BLE001 - the test says what came out
+            got.append(e)
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        if stuck == "never-accepts":
+            wait_for("the watch connecting", lambda: _syn_sent(port) > filling, timeout=10)
+        else:
+            assert at.wait(10), f"the stuck server ({stuck}) got the watch"
+        assert not done.is_set()
+        ws.cancel()
+        assert done.wait(10), f"cancel() ended the watch ({stuck}; its timeouts are 60 s)"
+        assert got == []
+    finally:
+        kube.close()
+        for s in held:
+            s.close()
+        listener.close()
+
+
+def test_a_watch_cancelled_before_it_starts_sends_nothing(kube: Kube, server: Server) -> None:
+    ws = WatchStream(kube, "/watch", [("watch", "true")], read_timeout=60)
+    ws.cancel()
+    assert list(ws.events()) == []
+    assert server.seen == [] and server.connections == 0
 
 
 def test_the_kubelet_on_an_hpkctl_kubeconfig_never_imports_kubernetes(
