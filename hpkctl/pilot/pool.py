@@ -256,20 +256,19 @@ class Pool:
                     held.end = info.end_time.timestamp()
         return lost
 
-    def heard(self, states: Mapping[str, JobInfo | None]) -> list[str]:
+    def heard(self, states: Mapping[str, JobInfo | None]) -> None:
         """What another squeue said of some allocations (a status round's, about those its pods run in;
         ``None``: Slurm forgot the job), taken at once whatever the books' age: one that ended leaves the
         books, one that runs no more (requeued) takes no pod until a refresh finds it running again. With
         every allocation running the books are asked about only each slurm_poll, and a pod placed in a
-        dead allocation meanwhile failed. The uids placed in the allocations that ended are returned."""
-        lost: list[str] = []
+        dead allocation meanwhile failed. The pods placed in one that ended are not named here: the
+        status round that heard it finds their steps lost from the same answer (``lost_step_reports``)."""
         with self._lock:
             for job_id, info in states.items():
                 held = self._helds.get(job_id)
                 state = info.state if info is not None else "GONE"
                 if held is not None and held.state == RUNNING and state != RUNNING:
-                    lost += self._take_state(job_id, held, state)
-        return lost
+                    self._take_state(job_id, held, state)
 
     def _take_state(self, job_id: str, held: Held, state: str) -> list[str]:
         """With the lock held: Slurm says ``state`` of ``held``. One that runs or waits takes it; one that
