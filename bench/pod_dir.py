@@ -8,8 +8,9 @@ four volumes of files) this prints:
 * CPU per pod over N fresh pods (default 200), rendered beforehand: only ``write_pod_dir`` is timed,
   user (the Python, which holds the kubelet's GIL) and system (the kernel's file-system work, which
   other processes' I/O on the same disk makes noisy) apart, from ``os.times()``;
-* with ``strace`` installed, the system calls of one pod's ``write_pod_dir``, new and resubmitted
-  (its ``status``/``logs``/``run`` left by an earlier job), by name, and the metadata calls among them.
+* with ``strace`` installed, the system calls of one pod's ``write_pod_dir``, new, resubmitted (its
+  ``status``/``logs``/``run`` left by an earlier job, renamed aside) and resubmitted again (the first
+  resubmission's leftovers removed too), by name, and the metadata calls among them.
   The runtime file is installed and verified by two earlier pods first, as in a running kubelet;
 * the same for a projected service-account token's file (``write_token``, 1,100 bytes as a real
   one): its first write after ``sbatch`` and a renewal.
@@ -76,9 +77,10 @@ def _rendered(tmp: Path, kind: str, n: int) -> list[tuple[RenderedPod, bytes]]:
     return out[2:]
 
 
-def one(kind: str, tmp: Path, resubmit: bool) -> None:
+def one(kind: str, tmp: Path, resubmit: int) -> None:
     """Under strace: one pod's write_pod_dir (or token write: a renewal with ``resubmit``) between two
-    marks on stderr."""
+    marks on stderr; ``resubmit``: 1 the pod's first resubmission, 2 its second (the first's leftovers
+    removed)."""
     if kind == "token":
         path = tmp / "volume" / "token"
         path.parent.mkdir()
@@ -89,7 +91,7 @@ def one(kind: str, tmp: Path, resubmit: bool) -> None:
         os.write(2, MARK)
         return
     ((rendered, pod_json),) = _rendered(tmp, kind, 1)
-    if resubmit:
+    for _ in range(resubmit):
         write_pod_dir(rendered, pod_json=pod_json)
         for sub in ("status", "logs", "run"):
             os.makedirs(os.path.join(rendered.plan.pod_dir, sub), exist_ok=True)
@@ -99,13 +101,13 @@ def one(kind: str, tmp: Path, resubmit: bool) -> None:
     os.write(2, MARK)
 
 
-def calls(kind: str, resubmit: bool) -> collections.Counter[str] | None:
+def calls(kind: str, resubmit: int) -> collections.Counter[str] | None:
     if not shutil.which("strace"):
         return None
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace"
         subprocess.run(["strace", "-f", "-qq", "-o", str(trace), sys.executable, __file__, "--one", kind, tmp,
-                        str(int(resubmit))], check=True, capture_output=True)
+                        str(resubmit)], check=True, capture_output=True)
         lines = trace.read_text().splitlines()
     marks = [i for i, line in enumerate(lines) if "HPK-BENCH-MARK" in line]
     counts: collections.Counter[str] = collections.Counter()
@@ -123,7 +125,7 @@ def _counted(counts: collections.Counter[str]) -> str:
 
 def main() -> None:
     if sys.argv[1:2] == ["--one"]:
-        one(sys.argv[2], Path(sys.argv[3]), sys.argv[4] == "1")
+        one(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]))
         return
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     for kind in ("simple", "volumes"):
@@ -137,13 +139,13 @@ def main() -> None:
         files = len(pods[0][0].files) + 1
         print(f"{kind}: {files} files, write_pod_dir CPU per pod over {n} pods: user {user * 1000:.3f} ms, "
               f"system {system * 1000:.3f} ms")
-        for resubmit in (False, True):
+        for resubmit in (0, 1, 2):
             counts = calls(kind, resubmit)
             if counts is None:
                 print("  (no strace: no call counts)")
                 break
-            print(f"  {'resubmitted' if resubmit else 'new'}: {_counted(counts)}")
-    for renewal in (False, True):
+            print(f"  {('new', 'resubmitted', 'resubmitted again')[resubmit]}: {_counted(counts)}")
+    for renewal in (0, 1):
         counts = calls("token", renewal)
         if counts is not None:
             print(f"token ({len(TOKEN)} bytes), {'renewal' if renewal else 'first write'}: {_counted(counts)}")

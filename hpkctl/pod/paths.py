@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: The pod directory's parts an earlier job wrote into (``logs/`` too, though hpkctl makes it): a
-#: resubmitted pod's are removed (write_pod_dir), so a new job never inherits another's verdict.
+#: resubmitted pod's are moved aside (write_pod_dir), so a new job never inherits another's verdict.
 JOB_DIRS = ("status", "logs", "run")
 
 # Pod-level status files (status/NAME).

@@ -32,8 +32,8 @@ step or a container still running): no name in a directory that existed is follo
 symlink (checked against the listing, opened ``O_NOFOLLOW``), no file's own name is followed
 (``O_CREAT|O_EXCL|O_NOFOLLOW``: beside it, then ``rename``, which replaces a link rather than writing
 through it; in a new directory under its own name, which fails on any entry there, a link too), and
-a job directory is renamed aside before its fresh one is made (refused if the name is back before
-the ``mkdir``). Directories this call creates, the pod directory itself when new, are NOT opened:
+a job directory is renamed aside (left there until the next resubmission) before its fresh one is
+made (refused if the name is back before the ``mkdir``). Directories this call creates, the pod directory itself when new, are NOT opened:
 paths below them are resolved from the nearest opened directory (or from the pod directory's path),
 so a process that swaps such a new directory for a symlink between its ``mkdir`` and the writes
 below it redirects those writes; only the pod's own user can, and no job of a new pod exists yet.
@@ -46,8 +46,6 @@ import errno
 import os
 import posixpath
 import secrets
-import shutil
-import sys
 from pathlib import Path
 
 from hpkctl.errors import PodError
@@ -62,6 +60,8 @@ _BASE_DIRS = ("job", "logs")
 _FILE_VOLUMES = ("configMap", "secret", "downwardAPI", "projected")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+#: The names an earlier job's directories are renamed to (``_remove_job_dirs``).
+_ASIDE = ".hpk-old-"
 _HINT = "remove the symlink or the path from the pod directory, or delete and re-run the pod"
 #: A file system's answers that retrying never changes: a directory where a file belongs, a name
 #: longer than NAME_MAX (255 bytes on most) or a path longer than PATH_MAX.
@@ -199,8 +199,8 @@ class _Tree:
             except FileExistsError:  # made meanwhile: checked as an existing one, opened even if empty
                 if parts in self.removed:
                     raise PodError("CreateContainerConfigError",
-                                   f"{'/'.join(parts)} in the pod directory {self.root} was made again while an "
-                                   "earlier job's was being removed: a job of this pod still writes there",
+                                   f"{'/'.join(parts)} in the pod directory {self.root} was made again after an "
+                                   "earlier job's was moved aside: a job of this pod still writes there",
                                    hint="cancel the pod's earlier Slurm job (scancel), or delete and re-run the pod"
                                    ) from None
                 open_it = True
@@ -293,8 +293,8 @@ def _open_root(root: Path) -> int | None:
 def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Path:
     """Create the pod directory with every file the job expects (before submission).
 
-    Status and logs of an earlier job in the same directory (a resubmission) are removed first:
-    a new job must not inherit another's verdict. No name leaves the pod directory: relative names
+    Status and logs of an earlier job in the same directory (a resubmission) are moved aside first
+    (``_remove_job_dirs``): a new job must not inherit another's verdict. No name leaves the pod directory: relative names
     are checked before anything is written, and no symlink in it is followed.
     """
     root = Path(rendered.plan.pod_dir)
@@ -331,41 +331,61 @@ def write_pod_dir(rendered: RenderedPod, *, pod_json: bytes | None = None) -> Pa
 
 
 def _remove_job_dirs(tree: _Tree) -> None:
-    """Remove what an earlier job wrote (only the names the listing has: one ``getdents``, not three
-    failed removals). Each is first renamed aside (``rename`` moves a symlink itself, never what it
-    points to), so its name is free: ``ensure`` makes it afresh and refuses it should it be back
-    (a step of the earlier job still writing). What was renamed aside is then removed, a symlink or
-    file unlinked, never followed."""
+    """Move what an earlier job wrote out of the way (only the names the listing has: one ``getdents``,
+    not three failed renames): each is renamed aside (``rename`` moves a symlink itself, never what it
+    points to), so its name is free: ``ensure`` makes it afresh and refuses it should it be back (a step
+    of the earlier job still writing). A directory renamed aside is left there, not walked and emptied
+    on the submit path (a ``getdents`` and an ``unlink`` per entry, each a metadata round trip on
+    GPFS/Lustre): the pod's next resubmission removes it, or the removal of the pod directory, so at
+    most one earlier job's files stay beside the pod's (and nobody reads them); an empty ``logs/`` goes
+    at once. A symlink or file in a job directory's place is unlinked at once, never followed."""
     listing, fd = tree.listings[()], tree.fds[()]
+    for left, what in [(n, k) for n, k in listing.items() if n.startswith(_ASIDE)]:  # an earlier resubmission's
+        del listing[left]
+        _discard(fd, left, what)
     for name in JOB_DIRS:
         kind = listing.pop(name, None)
         if kind is None:
             continue
-        old = f".hpk-old-{secrets.token_hex(8)}"
+        old = f"{_ASIDE}{secrets.token_hex(8)}"
         try:
             os.rename(name, old, src_dir_fd=fd, dst_dir_fd=fd)
         except FileNotFoundError:
             continue  # removed meanwhile
         tree.removed.add((name,))
-        _discard(fd, old, kind)
+        if kind != "dir":
+            _discard(fd, old, kind)
+        elif name == "logs":  # the one hpkctl makes: still empty after a create that failed before sbatch
+            try:
+                os.rmdir(old, dir_fd=fd)
+            except OSError:
+                pass  # an earlier job's output in it: left as the others
 
 
 def _discard(fd: int, name: str, kind: str) -> None:
-    """Remove the renamed-aside entry ``name`` as what the listing said it was; if it was swapped
-    before the rename (a directory for a link or the reverse), as what it is."""
-    def swapped(func: object, _path: object, _exc: object) -> None:
-        if func in (os.path.islink, os.open):  # a symlink, rmtree refuses (or a dangling one): unlink
-            _discard(fd, name, "link")
-
-    if kind == "dir":
-        if sys.version_info >= (3, 12):
-            shutil.rmtree(name, onexc=swapped, dir_fd=fd)  # onerror is deprecated there
-        else:
-            shutil.rmtree(name, onerror=swapped, dir_fd=fd)
-        return
+    """Remove the renamed-aside entry ``name`` (best effort: what stays is removed with the pod
+    directory) as what the listing said it was; if it was swapped before the rename (a directory for a
+    link or the reverse), as what it is. A directory is walked through descriptors: each opened
+    ``O_NOFOLLOW`` and listed once (``d_type``), its entries unlinked, no ``stat`` per entry or per
+    directory as ``shutil.rmtree`` makes (4 metadata calls fewer per directory)."""
     try:
-        os.unlink(name, dir_fd=fd)
-    except FileNotFoundError:
-        pass
-    except IsADirectoryError:
-        shutil.rmtree(name, ignore_errors=True, dir_fd=fd)
+        if kind == "dir":
+            try:
+                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):  # a link or file in its place: unlinked below
+                    raise
+            else:
+                try:
+                    for entry, entry_kind in _listing(sub).items():
+                        _discard(sub, entry, entry_kind)
+                finally:
+                    os.close(sub)
+                os.rmdir(name, dir_fd=fd)
+                return
+        try:
+            os.unlink(name, dir_fd=fd)
+        except IsADirectoryError:
+            _discard(fd, name, "dir")
+    except OSError:
+        pass  # gone meanwhile, or not ours to remove: left for the pod directory's removal

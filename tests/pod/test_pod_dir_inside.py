@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,20 +92,45 @@ def test_modes_and_no_temporary_file_left(tmp_path: Path) -> None:
     assert (root / "job" / "pod.json").read_bytes() == b"{}"
 
 
-def test_a_resubmitted_pod_loses_what_its_earlier_job_wrote(tmp_path: Path) -> None:
-    rendered = _rendered(tmp_path)
-    root = write_pod_dir(rendered, pod_json=b"{}")
+def _earlier_job(root: Path, text: str) -> None:
     for sub in ("status", "logs", "run/deep"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-        (root / sub / "left").write_text("earlier job")
+        (root / sub / "left").write_text(text)
+
+
+def _aside(root: Path) -> list[tuple[str, str]]:
+    """What was moved aside: (path below its ``.hpk-old-*`` directory, content) of each file."""
+    return sorted((str(p.relative_to(root)).split("/", 1)[1], p.read_text())
+                  for p in root.glob(".hpk-old-*/**/*") if p.is_file())
+
+
+def test_a_resubmitted_pod_loses_what_its_earlier_job_wrote(tmp_path: Path) -> None:
+    """The earlier job's status/, logs/ and run/ are renamed aside (not emptied on the submit path);
+    the next resubmission removes them, so only one earlier job's files are ever kept."""
+    rendered = _rendered(tmp_path)
+    root = write_pod_dir(rendered, pod_json=b"{}")
+    _earlier_job(root, "first job")
     (root / "env" / "app.env").write_text("stale")
     first = _tree(root)
     write_pod_dir(rendered, pod_json=b"{}")
-    again = _tree(root)
+    again = {k: v for k, v in _tree(root).items() if not k.startswith(".hpk-old-")}
     assert not (root / "run").exists() and not (root / "status").exists()  # the new job makes status/
-    assert not [name for name in again if name.endswith("left")]
+    assert list((root / "logs").iterdir()) == []
     assert again == {k: v for k, v in first.items() if not k.endswith("left") and not k.startswith(("run", "status"))}
     assert (root / "env" / "app.env").read_bytes() == rendered.files["env/app.env"][0]
+    assert _aside(root) == [("deep/left", "first job"), ("left", "first job"), ("left", "first job")]
+    _earlier_job(root, "second job")
+    write_pod_dir(rendered, pod_json=b"{}")
+    assert _aside(root) == [("deep/left", "second job"), ("left", "second job"), ("left", "second job")]  # not the first's
+    assert len(list(root.glob(".hpk-old-*"))) == 3
+
+
+def test_an_empty_logs_directory_is_not_kept_aside(tmp_path: Path) -> None:
+    """A create that failed before sbatch left logs/ empty: the next one leaves nothing aside."""
+    rendered = _rendered(tmp_path)
+    root = write_pod_dir(rendered, pod_json=b"{}")
+    write_pod_dir(rendered, pod_json=b"{}")
+    assert (root / "logs").is_dir() and not list(root.glob(".hpk-old-*"))
 
 
 def test_a_symlink_in_place_of_a_job_directory_is_removed_not_followed(tmp_path: Path) -> None:
@@ -176,12 +202,18 @@ def test_a_job_directory_swapped_for_a_symlink_during_its_removal_is_not_left(
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep").write_text("keep")
+    (root / "logs" / "slurm.out").write_text("earlier job")  # kept aside (not empty)
     _swap_for_a_link_after_listing(monkeypatch, root, "logs", outside)
     write_pod_dir(rendered)
     assert not (root / "logs").is_symlink() and (root / "logs").is_dir()
     assert list((root / "logs").iterdir()) == []
     assert [p.name for p in outside.iterdir()] == ["keep"]
+    (aside,) = [p for p in root.iterdir() if p.name.startswith(".hpk-old-")]
+    assert aside.is_symlink()  # the link itself was moved aside, nothing through it
+    monkeypatch.undo()
+    write_pod_dir(rendered)  # the next resubmission removes it, unlinked, not followed
     assert not [p for p in root.iterdir() if p.name.startswith(".hpk-old-")]
+    assert [p.name for p in outside.iterdir()] == ["keep"]
 
 
 def test_a_job_directory_made_again_during_its_removal_is_refused(
@@ -189,14 +221,14 @@ def test_a_job_directory_made_again_during_its_removal_is_refused(
     rendered = _rendered(tmp_path)
     root = write_pod_dir(rendered)
     (root / "logs" / "slurm.out").write_text("earlier job")
-    real = getattr(poddir, "_discard", None)
+    real = getattr(poddir, "_remove_job_dirs", None)
 
-    def discard(fd: int, name: str, kind: str) -> None:
+    def remove(tree: Any) -> None:
         assert real is not None
-        real(fd, name, kind)
+        real(tree)
         (root / "logs").mkdir(exist_ok=True)  # a step of the earlier job opening logs/ again
 
-    monkeypatch.setattr(poddir, "_discard", discard, raising=False)
+    monkeypatch.setattr(poddir, "_remove_job_dirs", remove, raising=False)
     with pytest.raises(PodError, match="logs .* was made again") as err:
         write_pod_dir(rendered)
     assert "scancel" in err.value.hint

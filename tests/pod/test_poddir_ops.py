@@ -69,6 +69,24 @@ def test_a_new_one_container_pod_costs_eight_namespace_calls(tmp_path: Path, cou
     assert (root / "job" / "job.sh").read_bytes() == rendered.files["job/job.sh"][0]
 
 
+def test_a_resubmission_moves_the_earlier_jobs_directories_aside_without_walking_them(
+        tmp_path: Path, counted: Any) -> None:
+    """status/, logs/ and run/ of an earlier job, with files in them: a rename each, no unlink, rmdir or
+    listing of what they hold on the submit path (49 namespace calls of a one-container pod's
+    resubmission were 24 of that walk); only the directories write_pod_dir writes into are listed."""
+    (rendered,) = _fresh(tmp_path, 1)
+    root = Path(rendered.plan.pod_dir)
+    write_pod_dir(rendered, pod_json=b"{}")
+    for sub in ("status", "logs", "run/deep"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / sub / "left").write_text("earlier job")
+    counts = counted(lambda: write_pod_dir(rendered, pod_json=b"{}"))
+    assert counts["scandir"] == 3  # the pod directory, job/ and env/
+    assert counts["rename"] == 3 + 3  # the job directories aside, the three files over their names
+    assert counts["unlink"] == 0 and counts["rmdir"] == 1  # logs/ tried, as an empty one goes at once
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".hpk-old-")) == ["env", "job", "logs"]
+
+
 def test_the_volumes_pod_costs_a_mkdir_per_directory_and_an_open_per_file(tmp_path: Path, counted: Any) -> None:
     pod, manifest = load_pod("volumes-all.yaml")
     profile = make_profile(tmp_path)
