@@ -1091,16 +1091,17 @@ hpk_host_part() {
   HPK_HOST_IP=$HPK_NODE_IP
   export HPK_HOST_IP
   hpk_clock now
-  # the job's facts in one write (pilot mode: job.id is JOB.STEP); on the node's network the pod's
+  # the job's facts in one write (pilot mode: job.id is JOB.STEP; an element of a batch of pods:
+  # ARRAY_I, HPK_SLURM_JOB from its array script); on the node's network the pod's
   # address is the node's (the pod part writes it in a parent container's network)
   if declare -F hpk_parent >/dev/null; then
     hpk_puts job.started "$now" job.node "$short" \
-      job.id "${SLURM_JOB_ID:-none}${HPK_PILOT:+.${SLURM_STEP_ID:-}}"
+      job.id "${HPK_SLURM_JOB:-${SLURM_JOB_ID:-none}}${HPK_PILOT:+.${SLURM_STEP_ID:-}}"
   else
     HPK_POD_IP=${HPK_HOST_IP:-127.0.0.1}
     HPK_HOST_IP=${HPK_HOST_IP:-$HPK_POD_IP}
     hpk_puts job.started "$now" job.node "$short" \
-      job.id "${SLURM_JOB_ID:-none}${HPK_PILOT:+.${SLURM_STEP_ID:-}}" pod.ip "$HPK_POD_IP" host.ip "$HPK_HOST_IP"
+      job.id "${HPK_SLURM_JOB:-${SLURM_JOB_ID:-none}}${HPK_PILOT:+.${SLURM_STEP_ID:-}}" pod.ip "$HPK_POD_IP" host.ip "$HPK_HOST_IP"
   fi
   hpk_deadline
   hpk_memory_dir

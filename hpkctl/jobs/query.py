@@ -50,7 +50,20 @@ def squeue(commands: Commands, job_ids: Iterable[str]) -> dict[str, JobInfo]:
 
 def user_jobs(commands: Commands) -> list[UserJob]:
     """Every job of the calling user that slurmctld still knows, with its comment (see ``Slurm.user_jobs``)."""
-    done = commands.run("squeue", ["--noheader", "--me", "--all", "--states=all", f"--format={USER_JOBS_FORMAT}"])
+    # --array: each element of an array on its own line, pending ones too ("A_i", not "A_[0-9]")
+    done = commands.run("squeue", ["--noheader", "--me", "--all", "--states=all", "--array",
+                                   f"--format={USER_JOBS_FORMAT}"])
     if done.returncode != 0:
         raise failure(done)
     return parse_user_jobs(done.stdout)
+
+
+def allocation_id(commands: Commands, job_id: str) -> str:
+    """The job id of ``job_id``'s allocation: itself, or for an array element ``A_i`` the id Slurm gave
+    the element when it started (srun's ``--jobid`` takes no ``A_i``); ``job_id`` itself when squeue
+    does not know it (srun then says what is wrong)."""
+    if "_" not in check_id(job_id):
+        return job_id
+    done = commands.run("squeue", ["--noheader", "--array", f"--jobs={job_id}", "--format=%A"])
+    got = done.stdout.split() if done.returncode == 0 else []
+    return got[0] if len(got) == 1 and got[0].isdigit() else job_id

@@ -31,7 +31,7 @@ from hpkctl.jobs.final import FinalStates
 from hpkctl.jobs.info import JobInfo, UserJob
 from hpkctl.jobs.nodes import NodeInfo, sinfo_nodes
 from hpkctl.jobs.poll import DEFAULT_BACKOFF, poll
-from hpkctl.jobs.query import squeue, unique_ids, user_jobs
+from hpkctl.jobs.query import allocation_id, squeue, unique_ids, user_jobs
 from hpkctl.jobs.states import TERMINAL_STATES
 from hpkctl.jobs.steps import StepInfo, StepProcess, StepShare
 from hpkctl.jobs.submit import sbatch, sbatch_test_only
@@ -221,6 +221,10 @@ class Slurm:
         when srun cannot be started at all. ``node``: the node the pod runs on (else the first)."""
         from hpkctl.jobs.step import start_step
 
+        if "_" in job_id:  # a batch's element A_i: its own id (squeue, off the event loop)
+            import asyncio  # not at the top: `hpkctl run --detach` never imports it (tests/misc/test_cli_imports.py)
+
+            job_id = await asyncio.to_thread(allocation_id, self._commands, job_id)
         return await start_step(self._commands, job_id=job_id, pod_dir=pod_dir, container=container,
                                 command=command, tty=tty, stdin=stdin, node=node)
 

@@ -37,8 +37,10 @@ MPI_FLAGS_ANNOTATIONS = (
 # format characters (bidi overrides, zero-width), surrogates, and the line/paragraph separators.
 _FORBIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 _TABLES = {"sbatch": SBATCH, "srun": SRUN}
-# The prefix of every job's comment: ``hpk-uid=<pod uid>`` is the comment's first word.
+# The prefix of every job's comment: ``hpk-uid=<pod uid>`` is the comment's first word; a batch of
+# pods submitted as one array (:mod:`hpkctl.pod.batch`) has ``hpk-uids=<uid0>,<uid1>,...`` instead.
 COMMENT_UID = "hpk-uid="
+COMMENT_UIDS = "hpk-uids="
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,23 @@ def uid_from_comment(comment: str) -> str | None:
     first = comment.strip().split(maxsplit=1)[0] if comment.strip() else ""
     uid = first[len(COMMENT_UID):] if first.startswith(COMMENT_UID) else ""
     return uid or None
+
+
+def pod_of_job(job_id: str, comment: str) -> tuple[str, str] | None:
+    """(pod uid, the pod's job id) for a job whose comment names a pod, else ``None``: a pod's own job
+    or a workload's array (``hpk-uid=``; an element ``A_i`` of a workload stands for its array ``A``),
+    or element ``A_i`` of a batch (``hpk-uids=``: the i-th uid, and the element itself). A batch's
+    pending elements that squeue shows as one ``A_[range]`` line name no pod here."""
+    words = comment.strip().split(maxsplit=1)
+    first = words[0] if words else ""
+    array, _, index = job_id.partition("_")
+    if first.startswith(COMMENT_UIDS):
+        uids = first[len(COMMENT_UIDS):].split(",")
+        if not index.isdigit() or int(index) >= len(uids) or not uids[int(index)]:
+            return None
+        return uids[int(index)], job_id
+    uid = uid_from_comment(comment)
+    return (uid, array) if uid else None
 
 
 def merge_options(generated: list[SlurmOption], user: list[SlurmOption]) -> list[SlurmOption]:

@@ -28,7 +28,7 @@ from typing import Any
 from hpkctl.jobs import Slurm, UserJob
 from hpkctl.jobs.info import is_job_id
 from hpkctl.jobs.steps import is_step_id
-from hpkctl.pod.flags import uid_from_comment
+from hpkctl.pod.flags import pod_of_job
 from hpkctl.pod.paths import JOB_ID, PodDir
 from hpkctl.provider.records import PodRecord
 
@@ -92,12 +92,13 @@ def _slurm_time(when: float) -> str:
 
 
 def _by_uid(jobs: Iterable[UserJob]) -> dict[str, str]:
-    """uid -> job id of the jobs whose comment names a pod (the first job of a uid wins)."""
+    """uid -> job id of the jobs whose comment names a pod (the first job of a uid wins; an element
+    of a batch is its pod's job: :func:`~hpkctl.pod.flags.pod_of_job`)."""
     listing: dict[str, str] = {}
     for job in jobs:
-        uid = uid_from_comment(job.comment)
-        if uid:
-            listing.setdefault(uid, job.job_id)
+        found = pod_of_job(job.job_id, job.comment)
+        if found:
+            listing.setdefault(*found)
     return listing
 
 

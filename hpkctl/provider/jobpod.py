@@ -25,19 +25,19 @@ from hpkctl.errors import HpkError, PodError
 from hpkctl.jobs import JobInfo, Slurm, SlurmTimeout, SubmitError
 from hpkctl.pod import RenderedPod, pod_dir_for, render_pod, write_pod_dir
 from hpkctl.pod.lifecycle import stop_wait
-from hpkctl.pod.flags import uid_from_comment
+from hpkctl.pod.flags import pod_of_job
 from hpkctl.pod.paths import EXITCODE, JOB_STARTED, POD_DONE, STARTED, PodDir
 from hpkctl.pod.status import PodStatus, container_done
 from hpkctl.provider.adopt import JobFinder, intent_job, ran_before, terminal_phase
 from hpkctl.provider.api import (ContainerRun, Created, Deletion, ExecSession, Failure, ImagePullFailed, Leftover, Note,
                                  Outcome, PodInputs, PodRef, StatusReport, Watched)
+from hpkctl.provider.batchsubmit import BatchSubmitter
 from hpkctl.provider.changes import ChangeLog
 from hpkctl.provider.jobcache import JobCache
 from hpkctl.provider.jobstatus import StatusRounds, final_report
 from hpkctl.provider.pulls import ImagePuller, pull_message
 from hpkctl.provider.records import FAILED, STOPPED, SUBMITTED, SUBMITTING, PodRecord, Records, RecordStore, compact_json
-from hpkctl.provider.slurmjobs import (ended, images_to_pull, job_partition_option, lowered_note, submit_job,
-                                      term_once_started)
+from hpkctl.provider.slurmjobs import ended, images_to_pull, job_partition_option, lowered_note, term_once_started
 from hpkctl.provider.tokens import TokenSource, defer_tokens, refresh
 from hpkctl.provider.runstatus import StartChecks, run_statuses, workloads_of
 from hpkctl.provider.workloads import ArrayStatus, WorkloadStops
@@ -70,6 +70,7 @@ class JobPodProvider:
         self._parked: dict[str, RenderedPod] = {}  # uid -> its render, kept while images are pulled (or room awaited)
         self.workloads = WorkloadStops(slurm, margin=STOP_MARGIN)
         self.starts = StartChecks(slurm)
+        self.submits = BatchSubmitter(slurm)  # pods ready together: one sbatch, one job array
 
     @classmethod
     def for_node(cls, *, slurm: Slurm, profile: SiteProfile, node_name: str) -> JobPodProvider:
@@ -187,9 +188,8 @@ class JobPodProvider:
         self._save(rec)  # the intent, before anything outside this process exists
         write_pod_dir(rendered, pod_json=compact_json(pod))
         try:
-            job_id, lowered = submit_job(self.slurm, root / "job" / "job.sh", workdir=root,
-                                         deadline=rendered.plan.active_deadline,
-                                         partition=job_partition_option(rendered.plan))
+            job_id, lowered = self.submits.submit(rendered.plan, deadline=rendered.plan.active_deadline,
+                                                  partition=job_partition_option(rendered.plan))
         except SlurmTimeout:
             log.warning("pod %s: sbatch timed out; the job may exist: looking for it by uid next", ref.key)
             return Created(Outcome.RETRY, retry_after=5.0, warnings=warnings)
@@ -300,10 +300,10 @@ class JobPodProvider:
         return rec is None or self.workloads.wait_ended(rec, timeout=timeout)
 
     # ------------------------------------------------------------------ what a kubelet left (stop --all)
-    def owns_job(self, uid: str, comment: str) -> bool:
-        """Whether a job with ``comment`` may be pod ``uid``'s (its comment names the uid): a record's
-        job id alone is never trusted to cancel (issue 20.10)."""
-        return uid_from_comment(comment) == uid
+    def owns_job(self, uid: str, comment: str, job_id: str) -> bool:
+        """Whether job ``job_id`` with ``comment`` may be pod ``uid``'s (its comment names the uid, at
+        its index in a batch): a record's job id alone is never trusted to cancel (issue 20.10)."""
+        return (pod_of_job(job_id, comment) or ("", ""))[0] == uid
 
     def stoppable(self, uid: str, job: JobInfo | None) -> str:
         """What a delete of pod ``uid`` still has to end, given Slurm's view of its job: the job's id,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm
 from hpkctl.jobs.steps import is_step_id
-from hpkctl.pod.flags import uid_from_comment
+from hpkctl.pod.flags import pod_of_job
 from hpkctl.provider.api import Leftover
 from hpkctl.provider.jobpod import JobPodProvider, node_state_dir
 from hpkctl.provider.stopwait import delete_and_wait
@@ -45,7 +45,7 @@ def node_pods(provider: JobPodProvider) -> list[Leftover]:
     """The live pods the kubelet left (submitted, or being submitted), each with its checked job id
     (``""``: none to trust). The provider follows these job ids from now on (its ``delete``)."""
     listed = {j.job_id: j.comment for j in provider.slurm.user_jobs()}
-    by_uid = {uid_from_comment(c) or "": j for j, c in listed.items()}
+    by_uid = dict(found for j, c in listed.items() if (found := pod_of_job(j, c)))
     out = []
     for left in provider.leftovers():
         if not left.live:
@@ -53,7 +53,7 @@ def node_pods(provider: JobPodProvider) -> list[Leftover]:
         uid, job_id = left.ref.uid, left.job_id
         if not job_id:
             job_id = by_uid.get(uid, "")  # recorded just before sbatch: its job carries the uid
-        elif job_id in listed and not provider.owns_job(uid, listed[job_id]):
+        elif job_id in listed and not provider.owns_job(uid, listed[job_id], job_id):
             job_id = ""  # another job of this user: never to be cancelled in this pod's name
         provider.follow(uid, job_id)
         out.append(Leftover(ref=left.ref, job_id=job_id, state=left.state, saved=left.saved))

@@ -56,7 +56,7 @@ class PilotHolder(JobPodProvider):
         return (PodDir(Path(rec.pod_dir)).read(JOB_ID) or "").strip() if rec is not None and rec.pod_dir else ""
 
     # ------------------------------------------------------------------ what a kubelet left (stop --all)
-    def owns_job(self, uid: str, comment: str) -> bool:
+    def owns_job(self, uid: str, comment: str, job_id: str) -> bool:
         """A pilot pod's recorded job is this kubelet's allocation (its comment names the kubelet, its
         state directory and node, never a pod): the pod's step in it is in the pod directory."""
         return comment == self.pool.comment

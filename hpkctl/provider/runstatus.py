@@ -26,7 +26,7 @@ from hpkctl.errors import HpkError
 from hpkctl.jobs import TERMINAL_STATES, JobInfo, Slurm, SlurmError, SlurmUnavailable, UserJob
 from hpkctl.jobs.steps import is_step_id
 from hpkctl.pod.lifecycle import grace_period
-from hpkctl.pod.flags import uid_from_comment
+from hpkctl.pod.flags import pod_of_job
 from hpkctl.pod.paths import JOB_ID, POD_DONE, PodDir
 from hpkctl.pod.status import PodStatus, apptainer_fatal, containers_of, read_pod_status
 from hpkctl.provider.records import node_record_uids
@@ -212,13 +212,14 @@ def _pod_of_comment(comment: str) -> tuple[str, str]:
 
 
 def pod_jobs(slurm: Slurm) -> list[tuple[str, UserJob]]:
-    """(pod uid, job) for every job of this user that Slurm knows and whose comment names a pod."""
-    out = []
+    """(pod uid, job) for every job of this user that Slurm knows and whose comment names a pod, once
+    per pod: a workload's elements as its array, a batch's element as its pod's job (``pod_of_job``)."""
+    out: dict[str, tuple[str, UserJob]] = {}
     for job in slurm.user_jobs():
-        uid = uid_from_comment(job.comment)
-        if uid:
-            out.append((uid, job))
-    return out
+        found = pod_of_job(job.job_id, job.comment)
+        if found and found[0] not in out:
+            out[found[0]] = (found[0], dataclasses.replace(job, job_id=found[1]))
+    return list(out.values())
 
 
 def unrecorded_jobs(profile: SiteProfile, slurm: Slurm, records: Sequence[RunRecord]) -> list[Unrecorded]:

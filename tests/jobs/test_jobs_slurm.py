@@ -553,7 +553,7 @@ def test_user_jobs_one_call_with_comments(fp, section) -> None:
     assert [(j.job_id, j.state, j.comment) for j in jobs] == [
         ("12", "RUNNING", "hpk-uid=u1 hpk-pod=default/a my|own comment"), ("13", "PENDING", ""),
         ("14_2", "COMPLETED", "hpk-uid=u2 hpk-pod=team/b")]
-    assert rec.calls[0].args == ["/fake/slurm/bin/squeue", "--noheader", "--me", "--all", "--states=all",
+    assert rec.calls[0].args == ["/fake/slurm/bin/squeue", "--noheader", "--me", "--all", "--states=all", "--array",
                                  f"--format={USER_JOBS_FORMAT}"]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from hpkctl.pod.flags import pod_of_job
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_for
 
@@ -17,12 +18,13 @@ pytestmark = [pytest.mark.slurm, pytest.mark.standin, pytest.mark.whole_node]  #
 
 
 def jobs_by_uid() -> Counter[str]:
-    """How many Slurm jobs carry each pod uid in their comment (``hpk-uid=<uid> ...``), pending,
-    running and finished ones still in slurmctld's memory (MinJobAge) alike."""
-    out = subprocess.run(["squeue", "--noheader", "--all", "--states=all", "--format=%k"], capture_output=True,
-                         text=True, check=True).stdout
-    return Counter(line.split()[0].removeprefix("hpk-uid=") for line in out.splitlines()
-                   if line.startswith("hpk-uid="))
+    """How many Slurm jobs name each pod uid in their comment (``hpk-uid=<uid> ...``, or its place in a
+    batch's ``hpk-uids=`` list for an array element), pending, running and finished ones still in
+    slurmctld's memory (MinJobAge) alike."""
+    out = subprocess.run(["squeue", "--noheader", "--all", "--states=all", "--array", "--format=%i|%k"],
+                         capture_output=True, text=True, check=True).stdout
+    return Counter(found[0] for line in out.splitlines()
+                   if (found := pod_of_job(*line.split("|", 1))) is not None)
 
 
 def burst_pod(name: str) -> dict[str, Any]:
@@ -127,3 +129,71 @@ def test_events_say_submitted_once_and_a_restarted_kubelet_announces_only_new_st
     assert got[f"Submitted: Submitted as Slurm job {job}"] == 1, got
     assert sum(n for k, n in got.items() if k.startswith("Scheduled:")) == 1, got
     assert (got["Started: Started container a"], got["Started: Started container b"]) == (1, 1), got
+
+
+def test_pods_ready_together_go_to_slurm_as_one_array_each_element_its_pods_job(cluster: Cluster) -> None:
+    """Issue 23: pods that reach sbatch while one runs go next as one job array (one sbatch). Each
+    element is its pod's job: the pod runs, ``kubectl exec`` reaches its container, and a delete's
+    TERM reaches the pod's own trap within its grace period. The first sbatch is held (slurm.bin_dir:
+    a gated sbatch) until every other pod's script is written, so the batch does not hang on timing."""
+    bin_dir, terms = cluster.root / "gated-bin", cluster.root / "terms"
+    bin_dir.mkdir()
+    terms.mkdir(mode=0o1777)
+    terms.chmod(0o1777)
+    (cluster.root / "gates").mkdir()
+    (cluster.root / "gates").chmod(0o1777)  # the sbatch shim (user hpk) says it holds a call there
+    gate, held = cluster.root / "gates" / "open", cluster.root / "gates" / "held"
+    for cmd in ("squeue", "scancel", "scontrol", "sacct", "srun", "sinfo"):
+        (bin_dir / cmd).symlink_to(subprocess.run(["which", cmd], capture_output=True, text=True,
+                                                  check=True).stdout.strip())
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(f"#!/bin/bash\nif [ ! -e {gate} ]; then\n  : >{held}\n  n=0\n"
+                      f"  while [ ! -e {gate} ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done\nfi\n"
+                      f"exec {subprocess.run(['which', 'sbatch'], capture_output=True, text=True).stdout.strip()} \"$@\"\n")
+    sbatch.chmod(0o755)
+    for p in (cluster.root, bin_dir):
+        p.chmod(0o755)
+    names = [f"together-{i}" for i in range(5)]
+    profile = cluster.profile.read_text()
+    cluster.stop_process(cluster.kubelet, signal.SIGTERM)
+    try:
+        cluster.profile.write_text(profile + f'\n[slurm]\nbin_dir = "{bin_dir}"\n')
+        uids = {}
+        for n in names:
+            uids[n] = cluster.create({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": n},
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
+                         "volumes": [{"name": "t", "hostPath": {"path": str(terms)}}],
+                         "containers": [{"name": "c", "image": "busybox", "volumeMounts": [
+                             {"name": "t", "mountPath": "/terms"}], "command": [
+                             "sh", "-c", f"trap 'echo TERM >/terms/{n}; exit 0' TERM; echo up; "
+                                         "i=0; while [ $i -lt 900 ]; do sleep 0.2; i=$((i + 1)); done"]}]}})["metadata"]["uid"]
+        cluster.start_kubelet()
+        scripts = [cluster.root / "hpk-state" / "pods" / u / "job" / "job.sh" for u in uids.values()]
+        try:
+            wait_for("one sbatch held and every pod's script written",
+                     lambda: held.exists() and all(s.exists() for s in scripts), timeout=60, every=0.02)
+        except AssertionError:
+            raise AssertionError(f"held {held.exists()}, scripts {[s.exists() for s in scripts]}\n"
+                                 f"{cluster.log('kubelet')[-3000:]}") from None
+        gate.touch()
+        for n in names:
+            cluster.wait_phase(n, "Running", timeout=120)
+    except BaseException:
+        cluster.kubectl("delete", "pod", *names, "--wait=false", check=False)
+        raise
+    finally:
+        cluster.profile.write_text(profile)
+        gate.touch()
+    jobs = {n: cluster.job_id(n) for n in names}
+    arrays = Counter(j.partition("_")[0] for j in jobs.values() if "_" in j)
+    assert arrays and max(arrays.values()) >= 2, jobs  # the pods held behind the first sbatch: one array
+    assert jobs_by_uid() >= Counter(uids.values()) and all(jobs_by_uid()[u] == 1 for u in uids.values())
+    element = next(n for n, j in jobs.items() if "_" in j)
+    name = subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={jobs[element]}", "--format=%j"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert name == "hpk-pods"
+    out = cluster.kubectl("exec", element, "--", "sh", "-c", "echo inside $((6 * 7))")
+    assert out.stdout == "inside 42\n", out
+    cluster.kubectl("delete", "pod", *names, "--wait=true", timeout=120)
+    assert sorted(p.name for p in terms.iterdir()) == sorted(names)  # every pod's own TERM trap ran

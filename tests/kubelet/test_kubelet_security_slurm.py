@@ -18,6 +18,7 @@ import urllib3
 import yaml
 
 from hpkctl.kube.address import host_address
+from hpkctl.pod.flags import pod_of_job
 
 from tests.support.cluster import Cluster, _as_hpk, wait_for
 from tests.support.hpk import VENV_BIN, unique
@@ -28,10 +29,10 @@ urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the kubel
 
 def jobs_of(uid: str) -> list[str]:
     """The ids of every job slurmctld knows (pending, running, finished until MinJobAge) whose comment
-    carries pod ``uid``."""
-    out = subprocess.run(["squeue", "--noheader", "--all", "--states=all", "--format=%i %k"], capture_output=True,
-                         text=True, check=True).stdout
-    return [line.split()[0] for line in out.splitlines() if f" hpk-uid={uid} " in f"{line} "]
+    names pod ``uid`` (its own job's ``hpk-uid=``, or its place in a batch's ``hpk-uids=`` list)."""
+    out = subprocess.run(["squeue", "--noheader", "--all", "--states=all", "--array", "--format=%i|%k"],
+                         capture_output=True, text=True, check=True).stdout
+    return [found[1] for line in out.splitlines() if (found := pod_of_job(*line.split("|", 1))) and found[0] == uid]
 
 
 def short_pod(name: str, command: str, **meta: Any) -> dict[str, Any]:
