@@ -119,7 +119,7 @@ hpk_fail() {
 hpk_memory_dir() {
   local parent own=0 template
   parent="$HPK_MEMORY_ROOT/hpk-$EUID"
-  if [ -n "${HPK_NODE_KNOWN:-}" ]; then  # pilot mode: checked by an earlier step (hpk_node_facts)
+  if [ -n "${HPK_NODE_KNOWN:-}" ]; then  # pilot mode: checked by an earlier step (hpk_node_known)
     own=1
   else
     [ -d "$parent" ] || mkdir -m 0700 -- "$parent" 2>/dev/null
@@ -128,9 +128,10 @@ hpk_memory_dir() {
   # In its own 0700 directory nobody else can make a name: the pod's directory is named after the pod
   # and this shell, made with its .dev-shm by one mkdir (which fails if the name is taken: then, and
   # where the parent is not this user's own, mktemp's random name). A process fewer before the first
-  # container than mktemp and mkdir.
+  # container than mktemp and mkdir; none where the host part's mkdir made it (HPK_MEMORY_MADE).
   HPK_MEMORY_REAL="$parent/pod.${HPK_POD_DIR##*/}.$$"
-  if [ "$own" = 0 ] || ! mkdir -m 0700 -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_REAL/.dev-shm" 2>/dev/null; then
+  if [ -z "${HPK_MEMORY_MADE:-}" ] \
+    && { [ "$own" = 0 ] || ! mkdir -m 0700 -- "$HPK_MEMORY_REAL" "$HPK_MEMORY_REAL/.dev-shm" 2>/dev/null; }; then
     template="$parent.XXXXXXXX"
     [ "$own" = 0 ] || template="$parent/pod.XXXXXXXX"
     if ! HPK_MEMORY_REAL=$(exec mktemp -d -- "$template") || ! mkdir -- "$HPK_MEMORY_REAL/.dev-shm"; then
@@ -148,21 +149,18 @@ hpk_memory_dir() {
 # and the later ones read it with bash's read (two processes fewer at each pod's start). It is
 # trusted only for this allocation and node, and only in a directory of this user's (-O, not a
 # link: nobody else can write in it); anything else (another allocation's, half written) is done again.
-# hpk_node_facts: HPK_NODE_IP (hostname -I's first address, or empty), HPK_NODE_KNOWN=1 when read there.
-hpk_node_facts() {
+# hpk_node_known: HPK_NODE_KNOWN=1 and HPK_NODE_IP (hostname -I's first address, or empty) when read there.
+hpk_node_known() {
   local parent="$HPK_MEMORY_ROOT/hpk-$EUID" job node ip end
-  HPK_NODE_KNOWN=''
+  HPK_NODE_KNOWN='' HPK_NODE_IP=''
   if [ -n "${HPK_PILOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ] && [ ! -L "$parent" ] && [ -O "$parent" ] \
     && { read -r job node ip end <"$parent/.pilot-node"; } 2>/dev/null && [ "$end" = . ] \
     && [ "$job" = "$SLURM_JOB_ID" ] && [ "$node" = "${SLURMD_NODENAME:--}" ]; then
     HPK_NODE_IP=${ip#-} HPK_NODE_KNOWN=1
-    return 0
   fi
-  HPK_NODE_IP=$(exec hostname -I 2>/dev/null)
-  HPK_NODE_IP=${HPK_NODE_IP%% *}  # the first address (no cut: a process fewer on the way to the container)
 }
 
-# hpk_node_record PARENT: pilot mode: what hpk_node_facts reads, once PARENT passed its check.
+# hpk_node_record PARENT: pilot mode: what hpk_node_known reads, once PARENT passed its check.
 hpk_node_record() {
   [ -n "${HPK_PILOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ] || return 0
   { printf '%s %s %s .\n' "$SLURM_JOB_ID" "${SLURMD_NODENAME:--}" "${HPK_NODE_IP:--}" >"$1/.pilot-node"; } 2>/dev/null
@@ -1078,7 +1076,17 @@ hpk_host_part() {
   # the pod part's (which makes them only if one is missing)
   local -a dirs=("$HPK_STATUS/.new.$$" "$HPK_LOGS")
   hpk_pod_dirs
-  mkdir -p -- ${dirs[@]+"${dirs[@]}"} 2>/dev/null || mkdir -p -- "$HPK_STATUS" "$HPK_LOGS" || exit 1
+  hpk_node_known
+  # pilot mode, the memory directory's parent checked by an earlier step (this user's own 0700
+  # directory: nobody else makes a name in it, so a name not there now is this pod's): the pod's
+  # memory directory in the same mkdir (hpk_memory_dir then only links it)
+  HPK_MEMORY_MADE=''
+  if [ -n "$HPK_NODE_KNOWN" ]; then
+    HPK_MEMORY_REAL="$HPK_MEMORY_ROOT/hpk-$EUID/pod.${HPK_POD_DIR##*/}.$$"
+    [ -e "$HPK_MEMORY_REAL" ] || { dirs+=("$HPK_MEMORY_REAL/.dev-shm"); HPK_MEMORY_MADE=1; }
+  fi
+  mkdir -p -- ${dirs[@]+"${dirs[@]}"} 2>/dev/null \
+    || { HPK_MEMORY_MADE=''; mkdir -p -- "$HPK_STATUS" "$HPK_LOGS"; } || exit 1
   trap hpk_host_exit EXIT
   local short='' now
   # the kernel's host name up to its first dot, as `hostname -s` says, read without a process
@@ -1087,7 +1095,10 @@ hpk_host_part() {
   # pilot mode: the Slurm node(s) hpkctl placed the pod on (an MPI pod's ranks: all of them), which a
   # restarted kubelet books it on again; several Slurm nodes may share one host
   [ -z "${HPK_PILOT:-}" ] || short=${HPK_RANKS_NODES:-${SLURMD_NODENAME:-$short}}
-  hpk_node_facts
+  if [ -z "$HPK_NODE_KNOWN" ]; then
+    HPK_NODE_IP=$(exec hostname -I 2>/dev/null)
+    HPK_NODE_IP=${HPK_NODE_IP%% *}  # the first address (no cut: a process fewer on the way to the container)
+  fi
   HPK_HOST_IP=$HPK_NODE_IP
   export HPK_HOST_IP
   hpk_clock now

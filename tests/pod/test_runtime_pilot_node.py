@@ -1,7 +1,8 @@
 """Pilot mode: what a step learns of its node with a process (its address: ``hostname -I``; that the
 memory directory's parent is this user's own 0700 directory: ``stat``) is learnt once per allocation
 and node, and a pod's start does not hash the runtime (the kubelet checked it just before): the
-processes of every pilot pod's start (bench/run pilot's backlog is CPU-bound on them)."""
+processes of every pilot pod's start (bench/run pilot's backlog is CPU-bound on them): the later
+steps of an allocation make the pod's memory directory with its other directories, in one mkdir."""
 
 from __future__ import annotations
 
@@ -62,6 +63,10 @@ def test_the_node_is_learnt_once_per_allocation_and_node(stub_env: dict[str, Any
     assert record.read_text() == f"77 n1 {ip or '-'} .\n"
     second, ran = _step(stub_env, 2)
     assert "hostname" not in ran and "stat" not in ran and "sha256sum" not in ran, ran
+    assert ran.count("mkdir") == 1, ran  # the memory directory made with the pod's directories
+    shm = [r for r in records(stub_env["tmp"] / "record.jsonl") if r["verb"] != "pull"][-1]["resolved"]
+    assert any(re.fullmatch(rf"{re.escape(str(record.parent))}/pod\.[0-]+2\.\d+/\.dev-shm", p) for p in shm), shm
+    assert not list(record.parent.glob("pod.*"))  # removed at the step's end, as before
     assert (second / "status" / "host.ip").read_text() == (first / "status" / "host.ip").read_text()
     assert (second / "status" / "job.id").read_text() == "77.2\n"
     # another allocation, or another Slurm node of this host, learns it again (and records it for itself)
