@@ -13,6 +13,7 @@ when the server could not be reached at all.
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 from collections.abc import Mapping, Sequence
@@ -101,7 +102,11 @@ class Kube:
         return self._cfg.authorization()
 
     def clone(self, *, pool_size: int = 2) -> "Kube":
-        return Kube(self.kubeconfig, pool_size=pool_size, context=self.context)
+        """Another pool of connections with this one's settings and TLS context: the kubeconfig is not
+        parsed again nor its CA and client key loaded again (~2.5 ms a clone; the kubelet makes 5 at start)."""
+        other = copy.copy(self)
+        other._http = self._http.sibling(pool_size)
+        return other
 
     def close(self) -> None:
         self._http.close()

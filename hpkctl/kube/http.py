@@ -16,6 +16,7 @@ decides, reading the object back where it matters), so nothing is ever created o
 from __future__ import annotations
 
 import base64
+import copy
 import errno
 import http.client
 import os
@@ -213,6 +214,12 @@ class Transport:
         self._pool_size = pool_size
         self._idle: list[Conn] = []
         self._lock = threading.Lock()
+
+    def sibling(self, pool_size: int) -> "Transport":
+        """A pool of its own to the same server, sharing this one's TLS context (thread-safe)."""
+        other = copy.copy(self)
+        other._pool_size, other._idle, other._lock = pool_size, [], threading.Lock()
+        return other
 
     def _new(self, connect_timeout: float, cut: Cut | None) -> Conn:
         if self._proxy is None:

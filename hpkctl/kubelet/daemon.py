@@ -81,13 +81,16 @@ class Kubelet:
         state = node_state_dir(profile, opts.node_name)
         self.state_dir = state
         self.wake = Wake(stop)
+        # what the node's capacity sums: the partition's nodes, or the held allocations and what could be requested
+        capacity: Callable[[], Sequence[NodeInfo]] = lambda: self.slurm.nodes(partition=self.profile.slurm.partition)
         if opts.pilot or profile.pilot.enabled:
-            from hpkctl.provider.pilotpod import PilotPodProvider
+            from hpkctl.provider.pilotpod import PilotPodProvider  # only then: 25 ms of imports
 
             pilot = PilotPodProvider.for_pilot_node(
                 slurm=self.slurm, profile=profile, node_state=state, node=opts.node_name)
             pilot.changed = self.wake.poke  # a pod's step said it changed: a status round now
             self.provider: JobPodProvider = pilot
+            capacity = pilot.capacity_nodes
         else:
             self.provider = JobPodProvider.for_node(slurm=self.slurm, profile=profile, node_name=opts.node_name)
         self.lock = ExclusiveLock(state / "kubelet.lock")
@@ -103,7 +106,7 @@ class Kubelet:
                                     runtime_version="apptainer://unknown")
         # `apptainer --version` (a process; the stand-in's is a Python start) on the node thread, not the start's path
         self.reporter = NodeReporter(self.kube.clone(pool_size=2), self.node_state,
-                                     slurm_nodes=self._capacity_nodes(),
+                                     slurm_nodes=capacity,
                                      max_pods=cfg.max_pods, stop=stop,
                                      runtime=lambda: apptainer_version(profile.apptainer.binary))
         self.lease = LeaseKeeper(self.kube.clone(pool_size=2), node_name=opts.node_name,
@@ -201,15 +204,6 @@ class Kubelet:
             log.info("pods get %s", f"the cluster's DNS at {ip}" if ip else "the node's resolver (no cluster DNS on "
                      "port 53)")
         return ip
-
-    def _capacity_nodes(self) -> Callable[[], Sequence[NodeInfo]]:
-        """What the node's capacity sums: the partition's nodes, or in pilot mode the held allocations
-        plus what could still be requested."""
-        from hpkctl.provider.pilotpod import PilotPodProvider
-
-        if isinstance(self.provider, PilotPodProvider):
-            return self.provider.capacity_nodes
-        return lambda: self.slurm.nodes(partition=self.profile.slurm.partition)
 
     def start(self) -> None:
         try:

@@ -8,10 +8,9 @@ one writer: it creates and deletes through the provider, patches the status and 
 How a pod runs is the provider's business (:class:`~hpkctl.provider.PodProvider`; the daemon gives the
 kubelet the job-per-pod one); the kubelet reads the API's objects for it. Nothing here waits for long:
 a pull, a grace period or a back-off re-queues the pod for later, so one slow pod never holds the
-others up. A back-off is a gate (:class:`~hpkctl.kubelet.podstate.PodState`): a watch event during it
-(the echo of the kubelet's own status patch, say) creates nothing, so no render, no ConfigMap or
-Secret GET and no TokenRequest; a pod whose images are being pulled is created again only when the
-provider says the pulls ended.
+others up. A pod's status changed alone queues nothing (``Tracked.replace``). A back-off is a gate
+(:class:`~hpkctl.kubelet.podstate.PodState`): an event during it creates nothing, so no render, no GET
+and no TokenRequest; a pod whose images are being pulled is created when the pulls ended.
 
 Status changes are *detected* in :meth:`PodManager.poll`: the provider reports the pods that changed
 (one Slurm query for all of them); each report is handed to the pod's worker and the uid queued.
@@ -104,17 +103,18 @@ class PodManager:
         return uid
 
     def on_event(self, typ: str, pod: dict[str, Any]) -> None:
+        uid = str(_meta(pod).get("uid") or "")
+        t = self.table.get(uid)
         if typ == "DELETED":
-            uid = str(_meta(pod).get("uid") or "")
             left = self._left.get(uid)
-            if self.table.get(uid) is None and (left is None or left.state == "stopped"):
+            if t is None and (left is None or left.state == "stopped"):
                 return  # unknown, or stopped already (the DELETED of the kubelet's own final delete)
-            if self.table.get(uid) is None:
+            if t is None:
                 self._upsert(pod)
             self._gone.add(uid)
             self.queue.add(uid)
-            return
-        self.queue.add(self._upsert(pod))
+        elif t is None or t.replace(pod):  # not when its status alone changed (mostly its own patch's echo)
+            self.queue.add(self._upsert(pod))
 
     def on_sync(self, items: list[dict[str, Any]]) -> None:
         """A full list: every pod is (re)considered; tracked pods and records the list lacks were

@@ -18,6 +18,8 @@ from typing import Any
 from hpkctl.kubelet.podstate import PodState
 from hpkctl.pod.status import PodStatus
 
+_SEMANTIC = ("labels", "annotations", "deletionTimestamp", "deletionGracePeriodSeconds")
+
 
 @dataclass
 class Tracked:
@@ -32,6 +34,15 @@ class Tracked:
     error: str = ""  # a reason the pod could not be submitted (it has a Failed/Pending status saying so)
     state: PodState = field(default_factory=PodState)
     seen: float = field(default_factory=time.monotonic)  # when this kubelet first saw it (its registration)
+
+    def replace(self, pod: dict[str, Any]) -> bool:
+        """Take the server's newer copy; whether the change means work for the pod's worker, as the real
+        kubelet's ``podsDifferSemantically`` (``pkg/kubelet/config/config.go``) decides: its spec, labels,
+        annotations or deletion changed. A change of the status alone (each status patch's echo, ~3 per
+        pod) is only the copy the status manager compares with, as there."""
+        old, self.pod = self.pod, pod
+        a, b = old.get("metadata") or {}, pod.get("metadata") or {}
+        return old.get("spec") != pod.get("spec") or any(a.get(k) != b.get(k) for k in _SEMANTIC)
 
     @property
     def key(self) -> str:

@@ -223,6 +223,25 @@ def test_idle_connections_are_kept_up_to_the_pool_size(kube: Kube, server: Serve
     assert server.connections == before, "later calls reuse the kept connections"
 
 
+def test_a_clone_has_its_own_pool_with_the_same_credentials_and_reads_no_kubeconfig(
+        kube: Kube, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kubelet makes a clone per long-lived user (lease, node, reflector, reads ahead): each its own
+    kept-alive connections and pool bound, the TLS context and settings loaded once for all."""
+    from hpkctl.kube import kubeconfig as kubeconfig_mod
+
+    def no_load(*a: Any, **kw: Any) -> Any:
+        raise AssertionError("a clone parsed the kubeconfig again")
+
+    monkeypatch.setattr(kubeconfig_mod, "load", no_load)
+    assert kube.get("/ok")["conn"] == 1
+    clone = kube.clone(pool_size=1)
+    assert clone.get("/ok")["conn"] == 2 and kube.get("/ok")["conn"] == 1  # pools apart
+    assert clone._http._tls is kube._http._tls and clone.host == kube.host
+    assert len(clone._http._idle) == 1 and len(kube._http._idle) == 1
+    clone.close()
+    assert kube.get("/ok")["conn"] == 1 and server.seen[-2][3].get("Authorization") is None
+
+
 def test_errors_are_kube_errors_with_the_status_and_unavailable_when_nobody_listens(
         kube: Kube, server: Server, pki: Pki, tmp_path: Path) -> None:
     with pytest.raises(KubeError) as e:

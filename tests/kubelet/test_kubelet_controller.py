@@ -171,6 +171,36 @@ def test_the_back_off_gate_holds_against_watch_events(clock: Clock) -> None:
     assert "u-1" in provider.pods and t.state.phase is Phase.SUBMITTED and t.state.gated(clock.now) == 0
 
 
+def test_an_update_of_a_pods_status_alone_queues_no_work_but_a_change_of_its_spec_labels_or_deletion_does(
+        clock: Clock) -> None:
+    """As the real kubelet's podsDifferSemantically: the echo of each status patch (~3 per pod) only
+    replaces the copy the status manager compares with; spec, labels, annotations and deletion queue it."""
+    api, provider = Api(), Provider()
+    m = manager(api, provider)
+    pod = running(m, provider)
+    m.poll()
+    m.queue.drain()
+    t = m.table.get("u-1")
+    assert t is not None and t.sent is not None and m.queue.due("u-1") is None
+    meta = pod["metadata"]
+    echo = {**pod, "metadata": {**meta, "resourceVersion": "6"}, "status": t.sent}
+    m.on_event("MODIFIED", echo)
+    assert m.queue.due("u-1") is None and t.pod is echo  # taken, nothing queued
+    changes = [{**echo, "metadata": {**meta, "labels": {"app": "x"}}},
+               {**echo, "metadata": {**meta, "annotations": {"a": "b"}}},
+               {**echo, "spec": {**pod["spec"], "activeDeadlineSeconds": 60}}]
+    for changed in changes:
+        m.on_event("MODIFIED", changed)
+        assert m.queue.due("u-1") is not None and t.pod is changed, changed
+        m.queue.drain()
+        m.on_event("MODIFIED", echo)  # back as it was: a change again
+        m.queue.drain()
+    deleted = {**echo, "metadata": {**meta, "deletionTimestamp": "2026-11-24T05:00:00Z",
+                                    "deletionGracePeriodSeconds": 30}}
+    m.on_event("MODIFIED", deleted)
+    assert m.queue.due("u-1") is not None and t.pod is deleted
+
+
 def test_a_reconcile_repairs_a_status_someone_else_changed(clock: Clock) -> None:
     api, provider = Api(), Provider()
     m = manager(api, provider)
