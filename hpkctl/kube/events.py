@@ -40,6 +40,9 @@ _NAME_LIMIT = 253
 #: between them (maxTriesPerEvent, sleepDuration)
 MAX_TRIES = 12
 RETRY_PAUSE = 10.0
+#: the longest a broadcaster's ``hold`` keeps an event back, and how often it asks
+HOLD_MAX = 5.0
+HOLD_POLL = 0.05
 
 
 def rfc3339(when: datetime | None = None) -> str:
@@ -132,9 +135,11 @@ class EventRecorder:
         return EventKey(self.component, self.host or "", ref["kind"], ref.get("namespace", ""), ref["name"],
                         ref.get("uid", ""), ref["apiVersion"], type, reason, _message(message))
 
-    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal", tries: int = 1) -> Obj | None:
+    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal", tries: int = 1,
+               when: datetime | None = None) -> Obj | None:
         """Post the event, or bump the count of the same one posted before; the Event, or None if the
-        spam filter dropped it or the API server refused or could not be reached (logged).
+        spam filter dropped it or the API server refused or could not be reached (logged). ``when`` it
+        happened (default: now), as client-go's recorder stamps an event when it is recorded.
 
         ``tries`` > 1 retries a server that could not be reached (a timeout under load, a restarting API
         server), :data:`RETRY_PAUSE` apart, as client-go's ``recordToSink`` does (``maxTriesPerEvent``);
@@ -151,10 +156,10 @@ class EventRecorder:
             return None
         # built once: a retried POST whose first try reached the server meets AlreadyExists, not a twin
         body = event_body(obj=obj, reason=reason, message=c.message, type=type, component=self.component,
-                          host=self.host)
+                          host=self.host, when=when)
         for attempt in range(1, max(1, tries) + 1):
             try:
-                return self._send(c, body, posted)
+                return self._send(c, body, posted, when)
             except KubeUnavailable as exc:
                 if attempt >= tries:
                     log.warning("event %s %s about %s/%s not recorded after %d tries: %s", type, reason,
@@ -168,12 +173,12 @@ class EventRecorder:
                 return None
         return None
 
-    def _send(self, c: Correlated, body: Obj, posted: tuple[str, str] | None) -> Obj:
+    def _send(self, c: Correlated, body: Obj, posted: tuple[str, str] | None, when: datetime | None) -> Obj:
         if posted is not None:
             ns, name = posted
             try:
                 bumped: Obj = self.kube.patch(namespaced("events", ns, name),
-                                              {"count": c.count, "lastTimestamp": rfc3339()})
+                                              {"count": c.count, "lastTimestamp": rfc3339(when)})
                 return bumped
             except KubeError as exc:
                 if exc.code != 404:  # 404: expired (event TTL, 1 h by default): post it anew
@@ -197,6 +202,9 @@ class EventRecorder:
             self._posted.drop(uid)
 
 
+_Item = tuple[Obj, str, str, str, datetime, float]  # an event to post, when it was recorded (wall and monotonic)
+
+
 class EventBroadcaster:
     """Records events on a thread of its own, as client-go's broadcaster does, so the work an event
     is about (a bind, a pod's sync) never waits for the event's POST. Best effort like client-go's:
@@ -204,19 +212,25 @@ class EventBroadcaster:
     the caller. :meth:`close` posts what is still queued, up to ``timeout`` seconds. An event the API
     server could not take (a timeout on a loaded machine, a restart) is tried again ``tries`` times
     before the next one, as client-go's ``recordToSink``: dropping it lost a pod's Unhealthy event
-    once while the BackOff after it got through."""
+    once while the BackOff after it got through.
+
+    ``hold`` (the kubelet: pods wait to be submitted) keeps each event back while it says so, up to
+    ``hold_max`` seconds after the event was recorded: its POST and the API server's work for it then
+    come after the submissions they would slow down. The event keeps the time it was recorded."""
 
     def __init__(self, recorder: EventRecorder, *, size: int = 1000, name: str = "events",
-                 tries: int = MAX_TRIES) -> None:
+                 tries: int = MAX_TRIES, hold: Callable[[], bool] | None = None, hold_max: float = HOLD_MAX) -> None:
         self.recorder = recorder
         self.tries = tries
-        self._queue: queue.Queue[tuple[Obj, str, str, str] | str | threading.Event | None] = queue.Queue(maxsize=size)
+        self.hold, self.hold_max = hold, hold_max
+        self._closing = threading.Event()
+        self._queue: queue.Queue[_Item | str | threading.Event | None] = queue.Queue(maxsize=size)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal") -> None:
         try:
-            self._queue.put_nowait((obj, reason, message, type))
+            self._queue.put_nowait((obj, reason, message, type, datetime.now(UTC), time.monotonic()))
         except queue.Full:
             meta = obj.get("metadata") or {}
             log.warning("event %s %s about %s/%s dropped: %d events are waiting to be posted", type, reason,
@@ -239,11 +253,16 @@ class EventBroadcaster:
             elif isinstance(item, str):
                 self.recorder.forget(item)
             else:
-                obj, reason, message, type = item
-                self.recorder.record(obj, reason=reason, message=message, type=type, tries=self.tries)
+                obj, reason, message, type, when, at = item
+                while self.hold is not None and self.hold() and time.monotonic() < at + self.hold_max and \
+                        not self._closing.wait(HOLD_POLL):
+                    pass
+                self.recorder.record(obj, reason=reason, message=message, type=type, tries=self.tries, when=when)
 
     def close(self, timeout: float = 5.0) -> bool:
-        """Stop after the queued events; False if they were not all posted within ``timeout``."""
+        """Stop after the queued events (none held back any more); False if they were not all posted
+        within ``timeout``."""
+        self._closing.set()
         try:
             self._queue.put(None, timeout=timeout)
         except queue.Full:

@@ -102,6 +102,15 @@ class WorkQueue:
         with self._cv:
             return self._due.get(key, self._again.get(key))
 
+    def urgent_pending(self) -> bool:
+        """Whether an urgent key is due now and waits for a worker (the kubelet: a pod due to be submitted;
+        not one being worked on, nor one in a back-off)."""
+        if self.urgent is None:
+            return False
+        with self._cv:
+            now = self.clock()
+            return any(self._due.get(k) == when <= now for when, _, k in self._hot)
+
     def stop(self, *, timeout: float = 5.0) -> None:
         with self._cv:
             self._stopped = True

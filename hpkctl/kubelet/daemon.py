@@ -53,6 +53,7 @@ OBJECT_WATCHES = True
 
 CLEAN_EVERY = 60.0
 WATCH_TIMEOUT = 300  # seconds the server is asked to keep each pod watch open
+API_AFTER = 10.0  # seconds the HTTPS API may wait for the first list's pods to be submitted
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,10 @@ class Kubelet:
         else:
             self.provider = JobPodProvider.for_node(slurm=self.slurm, profile=profile, node_name=opts.node_name)
         self.lock = ExclusiveLock(state / "kubelet.lock")
-        # events are posted on their own thread, through client-go's spam filter and aggregation
+        # events are posted on their own thread, through client-go's spam filter and aggregation, and
+        # after the submissions of pods waiting for them (a backlog's Submitted events: up to 5 s later)
         self.recorder = EventBroadcaster(EventRecorder(self.kube, component="kubelet", host=opts.node_name),
-                                         name="kubelet-events")
+                                         name="kubelet-events", hold=lambda: self.pods.queue.urgent_pending())
         self.watches = ObjectWatches(lambda: self.kube.clone(pool_size=1)) if OBJECT_WATCHES else None
         self.pods = PodManager(kube=self.kube, provider=self.provider, profile=profile, node_name=opts.node_name,
                                recorder=self.recorder, host_ip=self.address, watches=self.watches,
@@ -116,6 +118,7 @@ class Kubelet:
                                    on_event=self.pods.on_event, on_sync=self.pods.on_sync, stop=stop,
                                    timeout_seconds=WATCH_TIMEOUT, name="pods")
         self._loops: list[threading.Thread] = []
+        self.failed: BaseException | None = None  # what stopped the kubelet from a thread (its API's start)
 
     def _client_ca(self) -> str:
         ca = self.opts.client_ca_file or self.kube.ca_file
@@ -137,14 +140,31 @@ class Kubelet:
         return listen_socket(self.address, self.opts.port), tls
 
     def _serve(self, sock: socket.socket, tls: ssl.SSLContext) -> None:
-        from hpkctl.kubelet.server import KubeletServer  # aiohttp: imported while the first pods are submitted
+        from hpkctl.kubelet.server import KubeletServer  # aiohttp: imported once the first pods are submitted
 
         self.server = KubeletServer(self.pods.table, provider=self.provider, node_name=self.opts.node_name,
                                     host=self.address, port=self.opts.port, tls=tls, sock=sock,
                                     clients=self.profile.kubelet.api_clients, review=self.access_review,
                                     denied_ttl=self.profile.kubelet.authz_denied_ttl)
         self.server.start()
-        self.node_state.port = self.server.port
+
+    def _serve_after_backlog(self, sock: socket.socket, tls: ssl.SSLContext) -> None:
+        """Start the HTTPS API once no pod of the first list waits to be submitted (at most ``API_AFTER`` s):
+        its import and app (~0.15 s of CPU) would hold the GIL while the workers render and submit a backlog.
+        Its socket listens from the start, so a request meanwhile (logs, exec) waits for it; none is refused."""
+        until = time.monotonic() + API_AFTER
+        while (not self.reflector.synced.is_set() or self.pods.queue.urgent_pending()) and \
+                not self.stop.wait(0.05) and time.monotonic() < until:
+            pass
+        if self.stop.is_set():
+            sock.close()
+            return
+        try:
+            self._serve(sock, tls)
+        except BaseException as exc:  # noqa: BLE001 - the kubelet stops, as it did when this ran at its start
+            log.exception("the kubelet API cannot start")
+            self.failed = exc
+            self.stop.set()
 
     def access_review(self, user: str, groups: Sequence[str], verb: str, subresource: str) -> bool:
         """Whether the API server lets ``user`` do ``verb`` on this node's ``subresource`` (the real
@@ -216,15 +236,20 @@ class Kubelet:
         self.refresh_dns()
         self.provider.start()  # before any pod is submitted: its job writes markers from the start
         self.pods.load_records()
-        listener = self._listener()  # a kubelet that cannot serve its API stops before it submits anything
-        # the pods first: a restarted kubelet's first list (a backlog of bound pods) is submitted while the
-        # HTTPS API (aiohttp's import, its app) comes up and the node registers (issue 23.2)
-        self.pods.queue.start()
+        # the first list (a restarted kubelet's backlog of bound pods) goes out first: the API server reads and
+        # sends it while the kubelet loads its TLS files; its pods are queued, and submitted once those are made
         self.reflector.start()
-        self._serve(*listener)
+        try:
+            listener = self._listener()  # a kubelet that cannot serve its API stops before it submits anything
+        except BaseException:
+            self.stop.set()
+            raise
+        self.node_state.port = listener[0].getsockname()[1]  # listening now: connections wait for the server
+        self.pods.queue.start()
         self.reporter.thread.start()
         self.lease.thread.start()
-        for target, name in ((self._status_loop, "status"), (self._janitor, "janitor")):
+        for target, name in ((self._status_loop, "status"), (self._janitor, "janitor"),
+                             (lambda: self._serve_after_backlog(*listener), "kubelet-api")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._loops.append(t)
@@ -263,10 +288,10 @@ class Kubelet:
         if self.watches is not None:
             self.watches.close()
         self.provider.shutdown()
+        for t in (*self._loops, self.reporter.thread, self.lease.thread):
+            t.join(5)  # the API's thread too, before its server is stopped
         if self.server is not None:
             self.server.stop()
-        for t in (*self._loops, self.reporter.thread, self.lease.thread):
-            t.join(5)
         self.recorder.close()
         self.lock.release()
         log.info("kubelet stopped; the pods' Slurm jobs keep running")
@@ -285,4 +310,6 @@ def run_kubelet(profile: SiteProfile, opts: KubeletOptions, *, stop: threading.E
         stop.wait()
     finally:
         kubelet.shutdown()
+    if kubelet.failed is not None:
+        raise kubelet.failed
     return 0

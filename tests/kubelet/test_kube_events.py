@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
+from datetime import UTC, datetime
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -129,10 +130,59 @@ class Held(EventRecorder):
         self.release = threading.Event()
         self.got: list[str] = []
 
-    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal", tries: int = 1) -> Obj | None:
+    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal", tries: int = 1,
+               when: Any = None) -> Obj | None:
         assert self.release.wait(10), "the test never released the recorder"
         self.got.append(message)
         return None
+
+
+class Kept(EventRecorder):
+    """A recorder that keeps what it is given, with the time the event was recorded at."""
+
+    def __init__(self) -> None:
+        super().__init__(None, component="test")  # type: ignore[arg-type]  # never posts
+        self.got: list[tuple[str, Any]] = []
+
+    def record(self, obj: Obj, *, reason: str, message: str, type: str = "Normal", tries: int = 1,
+               when: Any = None) -> Obj | None:
+        self.got.append((message, when))
+        return None
+
+
+def test_the_broadcaster_holds_events_back_while_told_up_to_hold_max_and_keeps_their_time() -> None:
+    """The kubelet's events wait while pods wait to be submitted (their POSTs and the API server's work
+    come after the sbatch they would slow down), at most ``hold_max``, and never at close; each keeps
+    the time it was recorded at, as client-go's recorder stamps it."""
+    obj = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "namespace": "default", "uid": "u"}}
+    busy, asked = threading.Event(), [0]
+
+    def hold() -> bool:
+        asked[0] += 1
+        return busy.is_set()
+
+    busy.set()
+    rec = Kept()
+    b = EventBroadcaster(rec, hold=hold, hold_max=600)
+    before = datetime.now(UTC)
+    b.record(obj, reason="Submitted", message="m0")
+    wait_for("the broadcaster to ask twice", lambda: asked[0] >= 2, timeout=10, every=0.01)
+    assert rec.got == []  # held back
+    released = datetime.now(UTC)
+    busy.clear()
+    wait_for("the event posted once nothing holds it", lambda: rec.got, timeout=10, every=0.01)
+    ((message, when),) = rec.got
+    assert message == "m0" and before <= when <= released  # the time it was recorded, not posted
+    busy.set()
+    short = Kept()
+    b2 = EventBroadcaster(short, hold=hold, hold_max=0.2)
+    b2.record(obj, reason="Submitted", message="m1")
+    wait_for("the event posted after hold_max although held", lambda: short.got, timeout=10, every=0.01)
+    closing = Kept()
+    b3 = EventBroadcaster(closing, hold=hold, hold_max=600)
+    b3.record(obj, reason="Submitted", message="m2")
+    assert b3.close(10) and [m for m, _ in closing.got] == ["m2"]  # close posts what is held, at once
+    assert b.close(10) and b2.close(10)
 
 
 @pytest.mark.standin

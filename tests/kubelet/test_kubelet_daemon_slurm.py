@@ -142,7 +142,9 @@ def test_mandatory_configmap_waits_optional_secret_skipped(cluster: Cluster) -> 
 
     wait_for("CreateContainerConfigError", waiting, timeout=30)
     assert cluster.phase("needs-cm") == "Pending"
-    assert any(e["reason"] == "MandatoryConfigMapNotFound" for e in cluster.events("needs-cm"))
+    wait_for("the MandatoryConfigMapNotFound event (posted on the events' own thread)",
+             lambda: any(e["reason"] == "MandatoryConfigMapNotFound" for e in cluster.events("needs-cm")),
+             timeout=30)
     code, _ = cluster.api.post("/api/v1/namespaces/default/configmaps",
                                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"},
                                 "data": {"a": "x y"}})

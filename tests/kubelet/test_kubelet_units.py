@@ -88,6 +88,24 @@ def test_urgent_keys_due_run_before_the_others_in_deadline_order_each() -> None:
     assert q.drain() == 1 and order[-1] == "new-later"
 
 
+def test_urgent_pending_says_whether_an_urgent_key_is_due() -> None:
+    """What the kubelet's API and events wait for at start: the first list's pods taken to be submitted.
+    A key not due yet (a back-off), not urgent, or being worked on keeps nothing waiting."""
+    now = [100.0]
+    urgent = {"new-1", "new-later"}
+    q = WorkQueue(lambda k: None, workers=1, clock=lambda: now[0], urgent=urgent.__contains__)
+    assert not q.urgent_pending()
+    q.add("status-1")
+    q.add_after("new-later", 5)
+    assert not q.urgent_pending()
+    q.add("new-1")
+    assert q.urgent_pending()
+    assert q.drain() == 2 and not q.urgent_pending()
+    now[0] += 5
+    assert q.urgent_pending() and q.drain() == 1 and not q.urgent_pending()
+    assert not WorkQueue(lambda k: None, workers=1).urgent_pending()  # no urgent keys at all
+
+
 def test_urgent_keys_that_keep_coming_do_not_starve_a_key_due_longer_than_the_lead() -> None:
     """Each urgent run takes a quarter of URGENT_LEAD and brings a new urgent key and the same one
     again (a pilot pod waiting for room, a burst's creates): the status key queued before them runs
