@@ -108,7 +108,8 @@ class Calls:
     def states(self, job_ids: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
         for i in range(0, len(job_ids), 400):
-            r = subprocess.run([self.real["squeue"] or "squeue", "--noheader", "--all", "--states=all",
+            # --array: a pending element of a batch is "A_i" on a line of its own, not in "A_[0-7]"
+            r = subprocess.run([self.real["squeue"] or "squeue", "--noheader", "--all", "--states=all", "--array",
                                 "--jobs=" + ",".join(job_ids[i:i + 400]), "--format=%i %T"],
                                capture_output=True, text=True, check=False)
             for line in r.stdout.splitlines():
@@ -135,15 +136,21 @@ class Calls:
             subprocess.run([self.real["scancel"] or "scancel", *ids[i:i + 200]], capture_output=True, check=False)
 
     def jobs_of_uids(self, uids: set[str]) -> list[str]:
-        """Job ids of this user whose comment names one of ``uids`` (``hpk-uid=<uid>``)."""
-        r = subprocess.run([self.real["squeue"] or "squeue", "--noheader", "--me", "--all", "--format=%i %k"],
-                           capture_output=True, text=True, check=False)
+        """Job ids of this user whose comment names one of ``uids`` (``hpk-uid=<uid>``; an element ``A_i``
+        of a batch of pods, ``hpk-uids=<uid 0>,<uid 1>,...``: the i-th)."""
+        r = subprocess.run([self.real["squeue"] or "squeue", "--noheader", "--me", "--all", "--array",
+                            "--format=%i %k"], capture_output=True, text=True, check=False)
         out = []
         for line in r.stdout.splitlines():
             jid, _, comment = line.strip().partition(" ")
             first = comment.split(maxsplit=1)[0] if comment.strip() else ""
+            index = jid.partition("_")[2]
             if first.startswith("hpk-uid=") and first[len("hpk-uid="):] in uids:
                 out.append(jid)
+            elif first.startswith("hpk-uids=") and index.isdigit():
+                named = first[len("hpk-uids="):].split(",")
+                if int(index) < len(named) and named[int(index)] in uids:
+                    out.append(jid)
         return out
 
 

@@ -754,7 +754,9 @@ hpk_stop_sidecars() {
 hpk_cancelled() {
   [ ! -e "$HPK_STATUS/pod.deleting" ] && [ ! -e "$HPK_STATUS/pod.failed" ] || return 0
   local state
-  state=$(timeout "$1" squeue --noheader --jobs="${SLURM_JOB_ID:-0}" --format=%T/%r 2>/dev/null) || return 0
+  # an element of a batch of pods asks for itself (ARRAY_I): the array's own id lists every element
+  state=$(timeout "$1" squeue --noheader --jobs="${HPK_SLURM_JOB:-${SLURM_JOB_ID:-0}}" --format=%T/%r 2>/dev/null) ||
+    return 0
   case $state in
     "" | RUNNING/* | SIGNALING/*) return 0 ;;
     */TimeLimit) [ -z "${HPK_PILOT:-}" ] || { hpk_allocation_ended; return 0; } ;;

@@ -103,9 +103,11 @@ def parse_scontrol(text: str, job_id: str) -> JobInfo | None:
     Fields are taken at their first occurrence: the only free text before them is the job name,
     which hpkctl sets itself; ``Command=``/``WorkDir=`` come after every field read here.
     """
+    array, _, index = job_id.partition("_")
     for line in text.splitlines():
-        if _field(line, "JobId") != job_id:
-            continue
+        if _field(line, "JobId") != job_id and not (
+                index and _field(line, "ArrayJobId") == array and _field(line, "ArrayTaskId") == index):
+            continue  # an element A_i: scontrol prints its own JobId=N and ArrayJobId=A ArrayTaskId=i
         state = _field(line, "JobState")
         if not state:
             return None

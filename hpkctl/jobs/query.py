@@ -64,6 +64,6 @@ def allocation_id(commands: Commands, job_id: str) -> str:
     does not know it (srun then says what is wrong)."""
     if "_" not in check_id(job_id):
         return job_id
-    done = commands.run("squeue", ["--noheader", "--array", f"--jobs={job_id}", "--format=%A"])
+    done = commands.run("squeue", ["--noheader", "--all", "--array", f"--jobs={job_id}", "--format=%A"])
     got = done.stdout.split() if done.returncode == 0 else []
     return got[0] if len(got) == 1 and got[0].isdigit() else job_id

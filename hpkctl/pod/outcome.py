@@ -127,7 +127,8 @@ def pod_outcome(info: SlurmFacts | None) -> PodOutcome:
             "Failed",
             "JobVanished",
             "Slurm has no record of the job: it left the queue (MinJobAge) and neither sacct "
-            "nor the jobcomp file (slurm.jobcomp_file in the profile) knows it",
+            "nor the jobcomp file (slurm.jobcomp_file in the profile) knows it, or it was cancelled "
+            "from outside hpkctl before it started (an element of a job array leaves no trace then)",
         )
     state = info.state
     slurm_reason = f"; Slurm reason: {info.reason}" if info.reason else ""

@@ -10,12 +10,13 @@ batch to fill, so a single pod's start is not delayed, and a pod alone keeps its
 
 A batch that Slurm refuses, or that cannot be written, is not retried as a whole: each of its pods
 is submitted alone instead, so each gets its own answer (its error, or its time limit lowered to the
-partition's). A batch whose ``sbatch`` timed out may exist: each of its pods is told so
+partition's). A batch whose ``sbatch`` timed out (or gave no clear answer) may exist: each of its pods is told so
 (``SlurmTimeout``), and its next create finds its element by the uid list in the array's comment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -24,14 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpkctl.jobs import Slurm, SlurmError, SlurmTimeout
-from hpkctl.pod.batch import batch_key, render_batch
+from hpkctl.jobs import Slurm, SlurmError, SubmitError
+from hpkctl.pod.batch import COMMENT_MAX, NOTICES_DIR, batch_comment, batch_key, notices_file, render_batch
 from hpkctl.pod.plan import PodPlan
 from hpkctl.provider.slurmjobs import submit_job
 
 log = logging.getLogger("hpkctl.provider.batchsubmit")
 
-#: the most pods in one array (Slurm's default MaxArraySize is 1001; the comment lists every uid)
+#: the most pods in one array (Slurm's default MaxArraySize is 1001); the array's comment, which lists
+#: every uid, must also fit Slurm's 1,024 characters (27 pod uids)
 MAX_BATCH = 64
 
 
@@ -76,10 +78,15 @@ class BatchSubmitter:
                 if me.done.is_set():
                     break
                 queue = self._waiting[key]
-                batch, queue[:] = queue[:self.max_batch], queue[self.max_batch:]
+                batch = self._take(queue)
                 self._busy.add(key)
             try:
                 self._run(batch)
+            except BaseException:
+                with self._cv:  # the caller gets the error: its pod must not go to Slurm later as well
+                    if me in self._waiting.get(key, ()):
+                        self._waiting[key].remove(me)
+                raise
             finally:
                 with self._cv:
                     self._busy.discard(key)
@@ -93,12 +100,24 @@ class BatchSubmitter:
         assert me.result is not None
         return me.result
 
+    def _take(self, queue: list[_Pending]) -> list[_Pending]:
+        """The next batch from the head of ``queue`` (removed from it): at most ``max_batch`` pods, and
+        no more than the array's comment can name."""
+        n = 0
+        while n < min(len(queue), self.max_batch) and (
+                n == 0 or len(batch_comment([p.plan.uid for p in queue[:n + 1]])) <= COMMENT_MAX):
+            n += 1
+        batch = queue[:n]
+        del queue[:n]
+        return batch
+
     def _alone(self, plan: PodPlan, deadline: int, partition: str) -> tuple[str, int]:
         root = Path(plan.pod_dir)
         return submit_job(self.slurm, root / "job" / "job.sh", workdir=root, deadline=deadline, partition=partition)
 
     def _run(self, batch: list[_Pending]) -> None:
-        """One ``sbatch`` for ``batch``; every member is done afterwards, whatever happened."""
+        """One ``sbatch`` for ``batch``; every member is done afterwards, whatever happened (an error
+        that escapes here is every member's without an answer, and the caller's)."""
         try:
             if len(batch) == 1:
                 one = batch[0]
@@ -108,6 +127,11 @@ class BatchSubmitter:
                     one.error = exc
                 return
             self._array(batch)
+        except BaseException as exc:
+            for p in batch:
+                if p.result is None and p.error is None and not p.alone:
+                    p.error = exc
+            raise
         finally:
             for p in batch:
                 p.done.set()
@@ -117,29 +141,49 @@ class BatchSubmitter:
         script = workdir / f".batch-{uuid.uuid4().hex}.sh"
         try:
             text = render_batch([p.plan for p in batch], str(workdir))
+            (workdir / NOTICES_DIR).mkdir(mode=0o700, exist_ok=True)  # Slurm opens the elements' files there
             fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(text)
-            try:
-                array = self.slurm.submit(script)
-            finally:
-                script.unlink(missing_ok=True)
-        except SlurmTimeout as exc:
-            log.warning("sbatch of %d pods as one array timed out; the array may exist: its pods look for "
-                        "their element by uid next", len(batch))
+        except (OSError, ValueError) as exc:  # nothing went to Slurm
+            self._each_alone(batch, exc)
+            return
+        try:
+            array = self.slurm.submit(script)
+        except SubmitError as exc:  # refused: Slurm made no job
+            self._each_alone(batch, exc)
+            return
+        except SlurmError as exc:
+            # timed out, or no clear answer ("Socket timed out on send/recv", no job id printed): the
+            # array may exist, so no pod goes again blindly; each one's next create looks for its element
+            log.warning("sbatch of %d pods as one array gave no clear answer (%s); the array may exist: its "
+                        "pods look for their element by uid next", len(batch), exc)
             for p in batch:
                 p.error = exc
             return
-        except (SlurmError, OSError, ValueError) as exc:
-            log.warning("%d pods could not go to Slurm as one array (%s): each is submitted alone", len(batch), exc)
-            for p in batch:
-                p.alone = True
-            return
+        finally:
+            try:
+                script.unlink(missing_ok=True)
+            except OSError as exc:  # Slurm has its own copy: a file left behind is only untidy
+                log.warning("array script %s not removed: %s", script, exc)
         log.info("submitted %d pods as job array %s", len(batch), array)
         if self.on_batch is not None:
             self.on_batch(len(batch))
         for i, p in enumerate(batch):
             p.result = (f"{array}_{i}", 0)
 
+    @staticmethod
+    def _each_alone(batch: list[_Pending], why: BaseException) -> None:
+        log.warning("%d pods could not go to Slurm as one array (%s): each is submitted alone", len(batch), why)
+        for p in batch:
+            p.alone = True
 
-__all__ = ["MAX_BATCH", "BatchSubmitter"]
+
+def forget_notices(pod_dir: str, job_id: str) -> None:
+    """Remove Slurm's notices of a batched pod's element (``A_i``) with its pod directory."""
+    if "_" in job_id and pod_dir:
+        with contextlib.suppress(OSError):
+            os.unlink(notices_file(os.path.dirname(pod_dir), job_id))
+
+
+__all__ = ["MAX_BATCH", "BatchSubmitter", "forget_notices"]

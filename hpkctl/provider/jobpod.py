@@ -31,7 +31,7 @@ from hpkctl.pod.status import PodStatus, container_done
 from hpkctl.provider.adopt import JobFinder, intent_job, ran_before, terminal_phase
 from hpkctl.provider.api import (ContainerRun, Created, Deletion, ExecSession, Failure, ImagePullFailed, Leftover, Note,
                                  Outcome, PodInputs, PodRef, StatusReport, Watched)
-from hpkctl.provider.batchsubmit import BatchSubmitter
+from hpkctl.provider.batchsubmit import BatchSubmitter, forget_notices
 from hpkctl.provider.changes import ChangeLog
 from hpkctl.provider.jobcache import JobCache
 from hpkctl.provider.jobstatus import StatusRounds, final_report
@@ -54,9 +54,7 @@ class JobPodProvider:
     end's records live (a kubelet's: ``<state_dir>/kubelet/<node>``)."""
 
     def __init__(self, *, slurm: Slurm, profile: SiteProfile, records: RecordStore) -> None:
-        self.slurm = slurm
-        self.profile = profile
-        self.records = records
+        self.slurm, self.profile, self.records = slurm, profile, records
         self.puller = ImagePuller(profile)
         self.finder = JobFinder(slurm)
         self.jobs = JobCache(slurm, every=profile.kubelet.slurm_poll)
@@ -355,6 +353,7 @@ class JobPodProvider:
         for rec in old:
             if rec.pod_dir and Path(rec.pod_dir).resolve().is_relative_to(state):
                 shutil.rmtree(rec.pod_dir, ignore_errors=True)
+                forget_notices(rec.pod_dir, rec.job_id)
             self.records.remove(rec.uid)
             with self._lock:
                 self._recs.pop(rec.uid, None)

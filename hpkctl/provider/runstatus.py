@@ -217,7 +217,10 @@ def pod_jobs(slurm: Slurm) -> list[tuple[str, UserJob]]:
     out: dict[str, tuple[str, UserJob]] = {}
     for job in slurm.user_jobs():
         found = pod_of_job(job.job_id, job.comment)
-        if found and found[0] not in out:
+        if not found:
+            continue
+        seen = out.get(found[0])  # a workload's elements: a live one's state stands for the array
+        if seen is None or (seen[1].state in TERMINAL_STATES and job.state not in TERMINAL_STATES):
             out[found[0]] = (found[0], dataclasses.replace(job, job_id=found[1]))
     return list(out.values())
 

@@ -300,3 +300,12 @@ def test_jobcomp_lines_are_read_field_exactly(line: str) -> None:
 def test_free_text_with_fields_of_its_own_still_parses() -> None:
     info = parse_jobcomp_line(_record("12", name="a JobState=FAILED b", workdir="/x ReservationName=y z"))
     assert info is not None and info.state == "COMPLETED"
+
+
+def test_scontrol_names_an_array_element_by_its_array_and_index(fixture_text) -> None:
+    """An element A_i shows its own JobId (here the array's, which element 1 kept) with ArrayJobId=A
+    ArrayTaskId=i: asked as A_i (a batch of pods' element), that line answers, and no other index's."""
+    text = fixture_text("scontrol_array_element_failed.txt")
+    info = parse_scontrol(text, "134890_1")
+    assert info is not None and (info.job_id, info.state, info.exit_code) == ("134890_1", "FAILED", 1)
+    assert parse_scontrol(text, "134890_0") is None

@@ -71,8 +71,9 @@ def test_which_pods_go_together() -> None:
     one, two = _plan(UIDS[0]), _plan(UIDS[1])
     assert batch_key(one) == batch_key(two) and batch_key(one) is not None
     assert batch_key(_plan(UIDS[2], cpu="2")) != batch_key(one)  # other resources: another array
-    own = _plan(UIDS[2], annotations={"slurm-job.hpk.io/flags": "--comment=mine"})
-    assert batch_key(own) is None  # its own comment: a job of its own
+    for flags in ("--comment=mine", "--mail-type=END", "--dependency=singleton"):  # a job of its own
+        assert batch_key(_plan(UIDS[2], annotations={"slurm-job.hpk.io/flags": flags})) is None, flags
+    assert batch_key(_plan(UIDS[2], annotations={"slurm-job.hpk.io/flags": "--qos=low"})) not in (None, batch_key(one))
     assert not any(w.startswith(("--job-name", "--output", "--chdir", "--comment")) for w in batch_key(one) or ())
 
 

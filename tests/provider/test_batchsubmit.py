@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hpkctl.jobs import SlurmTimeout, SubmitError
+from hpkctl.jobs import SlurmTimeout, SlurmUnavailable, SubmitError
 from hpkctl.pod import render_pod
 from hpkctl.provider.batchsubmit import BatchSubmitter
 from tests.support.pods import make_profile, pod_doc
@@ -20,11 +20,12 @@ from tests.support.waiting import wait_for
 class GatedSlurm:
     """sbatch that holds its first call until the test opens the gate; records what it was given."""
 
-    def __init__(self, *, refuse_arrays: bool = False, time_out_arrays: bool = False) -> None:
+    def __init__(self, *, refuse_arrays: bool = False, time_out_arrays: bool = False,
+                 unclear_arrays: bool = False) -> None:
         self.gate = threading.Event()
         self.calls: list[tuple[str, str]] = []  # (script name, its text)
         self.entered = threading.Event()
-        self.refuse_arrays, self.time_out_arrays = refuse_arrays, time_out_arrays
+        self.refuse_arrays, self.time_out_arrays, self.unclear = refuse_arrays, time_out_arrays, unclear_arrays
         self.lock = threading.Lock()
 
     def submit(self, script: Path, *, extra_args: Any = (), workdir: Any = None) -> str:
@@ -39,6 +40,8 @@ class GatedSlurm:
             raise SubmitError("sbatch refused the job: no arrays here")
         if "--array=" in text and self.time_out_arrays:
             raise SlurmTimeout("sbatch timed out")
+        if "--array=" in text and self.unclear:
+            raise SlurmUnavailable("sbatch: error: Socket timed out on send/recv operation")
         return str(100 + n)
 
 
@@ -117,15 +120,47 @@ def test_other_options_make_another_queue(tmp_path: Path) -> None:
         t.join(30)
 
 
-@pytest.mark.parametrize("kind", ["refused", "timed out"])
+@pytest.mark.parametrize("kind", ["refused", "timed out", "no clear answer"])
 def test_a_batch_that_fails(tmp_path: Path, kind: str) -> None:
-    slurm = GatedSlurm(refuse_arrays=kind == "refused", time_out_arrays=kind == "timed out")
+    slurm = GatedSlurm(refuse_arrays=kind == "refused", time_out_arrays=kind == "timed out",
+                       unclear_arrays=kind == "no clear answer")
     sub = BatchSubmitter(slurm)  # type: ignore[arg-type]
     others = [_plan(tmp_path, i) for i in range(1, 3)]
     _, got2 = _behind_a_held_sbatch(sub, slurm, _plan(tmp_path, 0), others)
     if kind == "refused":  # each pod alone, with its own answer
         assert sorted(got2[p.uid] for p in others) == [("103", 0), ("104", 0)]
         assert len(slurm.calls) == 4
-    else:  # the array may exist: each pod is told, and looks for its element by uid
-        assert all(isinstance(got2[p.uid], SlurmTimeout) for p in others)
+    else:  # the array may exist: each pod is told (never submitted again blindly), and looks for it by uid
+        kind_of = SlurmTimeout if kind == "timed out" else SlurmUnavailable
+        assert all(type(got2[p.uid]) is kind_of for p in others)
         assert len(slurm.calls) == 2
+
+
+def test_an_array_names_no_more_pods_than_its_comment_can_hold(tmp_path: Path) -> None:
+    """Slurm refuses a --comment over 1,024 characters: 27 uids of 36 fit."""
+    slurm = GatedSlurm()
+    sizes: list[int] = []
+    sub = BatchSubmitter(slurm, on_batch=sizes.append)  # type: ignore[arg-type]
+    others = [_plan(tmp_path, i) for i in range(1, 31)]
+    _, got2 = _behind_a_held_sbatch(sub, slurm, _plan(tmp_path, 0), others)
+    assert sizes == [27, 3] and sorted(got2[p.uid] for p in others[27:]) == [("103_0", 0), ("103_1", 0), ("103_2", 0)]
+    assert max(len(line) for _, text in slurm.calls for line in text.splitlines()
+               if line.startswith("#SBATCH --comment=")) <= len("#SBATCH --comment=") + 1024
+
+
+def test_an_unexpected_error_of_the_leader_reaches_every_pod_of_its_batch(tmp_path: Path) -> None:
+    slurm = GatedSlurm()
+    sub = BatchSubmitter(slurm)  # type: ignore[arg-type]
+
+    def broken(*a: Any, **kw: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    import hpkctl.provider.batchsubmit as mod
+    others = [_plan(tmp_path, i) for i in range(1, 3)]
+    real, mod.render_batch = mod.render_batch, broken  # type: ignore[assignment]
+    try:
+        _, got2 = _behind_a_held_sbatch(sub, slurm, _plan(tmp_path, 0), others)
+    finally:
+        mod.render_batch = real  # type: ignore[assignment]
+    assert all(isinstance(got2[p.uid], RuntimeError) for p in others)
+    assert not sub._waiting and not sub._busy and len(slurm.calls) == 1
