@@ -254,9 +254,9 @@ def _image_args(words: ScriptWords, img: ImageRef, sif: str, policy: str) -> She
 def render_plan(plan: PodPlan) -> RenderedPod:
     profile = plan.profile
     words = ScriptWords(plan)
-    directives = []
-    for opt in plan.options:
-        directives.append(Shell(opt.name if opt.value is None else f"{opt.name}={sbatch_directive_word(opt.value)}"))
+    # (a pilot pod's script is a step's, with no #SBATCH lines: its options are not written as words)
+    directives = [] if profile.pilot.enabled else [
+        Shell(opt.name if opt.value is None else f"{opt.name}={sbatch_directive_word(opt.value)}") for opt in plan.options]
     containers = []
     for c in plan.containers:
         containers.append({

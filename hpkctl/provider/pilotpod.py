@@ -25,6 +25,7 @@ change log and the files, logs, exec. What differs is where the script runs and 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import threading
 import time
@@ -342,7 +343,9 @@ class PilotPodProvider(PilotHolder):
             return
         with self._plock:
             waiting = self._book.first_waiting(WAKE_SCAN)
-        fitting = [(uid, wake) for uid, need, wake in waiting if self.pool.fits(need)][:n]
+        # asked only until n fit (Pool.fits is a placement: all WAKE_SCAN of a backlog were asked at each wake,
+        # ~35 placements per pod in bench/run pilot's, 3% of the kubelet's CPU)
+        fitting = list(itertools.islice(((uid, wake) for uid, need, wake in waiting if self.pool.fits(need)), n))
         for uid, wake in fitting or [(uid, wake) for uid, _, wake in waiting[:1]]:  # none fits: the head looks again
             wake(uid)
 

@@ -103,3 +103,21 @@ def test_deleting_a_pod_whose_room_a_round_freed_wakes_again(tmp_path: Path, mon
     wait_for("the step's thread to reap its srun", reaped, timeout=30, every=0.01)
     provider.delete(PodRef.of(a), grace=0, pod=a)
     assert woken == ["u-2"], "the delete of a pod whose room was freed already woke the waiting pod a second time"
+
+
+def test_a_wake_asks_whether_pods_fit_only_until_enough_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pool.fits is a placement: a backlog's wake asked it of all WAKE_SCAN waiting pods to wake one
+    (bench/run pilot: ~35 placements per pod placed). Now the first ``n`` that fit are woken and no more asked."""
+    provider, _, _ = _provider(tmp_path, monkeypatch)
+    woken: list[str] = []
+    waiting = [(f"u-{i}", object(), woken.append) for i in range(pilotpod.WAKE_SCAN)]
+    monkeypatch.setattr(provider._book, "first_waiting", lambda n: waiting[:n])
+    asked: list[object] = []
+
+    def fits(need: object) -> bool:
+        asked.append(need)
+        return need is not waiting[0][1]  # the head does not fit; every pod behind it does
+
+    monkeypatch.setattr(provider.pool, "fits", fits)
+    provider._wake(2)
+    assert woken == ["u-1", "u-2"] and len(asked) == 3
