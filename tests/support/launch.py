@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import requests
 
+from hpkctl.pod.flags import pod_of_job
 from tests.support.cluster import Cluster
 from tests.support.waiting import wait_for
 
@@ -321,21 +322,25 @@ def events(cluster: Cluster, name: str, uid: str, namespace: str = "default") ->
 
 
 def jobcomp_states(job_id: str, timeout: float = 30) -> list[str]:
-    """Every JobState the jobcomp log has for the job, once it has one (empty at the deadline)."""
+    """Every JobState the jobcomp log has for the job, once it has one (empty at the deadline); an
+    element ``A_i`` of an array (a batch of pods) by its ``ArrayJobId=A ArrayTaskId=i``."""
     deadline = time.monotonic() + timeout
+    array, _, index = job_id.partition("_")
+    needles = {f"ArrayJobId={array}", f"ArrayTaskId={index}"} if index else {f"JobId={job_id}"}
     while True:
         with open(JOBCOMP) as fh:
-            states = [ln.split("JobState=")[1].split()[0] for ln in fh if f"JobId={job_id} " in ln]
+            states = [ln.split("JobState=")[1].split()[0] for ln in fh if needles <= set(ln.split())]
         if states or time.monotonic() > deadline:
             return states
         time.sleep(0.2)
 
 
 def jobs_of_uid(uid: str) -> list[str]:
-    """Ids of the Slurm jobs (any state squeue still knows) whose comment carries the pod uid."""
-    q = subprocess.run(["squeue", "--noheader", "--all", "--states=all", "--format=%i %k"], capture_output=True,
-                       text=True, check=True).stdout
-    return [ln.split()[0] for ln in q.splitlines() if f"hpk-uid={uid}" in ln.split()[1:2]]
+    """Ids of the Slurm jobs (any state squeue still knows) whose comment names the pod uid (its own
+    job's, or its place in a batch's uid list: ``pod_of_job``)."""
+    q = subprocess.run(["squeue", "--noheader", "--all", "--states=all", "--array", "--format=%i|%k"],
+                       capture_output=True, text=True, check=True).stdout
+    return [found[1] for ln in q.splitlines() if (found := pod_of_job(*ln.split("|", 1))) and found[0] == uid]
 
 
 def node_capacity() -> tuple[int, int]:
