@@ -147,13 +147,16 @@ hpk_memory_dir() {
 # what it learnt there with processes (the node's address: hostname -I; that the memory directory's
 # parent is this user's own 0700 directory: stat) in that directory's .pilot-node ("JOB NODE IP ."),
 # and the later ones read it with bash's read (two processes fewer at each pod's start). It is
-# trusted only for this allocation and node, and only in a directory of this user's (-O, not a
-# link: nobody else can write in it); anything else (another allocation's, half written) is done again.
+# trusted only for this allocation and node, only in a directory of this user's (-O, not a link) and
+# only when the record itself is this user's (-O: written here, after the directory passed
+# hpk_own_dir's 0700 check; in a directory others may write in, theirs is not); anything else
+# (another allocation's, half written, planted) is done again.
 # hpk_node_known: HPK_NODE_KNOWN=1 and HPK_NODE_IP (hostname -I's first address, or empty) when read there.
 hpk_node_known() {
   local parent="$HPK_MEMORY_ROOT/hpk-$EUID" job node ip end
   HPK_NODE_KNOWN='' HPK_NODE_IP=''
   if [ -n "${HPK_PILOT:-}" ] && [ -n "${SLURM_JOB_ID:-}" ] && [ ! -L "$parent" ] && [ -O "$parent" ] \
+    && [ -O "$parent/.pilot-node" ] && [ ! -L "$parent/.pilot-node" ] \
     && { read -r job node ip end <"$parent/.pilot-node"; } 2>/dev/null && [ "$end" = . ] \
     && [ "$job" = "$SLURM_JOB_ID" ] && [ "$node" = "${SLURMD_NODENAME:--}" ]; then
     HPK_NODE_IP=${ip#-} HPK_NODE_KNOWN=1

@@ -88,6 +88,21 @@ def test_a_record_cut_short_or_in_a_directory_not_of_this_user_is_not_trusted(st
     assert "10.9" not in (root / "status" / "host.ip").read_text()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another user's needs root to make")
+def test_a_record_another_user_planted_is_not_trusted(stub_env: dict[str, Any]) -> None:
+    """This user's memory parent, but others may write in it (0777: hpk_own_dir refuses it): a record
+    someone else wrote there, with this allocation's job and node from squeue, is not taken (review)."""
+    parent = stub_env["tmp"] / "shm" / f"hpk-{os.geteuid()}"
+    parent.mkdir(parents=True)
+    parent.chmod(0o777)
+    planted = parent / ".pilot-node"
+    planted.write_text("77 n1 6.6.6.6 .\n")
+    os.chown(planted, 65534, 65534)  # nobody's
+    root, ran = _step(stub_env, 1)
+    assert "stat" in ran and "hostname" in ran  # checked and learnt again, not read from the record
+    assert "6.6.6.6" not in (root / "status" / "host.ip").read_text()
+
+
 def test_a_record_behind_a_link_is_not_trusted(stub_env: dict[str, Any]) -> None:
     """The parent must be this user's own directory, not a link to one (anyone can make a link in /dev/shm)."""
     elsewhere = stub_env["tmp"] / "elsewhere"
