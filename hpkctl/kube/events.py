@@ -254,8 +254,10 @@ class EventBroadcaster:
                 self.recorder.forget(item)
             else:
                 obj, reason, message, type, when, at = item
+                # held while the caller says so, at most hold_max, and never while the queue is half full (a
+                # fast backlog's events would otherwise be dropped at record)
                 while self.hold is not None and self.hold() and time.monotonic() < at + self.hold_max and \
-                        not self._closing.wait(HOLD_POLL):
+                        self._queue.qsize() < self._queue.maxsize // 2 and not self._closing.wait(HOLD_POLL):
                     pass
                 self.recorder.record(obj, reason=reason, message=message, type=type, tries=self.tries, when=when)
 

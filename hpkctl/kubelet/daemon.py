@@ -53,7 +53,9 @@ OBJECT_WATCHES = True
 
 CLEAN_EVERY = 60.0
 WATCH_TIMEOUT = 300  # seconds the server is asked to keep each pod watch open
-API_AFTER = 10.0  # seconds the HTTPS API may wait for the first list's pods to be submitted
+# seconds the HTTPS API may wait for the first list's pods to be submitted: well below client-go's TLS
+# handshake timeout (10 s), which kube-apiserver's logs/exec/port-forward requests to the kubelet use
+API_AFTER = 3.0
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,8 @@ class Kubelet:
     def _serve_after_backlog(self, sock: socket.socket, tls: ssl.SSLContext) -> None:
         """Start the HTTPS API once no pod of the first list waits to be submitted (at most ``API_AFTER`` s):
         its import and app (~0.15 s of CPU) would hold the GIL while the workers render and submit a backlog.
-        Its socket listens from the start, so a request meanwhile (logs, exec) waits for it; none is refused."""
+        Its socket listens from the start, so a request meanwhile (logs, exec) waits for it, at most
+        ``API_AFTER`` s: far less than the API server's TLS handshake timeout, so none is refused."""
         until = time.monotonic() + API_AFTER
         while (not self.reflector.synced.is_set() or self.pods.queue.urgent_pending()) and \
                 not self.stop.wait(0.05) and time.monotonic() < until:

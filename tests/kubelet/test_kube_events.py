@@ -182,7 +182,13 @@ def test_the_broadcaster_holds_events_back_while_told_up_to_hold_max_and_keeps_t
     b3 = EventBroadcaster(closing, hold=hold, hold_max=600)
     b3.record(obj, reason="Submitted", message="m2")
     assert b3.close(10) and [m for m, _ in closing.got] == ["m2"]  # close posts what is held, at once
-    assert b.close(10) and b2.close(10)
+    full = Kept()
+    b4 = EventBroadcaster(full, hold=hold, hold_max=600, size=8)
+    for i in range(6):  # the first is taken and held; 5 wait: more than half the queue
+        b4.record(obj, reason="Submitted", message=f"f{i}")
+    wait_for("the held events posted once the queue is half full", lambda: len(full.got) >= 2, timeout=10,
+             every=0.01)  # (a fast backlog's events would be dropped at record if the hold went on)
+    assert b.close(10) and b2.close(10) and b4.close(10)
 
 
 @pytest.mark.standin
