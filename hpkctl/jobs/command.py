@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 # sacct(1), scancel(1)) and the ones slurmd sets inside a job. SLURM_CONF is among them; the
 # profile's conf_file is put back after scrubbing.
 SCRUBBED_PREFIXES = ("SLURM_", "SLURMD_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SACCT_", "SCANCEL_")
+# ... and the job identity an array's batch script gives each element (sbatch/batch.sh.j2): a job
+# submitted from inside one must not take it for its own
+SCRUBBED_NAMES = frozenset({"HPK_SLURM_JOB"})
 
 UNREACHABLE = (
     "unable to contact slurm controller",
@@ -119,7 +122,7 @@ def _finish(proc: _Proc, *, timeout: float) -> tuple[str, str]:
 
 def scrubbed_env(base: Mapping[str, str], *, conf_file: str = "") -> dict[str, str]:
     """``base`` without Slurm's option variables, plus ``SLURM_CONF=conf_file`` when one is given."""
-    env = {k: v for k, v in base.items() if not k.startswith(SCRUBBED_PREFIXES)}
+    env = {k: v for k, v in base.items() if not k.startswith(SCRUBBED_PREFIXES) and k not in SCRUBBED_NAMES}
     if conf_file:
         env["SLURM_CONF"] = os.path.expanduser(conf_file)
     return env

@@ -35,6 +35,9 @@ log = logging.getLogger("hpkctl.provider.batchsubmit")
 #: the most pods in one array (Slurm's default MaxArraySize is 1001); the array's comment, which lists
 #: every uid, must also fit Slurm's 1,024 characters (27 pod uids)
 MAX_BATCH = 64
+#: arrays Slurm refused in a row after which this process submits every pod alone (a site that
+#: forbids arrays, or limits them below a batch, would otherwise cost a refused sbatch per batch)
+REFUSED_LIMIT = 3
 
 
 @dataclass(eq=False)
@@ -61,11 +64,12 @@ class BatchSubmitter:
         self._cv = threading.Condition()
         self._waiting: dict[tuple[str, ...], list[_Pending]] = {}
         self._busy: set[tuple[str, ...]] = set()
+        self._refused = 0  # arrays refused in a row
 
     def submit(self, plan: PodPlan, *, deadline: int, partition: str) -> tuple[str, int]:
         """(job id, lowered time limit or 0) of pod ``plan``'s job, as :func:`submit_job` says; an
         element's id is ``ARRAY_I``. Raises as ``submit_job`` does."""
-        key = batch_key(plan)
+        key = batch_key(plan) if self._refused < REFUSED_LIMIT else None
         if key is None:
             return self._alone(plan, deadline, partition)
         me = _Pending(plan, deadline, partition)
@@ -151,6 +155,11 @@ class BatchSubmitter:
         try:
             array = self.slurm.submit(script)
         except SubmitError as exc:  # refused: Slurm made no job
+            self._refused += 1
+            if self._refused == REFUSED_LIMIT:
+                log.warning("Slurm refused %d job arrays in a row (the last: %s): every pod is submitted alone "
+                            "from now on, until the kubelet restarts; if the site limits arrays (MaxArraySize, "
+                            "a QOS's job limits), ask its admins", REFUSED_LIMIT, exc)
             self._each_alone(batch, exc)
             return
         except SlurmError as exc:
@@ -166,6 +175,7 @@ class BatchSubmitter:
                 script.unlink(missing_ok=True)
             except OSError as exc:  # Slurm has its own copy: a file left behind is only untidy
                 log.warning("array script %s not removed: %s", script, exc)
+        self._refused = 0
         log.info("submitted %d pods as job array %s", len(batch), array)
         if self.on_batch is not None:
             self.on_batch(len(batch))

@@ -117,9 +117,10 @@ def test_process_environment_is_the_default_base_but_scrubbed(section, tmp_path,
     monkeypatch.setenv("ENV_DUMP", str(dump))
     monkeypatch.setenv("SLURM_JOB_ID", "99")
     monkeypatch.setenv("SQUEUE_FORMAT", "%i")
+    monkeypatch.setenv("HPK_SLURM_JOB", "7_1")  # a batch element's identity: not a job submitted from it
     Slurm(section(bin_dir=str(bin_dir))).query(["1"])
     got = _dumped(dump)
-    assert not [k for k in got if k.startswith(SCRUBBED_PREFIXES)]
+    assert not [k for k in got if k.startswith(SCRUBBED_PREFIXES)] and "HPK_SLURM_JOB" not in got
     assert got["ENV_DUMP"] == str(dump) and got.get("PATH") == os.environ.get("PATH")
 
 

@@ -164,3 +164,22 @@ def test_an_unexpected_error_of_the_leader_reaches_every_pod_of_its_batch(tmp_pa
         mod.render_batch = real  # type: ignore[assignment]
     assert all(isinstance(got2[p.uid], RuntimeError) for p in others)
     assert not sub._waiting and not sub._busy and len(slurm.calls) == 1
+
+
+def test_arrays_refused_in_a_row_turn_batching_off(tmp_path: Path) -> None:
+    """A site that refuses arrays pays REFUSED_LIMIT refused sbatch calls, not one per batch for ever."""
+    from hpkctl.provider.batchsubmit import REFUSED_LIMIT
+
+    slurm = GatedSlurm(refuse_arrays=True)
+    sub = BatchSubmitter(slurm)  # type: ignore[arg-type]
+    sub._refused = REFUSED_LIMIT - 1
+    others = [_plan(tmp_path, i) for i in range(1, 3)]
+    _behind_a_held_sbatch(sub, slurm, _plan(tmp_path, 0), others)
+    assert sub._refused == REFUSED_LIMIT
+    n = len(slurm.calls)
+    later = [_plan(tmp_path, i) for i in range(3, 6)]
+    got, threads = _run(sub, later)
+    for t in threads:
+        t.join(30)
+    assert all(isinstance(got[p.uid], tuple) for p in later)
+    assert all("--array=" not in text for _, text in slurm.calls[n:]) and len(slurm.calls) == n + 3
