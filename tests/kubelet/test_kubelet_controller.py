@@ -171,17 +171,24 @@ def test_the_back_off_gate_holds_against_watch_events(clock: Clock) -> None:
     assert "u-1" in provider.pods and t.state.phase is Phase.SUBMITTED and t.state.gated(clock.now) == 0
 
 
-def test_an_update_of_a_pods_status_alone_queues_no_work_but_a_change_of_its_spec_labels_or_deletion_does(
-        clock: Clock) -> None:
-    """As the real kubelet's podsDifferSemantically: the echo of each status patch (~3 per pod) only
-    replaces the copy the status manager compares with; spec, labels, annotations and deletion queue it."""
-    api, provider = Api(), Provider()
+def _running_and_reported(api: Api, provider: Provider) -> tuple[Any, dict[str, Any], Any]:
+    """A manager with pod u-1 running and its status patched (the queue drained): (manager, pod, tracked)."""
     m = manager(api, provider)
     pod = running(m, provider)
     m.poll()
     m.queue.drain()
     t = m.table.get("u-1")
-    assert t is not None and t.sent is not None and m.queue.due("u-1") is None
+    assert t is not None and t.sent is not None
+    return m, pod, t
+
+
+def test_an_update_of_a_pods_status_alone_queues_no_work_but_a_change_of_its_spec_labels_or_deletion_does(
+        clock: Clock) -> None:
+    """As the real kubelet's podsDifferSemantically: the echo of each status patch (~3 per pod) only
+    replaces the copy the status manager compares with; spec, labels, annotations and deletion queue it."""
+    api, provider = Api(), Provider()
+    m, pod, t = _running_and_reported(api, provider)
+    assert m.queue.due("u-1") is None
     meta = pod["metadata"]
     echo = {**pod, "metadata": {**meta, "resourceVersion": "6"}, "status": t.sent}
     m.on_event("MODIFIED", echo)
@@ -203,12 +210,8 @@ def test_an_update_of_a_pods_status_alone_queues_no_work_but_a_change_of_its_spe
 
 def test_a_reconcile_repairs_a_status_someone_else_changed(clock: Clock) -> None:
     api, provider = Api(), Provider()
-    m = manager(api, provider)
-    pod = running(m, provider)
-    m.poll()
-    m.queue.drain()
-    t = m.table.get("u-1")
-    assert t is not None and t.sent is not None and t.sent["phase"] == "Running"
+    m, pod, t = _running_and_reported(api, provider)
+    assert t.sent["phase"] == "Running"
     sent = len(api.status_patches())
     # the echo of the kubelet's own patch: nothing to reconcile
     m.on_event("MODIFIED", {**pod, "metadata": {**pod["metadata"], "resourceVersion": "6"}, "status": t.sent})
