@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from hpkctl.errors import PodError
 from hpkctl.pod.objects import ObjectSource
-from hpkctl.pod.status import PodStatus
-from hpkctl.provider.tokens import TokenSource
 
 if TYPE_CHECKING:  # a workload's status: hpkctl run's job arrays (the module imports the records)
+    from hpkctl.pod.status import PodStatus  # (and these two only in annotations: `hpkctl run` needs neither)
+    from hpkctl.provider.tokens import TokenSource
     from hpkctl.provider.workloads import ArrayStatus
 
 

@@ -82,7 +82,8 @@ def test_help_imports_no_heavy_library(help_rows: list[tuple[int, int, int, str]
 NOT_FOR_A_POD = ("kubernetes", "pydantic", "pydantic_core", "asyncio", "yaml", "http.client", "email", "ssl", "hpkctl.kube", "hpkctl.kubelet", "hpkctl.scheduler", "hpkctl.controlplane",
                  "hpkctl.pilot", "hpkctl.jobs.alloc", "hpkctl.local.arrays", "hpkctl.local.workload", "hpkctl.local.pilotrun",
                  "hpkctl.local.arrayfollow", "hpkctl.provider.pilotpod", "hpkctl.local.follow", "hpkctl.provider.jobpod",
-                 "hpkctl.provider.jobstatus", "hpkctl.local.runs", "hpkctl.provider.runstatus",
+                 "hpkctl.provider.jobstatus", "hpkctl.local.runs", "hpkctl.provider.runstatus", "hpkctl.pod.status",
+                 "hpkctl.provider.tokens",
                  "hpkctl.provider.workloads", "hpkctl.cli.build", "hpkctl.cli.cluster", "hpkctl.cli.launch",
                  "hpkctl.cli.controlplane", "hpkctl.cli.render", "hpkctl.cli.pull", "hpkctl.cli.sites")
 
