@@ -28,6 +28,7 @@ from pathlib import Path
 from hpkctl.jobs import Slurm, SlurmError, SubmitError
 from hpkctl.pod.batch import COMMENT_MAX, NOTICES_DIR, batch_comment, batch_key, notices_file, render_batch
 from hpkctl.pod.plan import PodPlan
+from hpkctl.pod.poddir import write_new
 from hpkctl.provider.slurmjobs import submit_job
 
 log = logging.getLogger("hpkctl.provider.batchsubmit")
@@ -146,9 +147,7 @@ class BatchSubmitter:
         try:
             text = render_batch([p.plan for p in batch], str(workdir))
             (workdir / NOTICES_DIR).mkdir(mode=0o700, exist_ok=True)  # Slurm opens the elements' files there
-            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
+            write_new(str(script), text.encode(), 0o600)  # (removed again if the write fails half-way)
         except (OSError, ValueError) as exc:  # nothing went to Slurm
             self._each_alone(batch, exc)
             return
