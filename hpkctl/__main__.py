@@ -1,5 +1,5 @@
 import sys
 
-from hpkctl.cli import main
+from hpkctl.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

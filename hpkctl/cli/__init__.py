@@ -9,6 +9,7 @@ command modules are imported lazily so ``hpkctl --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -104,4 +105,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
 
 
-__all__ = ["COMMANDS", "EXIT_ERROR", "MODULES", "Parser", "build_parser", "main"]
+def entry() -> int:
+    """The ``hpkctl`` program (its console script and ``python -m hpkctl``): :func:`main`, then a
+    quicker exit. Every object left when a command returns is moved out of the garbage collector's
+    sight (:func:`gc.freeze`), so the interpreter's last collections at exit do not walk the ~30,000
+    objects of what the command imported: ~17 ms of a ``hpkctl run --detach`` that took ~180 ms
+    (issue 23.2). Exit stays otherwise the same: ``atexit`` handlers run, the standard streams are
+    flushed, modules are torn down and what they hold is freed by reference counting; only garbage in
+    reference cycles is left to the operating system, which Python never promised to finalise at exit.
+    Not in :func:`main`, which tests call in their own long-lived process."""
+    status = main()
+    gc.freeze()
+    return status
+
+
+__all__ = ["COMMANDS", "EXIT_ERROR", "MODULES", "Parser", "build_parser", "entry", "main"]

@@ -15,14 +15,16 @@ email, ssl) is loaded only if something reads it (:func:`_urllib_request_on_firs
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
+import platform
 import sys
 import threading
 import types
 import urllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import IO, Any, NoReturn, Protocol, cast
 
 
@@ -63,11 +65,33 @@ def _urllib_request_on_first_use() -> None:
     setattr(urllib, "request", stub)  # noqa: B010 (`import urllib.request; urllib.request.X` finds it)
 
 
+@contextlib.contextmanager
+def _no_uname_p() -> Iterator[None]:
+    """While plumbum is imported, ``platform.uname()`` has a blank processor, not the output of the
+    ``uname -p`` process Python starts to learn it the first time anything reads the whole tuple.
+
+    plumbum's ``LocalMachine`` class body reads ``platform.uname()[0]`` (the system's name, which
+    ``os.uname()`` gave without a process); indexing the tuple computes every field, and the
+    processor's is a fork and exec of ``uname``: ~6 ms of ``hpkctl run --detach`` (issue 23.2). The
+    blank is taken back afterwards, so whatever asks ``platform.processor()`` later still gets
+    ``uname -p``'s answer. Nothing changes where ``uname_result`` keeps the field elsewhere."""
+    fields: dict[str, Any] = getattr(platform.uname(), "__dict__", {"processor": None})
+    filled = "processor" not in fields
+    if filled:
+        fields["processor"] = ""  # where functools.cached_property keeps the computed value
+    try:
+        yield
+    finally:
+        if filled:
+            fields.pop("processor", None)
+
+
 _urllib_request_on_first_use()
 
-from plumbum.machines.env import BaseEnv  # noqa: E402 (after the line above)
-from plumbum.machines.local import LocalCommand, LocalEnv, LocalMachine  # noqa: E402
-from plumbum.path.local import LocalPath  # noqa: E402
+with _no_uname_p():
+    from plumbum.machines.env import BaseEnv  # noqa: E402 (after the lines above)
+    from plumbum.machines.local import LocalCommand, LocalEnv, LocalMachine  # noqa: E402
+    from plumbum.path.local import LocalPath  # noqa: E402
 
 
 class Proc(Protocol):

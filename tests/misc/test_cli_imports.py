@@ -83,7 +83,7 @@ NOT_FOR_A_POD = ("kubernetes", "pydantic", "pydantic_core", "asyncio", "yaml", "
                  "hpkctl.pilot", "hpkctl.jobs.alloc", "hpkctl.local.arrays", "hpkctl.local.workload", "hpkctl.local.pilotrun",
                  "hpkctl.local.arrayfollow", "hpkctl.provider.pilotpod", "hpkctl.local.follow", "hpkctl.provider.jobpod",
                  "hpkctl.provider.jobstatus", "hpkctl.local.runs", "hpkctl.provider.runstatus", "hpkctl.pod.status",
-                 "hpkctl.provider.tokens",
+                 "hpkctl.provider.tokens", "hpkctl.provider.api", "hpkctl.provider.stopwait",
                  "hpkctl.provider.workloads", "hpkctl.cli.build", "hpkctl.cli.cluster", "hpkctl.cli.launch",
                  "hpkctl.cli.controlplane", "hpkctl.cli.render", "hpkctl.cli.pull", "hpkctl.cli.sites")
 
@@ -185,3 +185,57 @@ def test_the_deferred_urllib_request_is_found_as_an_attribute_and_imported_once_
     r = fresh(code, tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["8", "1", "True", "True", "module", "/e%20f"]
+
+
+def test_plumbum_is_imported_without_starting_uname_and_processor_still_answers(tmp_path: Path) -> None:
+    """plumbum's ``LocalMachine`` reads ``platform.uname()[0]``, which ran ``uname -p`` (a fork and exec,
+    ~6 ms of ``hpkctl run --detach``): the first Slurm command's import of plumbum starts no process, and
+    ``platform.processor()`` asked afterwards is still ``uname -p``'s answer, not a blank left behind."""
+    code = ("import sys, subprocess\n"
+            "started = []\n"
+            "sys.addaudithook(lambda ev, args: started.append(args[1]) if ev == 'subprocess.Popen' else None)\n"
+            "import hpkctl.jobs.scrubbed, platform\n"
+            "print(started)\n"
+            "print(repr(platform.processor()), started)\n")
+    r = fresh(code, tmp_path)
+    assert r.returncode == 0, r.stderr
+    before, after = r.stdout.splitlines()
+    assert before == "[]"
+    answer = subprocess.run(["uname", "-p"], capture_output=True, text=True, check=True).stdout.strip()
+    blank = "" if answer == "unknown" else answer
+    assert after == f"{blank!r} [['uname', '-p']]"
+
+
+def test_the_provider_package_imports_its_interface_when_a_name_is_read(tmp_path: Path) -> None:
+    """``import hpkctl.provider`` (a run's records) brings no interface module; each exported name is the
+    interface's own object when read, ``from hpkctl.provider import X`` included; a wrong name fails."""
+    code = ("import sys, hpkctl.provider as p, hpkctl.provider.api as api, hpkctl.provider.stopwait as sw\n"
+            "from hpkctl.provider import PodRef, delete_and_wait\n"
+            "print(PodRef is api.PodRef, delete_and_wait is sw.delete_and_wait,\n"
+            "      all(getattr(p, n) is getattr(api if n != 'delete_and_wait' else sw, n) for n in p.__all__))\n"
+            "try:\n"
+            "    p.Nope\n"
+            "except AttributeError as exc:\n"
+            "    print(exc)\n")
+    r = fresh("import sys, hpkctl.provider; print(sorted(m for m in sys.modules if m.startswith('hpkctl.provider')))",
+              tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "['hpkctl.provider']"
+    r = fresh(code, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["True True True", "module 'hpkctl.provider' has no attribute 'Nope'"]
+
+
+def test_the_program_freezes_what_is_left_for_a_quick_exit_and_main_does_not(tmp_path: Path) -> None:
+    """``hpkctl`` (console script and ``python -m hpkctl``) ends with every object frozen, so the exit's
+    collections skip them (~17 ms of a run); ``main()``, which tests call in their own process, does not."""
+    code = ("import gc, sys\n"
+            "import hpkctl.cli as cli\n"
+            "sys.argv = ['hpkctl', 'sites', 'list']\n"
+            "print('result', cli.main(), gc.get_freeze_count() > 1000)\n"
+            "print('result', cli.entry(), gc.get_freeze_count() > 1000)\n")
+    r = fresh(code, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert [line for line in r.stdout.splitlines() if line.startswith("result ")] == ["result 0 False", "result 0 True"]
+    assert 'hpkctl = "hpkctl.cli:entry"' in (REPO / "pyproject.toml").read_text()
+    assert "entry()" in (REPO / "hpkctl" / "__main__.py").read_text()
