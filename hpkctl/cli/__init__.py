@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from hpkctl import __version__
+from hpkctl.cli import common
 from hpkctl.cli.common import EXIT_ERROR
 from hpkctl.errors import HpkError
 
@@ -113,7 +114,10 @@ def entry() -> int:
     (issue 23.2). Exit stays otherwise the same: ``atexit`` handlers run, the standard streams are
     flushed, modules are torn down and what they hold is freed by reference counting; only garbage in
     reference cycles is left to the operating system, which Python never promised to finalise at exit.
-    Not in :func:`main`, which tests call in their own long-lived process."""
+    Not in :func:`main`, which tests call in their own long-lived process; for the same reason a
+    command freezes its imports (:func:`hpkctl.cli.common.no_collections`) only where this set
+    :data:`~hpkctl.cli.common.PROGRAM`."""
+    common.PROGRAM = True
     status = main()
     gc.freeze()
     return status

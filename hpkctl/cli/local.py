@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from hpkctl.cli.common import add_site, say as _say, site_of
+from hpkctl.cli.common import add_site, no_collections, say as _say, site_of
 from hpkctl.errors import HpkError, PodError
 
 if TYPE_CHECKING:
@@ -106,13 +106,14 @@ def _cancel(slurm: Slurm, profile: SiteProfile, rec: RunRecord, why: str, *, wai
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hpkctl.cli.common import EXIT_ERROR
-    from hpkctl.jobs import Slurm
-    from hpkctl.local.signals import Interrupted, Interrupts
-    from hpkctl.local.submit import prepare_run, submit_prepared
-    from hpkctl.sites import load_site
+    with no_collections():  # what is imported and loaded here stays for the run
+        from hpkctl.cli.common import EXIT_ERROR
+        from hpkctl.jobs import Slurm
+        from hpkctl.local.signals import Interrupted, Interrupts
+        from hpkctl.local.submit import prepare_run, submit_prepared
+        from hpkctl.sites import load_site
 
-    profile = load_site(site_of(args, announce=not args.quiet))
+        profile = load_site(site_of(args, announce=not args.quiet))
     out = sys.stderr
     slurm = Slurm(profile.slurm)
     if args.pilot or profile.pilot.enabled:

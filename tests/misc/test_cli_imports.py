@@ -239,3 +239,36 @@ def test_the_program_freezes_what_is_left_for_a_quick_exit_and_main_does_not(tmp
     assert [line for line in r.stdout.splitlines() if line.startswith("result ")] == ["result 0 False", "result 0 True"]
     assert 'hpkctl = "hpkctl.cli:entry"' in (REPO / "pyproject.toml").read_text()
     assert "entry()" in (REPO / "hpkctl" / "__main__.py").read_text()
+
+
+def test_a_command_s_imports_pause_collection_and_leave_it_as_found() -> None:
+    """``no_collections`` (around ``hpkctl run``'s imports) turns collection off inside and back to what it
+    was after, exceptions included; outside the program it freezes nothing (tests call main() in-process)."""
+    import gc
+
+    from hpkctl.cli.common import PROGRAM, no_collections
+
+    assert not PROGRAM
+    frozen = gc.get_freeze_count()
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            with pytest.raises(RuntimeError), no_collections():
+                assert not gc.isenabled()
+                raise RuntimeError
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+    assert gc.get_freeze_count() == frozen
+
+
+def test_the_program_freezes_a_command_s_imports(tmp_path: Path) -> None:
+    code = ("import gc\n"
+            "from hpkctl.cli import common\n"
+            "common.PROGRAM = True\n"
+            "with common.no_collections():\n"
+            "    import hpkctl.sites\n"
+            "print(gc.isenabled(), gc.get_freeze_count() > 1000)\n")
+    r = fresh(code, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "True True"
