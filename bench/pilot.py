@@ -532,6 +532,10 @@ class CountedCalls:
     def take(self) -> Counter[str]:
         return kb.count(self._calls.take())
 
+    def queued(self) -> float | None:
+        """Not timed: these shims log commands only (pod_start.py's time when sbatch returned)."""
+        return None
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._calls, name)
 
