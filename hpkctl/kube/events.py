@@ -225,6 +225,8 @@ class EventBroadcaster:
         self.hold, self.hold_max = hold, hold_max
         self._closing = threading.Event()
         self._queue: queue.Queue[_Item | str | threading.Event | None] = queue.Queue(maxsize=size)
+        self._late: list[str] = []  # uids whose forget found the queue full
+        self._late_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -237,8 +239,14 @@ class EventBroadcaster:
                         meta.get("namespace", ""), meta.get("name", ""), self._queue.maxsize)
 
     def forget(self, uid: str) -> None:
-        """:meth:`EventRecorder.forget`, after the events about ``uid`` queued before it."""
-        self._queue.put(uid)
+        """:meth:`EventRecorder.forget`, after the events about ``uid`` queued before it. Never waits:
+        with the buffer full (an API server that takes no events) the uid is forgotten once the queue
+        has run empty, so a pod's deletion never stalls behind ``size`` events' POSTs."""
+        try:
+            self._queue.put_nowait(uid)
+        except queue.Full:
+            with self._late_lock:
+                self._late.append(uid)
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything queued before this call was posted; False after ``timeout``."""
@@ -248,18 +256,27 @@ class EventBroadcaster:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            if isinstance(item, threading.Event):
-                item.set()
-            elif isinstance(item, str):
-                self.recorder.forget(item)
-            else:
-                obj, reason, message, type, when, at = item
-                # held while the caller says so, at most hold_max, and never while the queue is half full (a
-                # fast backlog's events would otherwise be dropped at record)
-                while self.hold is not None and self.hold() and time.monotonic() < at + self.hold_max and \
-                        self._queue.qsize() < self._queue.maxsize // 2 and not self._closing.wait(HOLD_POLL):
-                    pass
-                self.recorder.record(obj, reason=reason, message=message, type=type, tries=self.tries, when=when)
+            self._item(item)
+            if self._late and self._queue.empty():  # what was queued before those forgets is done
+                with self._late_lock:
+                    late, self._late = self._late, []
+                for uid in late:
+                    self.recorder.forget(uid)
+
+    def _item(self, item: _Item | str | threading.Event) -> None:
+        """Post one event, forget one uid, or answer a flush."""
+        if isinstance(item, threading.Event):
+            item.set()
+        elif isinstance(item, str):
+            self.recorder.forget(item)
+        else:
+            obj, reason, message, type, when, at = item
+            # held while the caller says so, at most hold_max, and never while the queue is half full (a
+            # fast backlog's events would otherwise be dropped at record)
+            while self.hold is not None and self.hold() and time.monotonic() < at + self.hold_max and \
+                    self._queue.qsize() < self._queue.maxsize // 2 and not self._closing.wait(HOLD_POLL):
+                pass
+            self.recorder.record(obj, reason=reason, message=message, type=type, tries=self.tries, when=when)
 
     def close(self, timeout: float = 5.0) -> bool:
         """Stop after the queued events (none held back any more); False if they were not all posted

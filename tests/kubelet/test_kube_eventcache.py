@@ -5,11 +5,13 @@ repeats counted on the event posted first."""
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
 from hpkctl.kube.eventcache import COMBINED, EventCorrelator, EventKey, TokenBucket
 from hpkctl.kube.events import EventBroadcaster, EventRecorder
+from tests.support.waiting import wait_for
 
 Obj = dict[str, Any]
 
@@ -145,4 +147,43 @@ def test_the_broadcaster_posts_off_the_callers_thread_and_forgets_in_order() -> 
         assert b.flush(10)
         assert len(api.posted) == 2 and not api.patched  # forgotten in between: posted anew
     finally:
+        assert b.close(10)
+
+
+class _HeldRecorder:
+    """A recorder whose posts wait until released; what it was asked, in order."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls: list[str] = []
+
+    def record(self, obj: dict[str, Any], *, reason: str, message: str, **_: Any) -> None:
+        assert self.release.wait(30), "never released"
+        self.calls.append(message)
+
+    def forget(self, uid: str) -> None:
+        self.calls.append(f"forget {uid}")
+
+
+def test_forget_never_waits_for_a_full_queue_and_still_comes_after_what_was_queued_before_it() -> None:
+    """An API server that takes no events fills the broadcaster's queue: a pod's deletion (forget) must not
+    stall behind it (it waited for a free slot), and its uid is forgotten only after the events that were
+    queued before, so none of them brings the forgotten uid back."""
+    rec = _HeldRecorder()
+    b = EventBroadcaster(rec, size=2)  # type: ignore[arg-type]
+    try:
+        b.record(pod(), reason="Started", message="m0")
+        wait_for("the first event taken off the queue", lambda: b._queue.empty(), timeout=10, every=0.01)
+        b.record(pod(), reason="Started", message="m1")
+        b.record(pod(), reason="Started", message="m2")  # the queue is full
+        done = threading.Thread(target=b.forget, args=("u1",))
+        done.start()
+        done.join(10)
+        assert not done.is_alive(), "forget waited for the full queue"
+        assert rec.calls == []
+        rec.release.set()
+        wait_for("the uid forgotten", lambda: rec.calls[-1:] == ["forget u1"], timeout=10, every=0.01)
+        assert rec.calls == ["m0", "m1", "m2", "forget u1"]
+    finally:
+        rec.release.set()
         assert b.close(10)
