@@ -773,7 +773,9 @@ class Bench:
         # per pod, from its own creation: how far behind the burst the scheduler and the kubelet are
         lag_bound = [s.bound - c for s, c in zip(seen, created) if s.bound is not None]
         lag_annotated = [s.annotated - c for s, c in zip(seen, created) if s.annotated is not None]
-        lag_submitted = [a - c for u, c in zip(uids, created) if (a := self.cluster.submitted_at(u)) is not None]
+        sbatched = [self.cluster.submitted_at(u) for u in uids]
+        lag_submitted = [a - c for a, c in zip(sbatched, created) if a is not None]
+        t["sbatched"] = last(sbatched)
         firsts = [s.bound for s in seen if s.bound is not None]
         t["first_bound"] = min(firsts) - t0 if firsts else None
         succeeded = sum(1 for s in seen if s.terminal() == "Succeeded")
@@ -1059,16 +1061,18 @@ def burst_table(bursts: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]
         lines.append(f"  {'median job script duration (started->end)':42} {b:9.3f} {h:9.3f} {h / b if b else float('nan'):7.1f}")
     lines.append(f"  {'(hpkctl) all bound by the scheduler':42} {'':9} {med('hpk', 'bound'):9.2f}")
     lines.append(f"  {'(hpkctl) all job ids annotated':42} {'':9} {med('hpk', 'annotated'):9.2f}")
-    for what, key in (("bound", "lag_bound"), ("submitted (job id annotated)", "lag_annotated"),
-                      ("submitted (sbatch returned: its record)", "lag_submitted")):
+    # issue 23's goal: each pod bound and submitted (its sbatch returned) within 1 s of its creation; the
+    # job id reaches the API with the pod's first status patch ([kubelet] status_poll later): no goal
+    for what, key, goal in (("bound", "lag_bound", True), ("job id annotated in the API", "lag_annotated", False),
+                            ("submitted (sbatch returned: its record)", "lag_submitted", True)):
         lags = [x for b in bursts for x in b["hpk"].get(key) or []]
         if lags:
+            verdict = f"   goal: max <= 1 s: {'met' if max(lags) <= 1.0 else 'NOT met'}" if goal else ""
             lines.append(f"  (hpkctl) each pod, its creation -> {what}: median {statistics.median(lags):.2f} s, "
-                         f"p90 {p90(lags):.2f} s, max {max(lags):.2f} s   goal: max <= 1 s: "
-                         f"{'met' if max(lags) <= 1.0 else 'NOT met'}")
-    span = med("hpk", "annotated") - med("hpk", "first_bound")
+                         f"p90 {p90(lags):.2f} s, max {max(lags):.2f} s{verdict}")
+    span = med("hpk", "sbatched") - med("hpk", "first_bound")
     bare_loop = med("bare", "submitted")
-    lines.append(f"  (hpkctl) submitting: first bound -> last job id annotated {span:.2f} s, against the bare sbatch loop "
+    lines.append(f"  (hpkctl) submitting: first bound -> last sbatch returned {span:.2f} s, against the bare sbatch loop "
                  f"{bare_loop:.2f} s: ratio {span / bare_loop:.2f}   goal <= 1.2: "
                  f"{'met' if span <= 1.2 * bare_loop else 'NOT met'} (both include the API's or Slurm's own pace)")
     bf, hs, hf = med("bare", "finished"), med("hpk", "succeeded"), med("hpk", "finished")
@@ -1165,12 +1169,13 @@ def memory_table(mem: list[dict[str, Any]], many: dict[str, Any] | None) -> tupl
 def backlog_table(b: dict[str, Any]) -> list[str]:
     n, loop, fin = b["n"], b["bare_loop"], b["bare_finished"]
 
-    def vs(label: str, key: str, bare: float | None, what: str) -> str:
+    def vs(label: str, key: str, bare: float | None, what: str, *, goal: bool = True) -> str:
+        """A ratio to bare; issue 23's goal (<= 1.2) is printed only on the line it is about (submitted)."""
         h = b.get(key)
         if h is None or not bare:
             return f"  (hpkctl) {label}: not measured (not every pod got there)"
-        return (f"  (hpkctl) {label} {h:.2f} s, against {what} {bare:.2f} s: ratio {h / bare:.2f}   goal <= 1.2: "
-                f"{'met' if h <= 1.2 * bare else 'NOT met'}")
+        verdict = f"   goal <= 1.2: {'met' if h <= 1.2 * bare else 'NOT met'}" if goal else ""
+        return f"  (hpkctl) {label} {h:.2f} s, against {what} {bare:.2f} s: ratio {h / bare:.2f}{verdict}"
 
     first, last = b.get("first_submitted"), b.get("last_submitted")
     calls = " ".join(f"{k} {v / n:.2f}" for k, v in sorted(b["calls"].items()))
@@ -1186,7 +1191,7 @@ def backlog_table(b: dict[str, Any]) -> list[str]:
         f"  (hpkctl) kubelet started -> last job id annotated "
         + (f"{b['last_annotated']:.2f} s" if b.get("last_annotated") is not None else "not measured"),
         vs("kubelet started -> last pod Succeeded in the API", "last_succeeded", fin,
-           "the bare loop's first submit -> last job finished"),
+           "the bare loop's first submit -> last job finished", goal=False),
         f"  Slurm commands per pod (until the last sbatch returned): {calls or 'none'}; CPU seconds meanwhile: "
         + ", ".join(f"{k} {v:.1f}" for k, v in b["cpu_s"].items()),
         f"  succeeded: bare {b['bare_ok']}/{n}, hpkctl {b['ok']}/{n}",
