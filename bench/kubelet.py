@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pod_start import TERMINAL, environment, mtime, p90, random_phase
+from pod_start import TERMINAL, environment, hpkctl_program, mtime, p90, random_phase
 
 REPO = Path(__file__).resolve().parents[1]
 # sinfo too: the kubelet asks it for the node's capacity
@@ -1244,12 +1244,12 @@ def main() -> int:
     if shutil.which("apptainer") is None:
         log("no apptainer on PATH (put ci/standin first on PATH for the local stand-in)")
         return 2
-    hpkctl = shutil.which("hpkctl") or str(Path(sys.executable).parent / "hpkctl")
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     json_path = Path(args.json or f"/tmp/hpk-bench-kubelet-{stamp}.json")
     root = Path(tempfile.mkdtemp(prefix="hpk-bench-kubelet-",
                                  dir=os.environ.get("HPK_BENCH_DIR", "/tmp")))
     root.chmod(0o755)
+    hpkctl = hpkctl_program(root)
     calls = Calls(root)
     # From here on every Slurm command the product (and the bare side) runs goes through a shim.
     os.environ["PATH"] = f"{calls.dir}:{os.environ['PATH']}"

@@ -56,7 +56,8 @@ sys.path.insert(0, str(REPO))
 
 import kubelet as kb  # noqa: E402
 from cpu import Meter, cpu_table  # noqa: E402
-from pod_start import TERMINAL, Latency as RunLatency, Side, environment, mtime, p90, wait_files  # noqa: E402
+from pod_start import (TERMINAL, Latency as RunLatency, Side, environment, hpkctl_program, mtime, p90,  # noqa: E402
+                       wait_files)
 
 from hpkctl.jobs import Slurm  # noqa: E402
 from hpkctl.local.pilotrun import run_pool  # noqa: E402
@@ -536,6 +537,9 @@ class CountedCalls:
         """Not timed: these shims log commands only (pod_start.py's time when sbatch returned)."""
         return None
 
+    def timed_env(self) -> dict[str, str]:
+        return dict(os.environ)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._calls, name)
 
@@ -586,7 +590,7 @@ def main() -> int:
     calls = kb.Calls(root)
     os.environ["PATH"] = f"{calls.dir}:{os.environ['PATH']}"
     tag = f"{os.getpid()}"
-    hpkctl = str(Path(sys.executable).parent / "hpkctl")
+    hpkctl = hpkctl_program(root)
     env_lines = environment(args)
     for line in env_lines:
         print(f"# {line}")

@@ -51,7 +51,7 @@ METRICS = (  # (key, label): each a span in seconds from t0, same definition on 
     ("finished", "job script finished"),
 )
 #: the latency table's first line: when the job is in Slurm's queue, which decides its start (see Calls)
-QUEUED = ("queued", "job queued (sbatch returned)")
+QUEUED = ("queued", "sbatch returned (queued)")
 
 
 # ---------------------------------------------------------------------------- Slurm, counted and not
@@ -60,11 +60,12 @@ QUEUED = ("queued", "job queued (sbatch returned)")
 class Calls:
     """Logging shims for Slurm's commands, and the real binaries for the benchmark's own use.
 
-    The ``sbatch`` shim also notes when the real ``sbatch`` returned (bash's ``$EPOCHREALTIME``, no
-    process): from then on the job is in slurmctld's queue and starts at one of its scheduling passes,
-    whoever submitted it. Its span from ``t0`` is what a submitter adds to a job's start, without the
-    0-1 s of the pass's phase that makes the "job script started" differences noisy. Both sides pay the
-    shim's bash (a few ms of "submit command returned")."""
+    The latency samples' ``sbatch`` (``timed_env``) also notes when the real ``sbatch`` returned
+    (bash's ``$EPOCHREALTIME``): from then on the job is in slurmctld's queue and starts at one of its
+    scheduling passes, whoever submitted it. Its span from ``t0`` is what a submitter adds to a job's
+    start, without the 0-1 s of the pass's phase that makes the "job script started" differences
+    noisy. That shim stays (bash forks the real ``sbatch`` instead of becoming it), a few ms of both
+    sides' "submit command returned"; the bursts keep the plain shims."""
 
     def __init__(self, root: Path) -> None:
         self.real = {name: shutil.which(name) for name in SLURM_COMMANDS}
@@ -77,12 +78,18 @@ class Calls:
         for name, real in self.real.items():
             if real:
                 shim = self.dir / name
-                if name == "sbatch":
-                    shim.write_text(f'#!/bin/bash\necho {name} >> "{self.log}"\n"{real}" "$@"\nrc=$?\n'
-                                    f'echo "$EPOCHREALTIME" >> "{self.queued_log}"\nexit $rc\n')
-                else:
-                    shim.write_text(f'#!/bin/sh\necho {name} >> "{self.log}"\nexec "{real}" "$@"\n')
+                shim.write_text(f'#!/bin/sh\necho {name} >> "{self.log}"\nexec "{real}" "$@"\n')
                 shim.chmod(0o755)
+        self.timed_dir = root / "shims-timed"
+        self.timed_dir.mkdir()
+        timed = self.timed_dir / "sbatch"  # LC_ALL=C: the locale's decimal point would be $EPOCHREALTIME's
+        timed.write_text(f'#!/bin/bash\necho sbatch >> "{self.log}"\n"{self.real["sbatch"]}" "$@"\nrc=$?\n'
+                         f'LC_ALL=C\necho "$EPOCHREALTIME" >> "{self.queued_log}"\nexit $rc\n')
+        timed.chmod(0o755)
+
+    def timed_env(self) -> dict[str, str]:
+        """The environment of a latency sample's submission: ``sbatch`` notes when it returned (``queued``)."""
+        return dict(os.environ, PATH=f"{self.timed_dir}:{os.environ['PATH']}")
 
     def queued(self) -> float | None:
         """When the last ``sbatch`` since the previous call returned (and forget them all)."""
@@ -131,6 +138,18 @@ class Calls:
         ids = list(job_ids)
         if ids and self.real["scancel"]:
             subprocess.run([self.real["scancel"], *ids], capture_output=True, check=False)
+
+
+def hpkctl_program(root: Path) -> str:
+    """The ``hpkctl`` the benchmark runs: a script of this venv's Python, as the console script is, that
+    starts the CLI of the checkout measured (``PYTHONPATH``) through ``hpkctl.cli.entry``, or ``main``
+    in a checkout older than it. The venv's own console script names the one of its install: it failed
+    on an older export, and a newer checkout measured through an older script skipped ``entry``'s exit."""
+    path = root / "hpkctl"
+    path.write_text(f"#!{sys.executable}\nimport sys\n\nimport hpkctl.cli as cli\n\n"
+                    "sys.exit((getattr(cli, 'entry', None) or cli.main)())\n")
+    path.chmod(0o755)
+    return str(path)
 
 
 def mtime(path: Path) -> float | None:
@@ -190,9 +209,9 @@ def bare_script(d: Path) -> Path:
     return script
 
 
-def bare_submit(d: Path, script: Path, partition: str, time_limit: str) -> Job:
+def bare_submit(d: Path, script: Path, partition: str, time_limit: str, env: dict[str, str] | None = None) -> Job:
     r = subprocess.run(["sbatch", "--parsable", f"--partition={partition}", "--output=/dev/null",
-                        f"--time={time_limit}", str(script)], check=True, capture_output=True, text=True)
+                        f"--time={time_limit}", str(script)], check=True, capture_output=True, text=True, env=env)
     return Job(r.stdout.strip().split(";")[0], d / "started", d / "ran", d / "finished",
                ok_check=lambda: (d / "ran").exists())
 
@@ -265,7 +284,7 @@ class Latency:
         self.calls.queued()
         random_phase()
         t0 = time.time()
-        job = bare_submit(d, script, self.args.partition, self.time_limit)
+        job = bare_submit(d, script, self.args.partition, self.time_limit, env=self.calls.timed_env())
         submitted = time.time()
         self._finish(side, keep, t0, submitted, job)
 
@@ -278,7 +297,7 @@ class Latency:
         random_phase()
         t0 = time.time()
         r = subprocess.run([self.hpkctl, "run", "--detach", "-q", "-f", str(manifest), "--site", self.args.site],
-                           capture_output=True, text=True, check=False)
+                           capture_output=True, text=True, check=False, env=self.calls.timed_env())
         submitted = time.time()
         if r.returncode != 0:
             raise SystemExit(f"bench: hpkctl run failed ({r.returncode}): {r.stderr.strip()}")
@@ -433,6 +452,8 @@ def latency_table(n_warm: int, bare: Side, hpk: Side) -> list[str]:
     for key, label in (QUEUED, *METRICS):
         b = [s.times[key] for s in ob if key in s.times]
         h = [s.times[key] for s in oh if key in s.times]
+        if key == QUEUED[0] and not (b and h):
+            continue  # not timed (bench/pilot.py's shims)
         if not b or not h:
             lines.append(f"  {label:26} (no successful samples)")
             continue
@@ -441,8 +462,9 @@ def latency_table(n_warm: int, bare: Side, hpk: Side) -> list[str]:
                      f"{mh - mb:+11.3f}  {mean_diff(b, h):>16}")
     lines.append("  (a batch job starts at slurmctld's next scheduling pass, not at its submission: passes come about "
                  "1 s apart here, so a start is its submission plus 0-1 s; with random phases the mean difference "
-                 "estimates what hpkctl adds to a start, the medians' difference wanders by ~0.2 s at n = 20; "
-                 "the job-queued line is that addition without the pass's noise)")
+                 "estimates what hpkctl adds to a start, the medians' difference wanders by ~0.2 s at n = 20"
+                 + ("; 'sbatch returned (queued)' is that addition without the pass's noise)"
+                    if any(QUEUED[0] in s.times for s in oh) else ")"))
     nb, nh = max(len(bare.samples), 1), max(len(hpk.samples), 1)
     lines.append(f"  Slurm commands per sample: bare {per(bare.calls, nb)}; hpkctl run --detach {per(hpk.calls, nh)}"
                  f" (+ cleanup 'hpkctl delete', untimed: {per(hpk.cleanup_calls, nh)})")
@@ -513,8 +535,8 @@ def main() -> int:
     if shutil.which("apptainer") is None:
         print("bench: no apptainer on PATH (put ci/standin first on PATH for the local stand-in)", file=sys.stderr)
         return 2
-    hpkctl = shutil.which("hpkctl") or str(Path(sys.executable).parent / "hpkctl")
     root = Path(tempfile.mkdtemp(prefix="hpk-bench-", dir=os.environ.get("HPK_BENCH_DIR", "/tmp")))
+    hpkctl = hpkctl_program(root)
     work = root / "work"
     work.mkdir()
     calls = Calls(root)

@@ -43,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kubelet import FLAGS_ANNOTATION, Bench, Calls, Cluster, count, log, pod_body, session
-from pod_start import environment
+from pod_start import environment, hpkctl_program
 
 TRACE = "%file,getdents64"
 NICE = "--nice=1000"
@@ -168,11 +168,11 @@ def main() -> int:
     if shutil.which("strace") is None or shutil.which("apptainer") is None:
         log("needs strace, and apptainer on PATH (ci/standin first for the stand-in)")
         return 2
-    hpkctl = shutil.which("hpkctl") or str(Path(sys.executable).parent / "hpkctl")
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     json_path = Path(args.json or f"/tmp/hpk-bench-site-load-{stamp}.json")
     root = Path(tempfile.mkdtemp(prefix="hpk-bench-load-", dir=os.environ.get("HPK_BENCH_DIR", "/tmp")))
     root.chmod(0o755)
+    hpkctl = hpkctl_program(root)
     calls = Calls(root)
     os.environ["PATH"] = f"{calls.dir}:{os.environ['PATH']}"
     for line in environment(args):

@@ -43,10 +43,12 @@ PROGRAM = False
 @contextlib.contextmanager
 def no_collections() -> Iterator[None]:
     """No garbage collection while a command imports what it needs: ~30,000 objects (modules,
-    classes, functions) that all stay, and no garbage to find. The collector walked them ~60 times
-    (~8 ms of a ``hpkctl run --detach``, issue 23.2). In the program (:data:`PROGRAM`) they are then
-    frozen (:func:`gc.freeze`), out of every later collection's walk: they live until the process
-    ends. Elsewhere they are only collected later. Collection resumes as it was found."""
+    classes, functions) that stay, and a few hundred that are cyclic garbage (functions, enum
+    helpers; nothing with a finalizer or a file). The collector walked them ~60 times (~8 ms of a
+    ``hpkctl run --detach``, issue 23.2). In the program (:data:`PROGRAM`) they are then frozen
+    (:func:`gc.freeze`), out of every later collection's walk, and live until the process ends, the
+    garbage among them too. Elsewhere they are only collected later. Collection resumes as it was
+    found."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -74,7 +74,11 @@ def _no_uname_p() -> Iterator[None]:
     ``os.uname()`` gave without a process); indexing the tuple computes every field, and the
     processor's is a fork and exec of ``uname``: ~6 ms of ``hpkctl run --detach`` (issue 23.2). The
     blank is taken back afterwards, so whatever asks ``platform.processor()`` later still gets
-    ``uname -p``'s answer. Nothing changes where ``uname_result`` keeps the field elsewhere."""
+    ``uname -p``'s answer. Nothing changes where ``uname_result`` keeps the field elsewhere.
+
+    Not thread-safe, and need not be: another thread asking for the processor during the import
+    would get the blank, and nothing in hpkctl or what it imports asks (plumbum reads the system's
+    name only; the import happens once, at a process's first Slurm command)."""
     fields: dict[str, Any] = getattr(platform.uname(), "__dict__", {"processor": None})
     filled = "processor" not in fields
     if filled:

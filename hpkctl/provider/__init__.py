@@ -12,7 +12,7 @@ cost ~5 ms of its start (issue 23.2).
 
 from __future__ import annotations
 
-import importlib
+import importlib as _importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,10 +24,16 @@ __all__ = ["ContainerRun", "Created", "Deletion", "ExecSession", "Failure", "Ima
            "PodInputs", "PodProvider", "PodRef", "ProbeKill", "StatusReport", "Watched", "delete_and_wait"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module("hpkctl.provider.stopwait" if name == "delete_and_wait" else "hpkctl.provider.api")
-    value = getattr(module, name)
-    globals()[name] = value  # read once: later reads find it without this function
-    return value
+if not TYPE_CHECKING:  # mypy sees the imports above, and a misspelt name stays an error for it
+
+    def __getattr__(name: str) -> Any:
+        if name not in __all__:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        module = _importlib.import_module("hpkctl.provider.stopwait" if name == "delete_and_wait"
+                                          else "hpkctl.provider.api")
+        value = getattr(module, name)
+        globals()[name] = value  # read once: later reads find it without this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})
