@@ -390,7 +390,7 @@ def steps_at_once(cluster: kb.Cluster, uids: list[str]) -> dict[str, Any]:
     gaps = [a - max(d for d in dones if d <= a) for a, _ in sorted(spans)[most:] if dones[0] <= a]
     return {"n": len(spans), "busy_median": statistics.median(busy), "busy_p90": p90(busy), "most": most,
             "mean": sum(busy) / window if window > 0 else float("nan"),
-            "gap_median": statistics.median(gaps) if gaps else None}
+            "gap_median": statistics.median(gaps) if gaps else None, "window": window}
 
 
 def backlog_lines(n: int, res: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -438,7 +438,9 @@ def occupancy_lines(s: dict[str, Any]) -> list[str]:
     return [f"    what bounds it: a pod's job script started -> pod.done median {s['busy_median']:.2f} s "
             f"(p90 {s['busy_p90']:.2f}); pods running at once: at most {s['most']}, on average {s['mean']:.2f}; "
             f"a step's start after the last pod.done before it: median "
-            + (f"{s['gap_median']:.2f} s" if s.get("gap_median") is not None else "-")]
+            + (f"{s['gap_median']:.2f} s" if s.get("gap_median") is not None else "-"),
+            f"    steady state, without the allocation's start: the first job script started -> the last pod.done "
+            f"{s['window']:.2f} s, {s['n'] / s['window']:.1f} pods/s" if s.get("window") else "    steady state: -"]
 
 
 # ---------------------------------------------------------------------------- 5: a burst to Succeeded
