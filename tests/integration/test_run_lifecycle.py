@@ -266,6 +266,7 @@ def test_a_job_whose_record_is_gone_is_shown_and_can_be_deleted(hpk: Hpk) -> Non
     r = hpk.run(pod(name, [c("main", "sleep 300")]), extra=("--detach",))
     assert r.rc == 0, r.output
     job_id = r.stdout.strip()
+    wait_running(hpk, name)  # a running job's delete (its stop sequence); one still pending is only cancelled
     (hpk.home / ".hpk" / "runs" / "default" / f"{name}.json").unlink()  # lost, however that happened
     table = hpk.hpkctl("status", "--site", "ci")
     row = next((ln for ln in table.stdout.splitlines() if ln.split()[:1] == [name]), "")
