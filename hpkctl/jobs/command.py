@@ -52,6 +52,13 @@ UNREACHABLE = (
     "socket timed out on send/recv",
     "protocol authentication error",
     "zero bytes were transmitted or received",
+    # the connection broke mid-request (slurmctld restarting): whether it acted is unknown
+    "connection reset by peer",
+    "broken pipe",
+    "transport endpoint is not connected",
+    "connection timed out",
+    "network is unreachable",
+    "no route to host",
 )
 UNREACHABLE_HINT = (
     "slurmctld does not answer: check `scontrol ping` and that munge runs (`munge -n | unmunge`); "

@@ -127,9 +127,11 @@ def sbatch_test_only(commands: Commands, script: Path, *, extra_args: Sequence[s
 
 
 def submit_error(done: Completed) -> SlurmError:
-    """The error for a failed sbatch: ``SlurmUnavailable`` when Slurm did not answer, else a ``SubmitError``."""
+    """The error for a failed sbatch: ``SlurmUnavailable`` when Slurm did not answer (the connection
+    broke, or sbatch was killed by a signal: the job may exist), else a ``SubmitError`` (refused: none
+    was made)."""
     low = done.stderr.lower()
-    if any(n in low for n in UNREACHABLE):
+    if done.returncode < 0 or any(n in low for n in UNREACHABLE):
         return failure(done)
     message = f"sbatch refused the job: {slurm_text(done.stderr) or f'exit status {done.returncode}'}"
     hint = f"check the generated script and {_OPTIONS} (slurm.* in the profile); reproduce with: {' '.join(done.argv)}"

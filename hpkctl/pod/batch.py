@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from hpkctl import __version__
 from hpkctl.pod.flags import COMMENT_UIDS, SlurmOption, sbatch_directive_word
+from hpkctl.pod.paths import NOTICES_DIR
 from hpkctl.pod.plan import PodPlan
 from hpkctl.pod.shell import Shell, quote
 from hpkctl.pod.template import environment
@@ -31,9 +32,6 @@ _OWN_OPTIONS = ("--job-name", "--output", "--chdir", "--comment", "--array")
 # output goes where the array script sends it.
 _ALONE_OPTIONS = frozenset({"--mail-type", "--dependency", "--error", "--input", "--open-mode"})
 JOB_NAME = "hpk-pods"  # squeue's name for a batch (each element's pod: its comment, hpkctl status)
-#: where Slurm writes its own notices for an element (time limit, cancel, a script that could not
-#: start), beside the pods' directories: ``.slurm/ARRAY_I.out`` (the pod's own output: its logs/)
-NOTICES_DIR = ".slurm"
 
 
 def notices_file(pods_dir: str, job_id: str) -> str:

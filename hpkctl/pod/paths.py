@@ -33,6 +33,10 @@ POD_FAILED = "pod.failed"  # first line a CamelCase reason, the rest a message
 POD_DONE = "pod.done"  # the pod's exit code; the job exits with it
 POD_COMPLETING = "pod.completing"  # the main containers have ended: only sidecars are left to stop
 DEADLINE_START = "deadline.start"  # epoch seconds the activeDeadlineSeconds timer counts from
+#: where Slurm writes its own notices for an element of a job array of pods (time limit, cancel, a
+#: script that could not start), beside the pods' directories: ``.slurm/ARRAY_I.out`` (the pod's own
+#: output: its logs/)
+NOTICES_DIR = ".slurm"
 
 # Per-container status files (status/<container>.SUFFIX).
 STARTED = "started"

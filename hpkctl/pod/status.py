@@ -335,8 +335,9 @@ def read_pod_status(pod_dir: Path, containers: Sequence[tuple[str, bool]], job: 
             reason, _, message = failed.partition("\n")
             return make("Failed", reason, message, outcome.exit_code)
         if outcome.phase == "Succeeded":
-            return make("Failed", "JobFailed", "the job ended without writing the pod's status; see logs/slurm.out",
-                        outcome.exit_code)
+            return make("Failed", "JobFailed", "the job ended without writing the pod's status; see logs/slurm.out "
+                        "(a pod submitted as element A_i of a job array: Slurm's own notices are in "
+                        f"{f.NOTICES_DIR}/A_i.out beside the pod directories)", outcome.exit_code)
         return make("Failed", outcome.reason, outcome.message, outcome.exit_code)
     if outcome.phase == "Pending" and not started_at:
         return make("Pending", outcome.reason, outcome.message, None)

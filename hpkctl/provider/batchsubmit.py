@@ -37,7 +37,9 @@ log = logging.getLogger("hpkctl.provider.batchsubmit")
 #: every uid, must also fit Slurm's 1,024 characters (27 pod uids)
 MAX_BATCH = 64
 #: arrays Slurm refused in a row after which this process submits every pod alone (a site that
-#: forbids arrays, or limits them below a batch, would otherwise cost a refused sbatch per batch)
+#: forbids arrays, or limits them below a batch, would otherwise cost a refused sbatch per batch); a
+#: refusal of the pods' own options (partition, account, QOS, time, resources) does not count: each pod
+#: alone gets the same answer, and a later batch of other pods may well be taken
 REFUSED_LIMIT = 3
 
 
@@ -154,11 +156,8 @@ class BatchSubmitter:
         try:
             array = self.slurm.submit(script)
         except SubmitError as exc:  # refused: Slurm made no job
-            self._refused += 1
-            if self._refused == REFUSED_LIMIT:
-                log.warning("Slurm refused %d job arrays in a row (the last: %s): every pod is submitted alone "
-                            "from now on, until the kubelet restarts; if the site limits arrays (MaxArraySize, "
-                            "a QOS's job limits), ask its admins", REFUSED_LIMIT, exc)
+            if type(exc) is SubmitError:  # not one of the pods' own options (see REFUSED_LIMIT)
+                self._count_refusal(exc)
             self._each_alone(batch, exc)
             return
         except SlurmError as exc:
@@ -174,12 +173,27 @@ class BatchSubmitter:
                 script.unlink(missing_ok=True)
             except OSError as exc:  # Slurm has its own copy: a file left behind is only untidy
                 log.warning("array script %s not removed: %s", script, exc)
-        self._refused = 0
+        for i, p in enumerate(batch):  # first: nothing below may leave an element its pod does not know
+            p.result = (f"{array}_{i}", 0)
+        with self._cv:
+            if self._refused < REFUSED_LIMIT:  # in a row: once off, arrays stay off
+                self._refused = 0
         log.info("submitted %d pods as job array %s", len(batch), array)
         if self.on_batch is not None:
-            self.on_batch(len(batch))
-        for i, p in enumerate(batch):
-            p.result = (f"{array}_{i}", 0)
+            try:
+                self.on_batch(len(batch))
+            except Exception:  # noqa: BLE001 - a test's or bench's hook
+                log.exception("the on_batch hook failed")
+
+    def _count_refusal(self, exc: SubmitError) -> None:
+        """One more array refused in a row; at REFUSED_LIMIT, arrays are off (said once)."""
+        with self._cv:
+            self._refused += 1
+            now_off = self._refused == REFUSED_LIMIT
+        if now_off:
+            log.warning("Slurm refused %d job arrays in a row (the last: %s): every pod is submitted alone "
+                        "from now on, until the kubelet restarts; if the site limits arrays (MaxArraySize, "
+                        "a QOS's job limits), ask its admins", REFUSED_LIMIT, exc)
 
     @staticmethod
     def _each_alone(batch: list[_Pending], why: BaseException) -> None:

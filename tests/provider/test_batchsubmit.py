@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hpkctl.jobs import SlurmTimeout, SlurmUnavailable, SubmitError
+from hpkctl.jobs import ResourcesUnavailable, SlurmTimeout, SlurmUnavailable, SubmitError
 from hpkctl.pod import render_pod
 from hpkctl.provider.batchsubmit import BatchSubmitter
 from tests.support.pods import make_profile, pod_doc
@@ -21,11 +21,12 @@ class GatedSlurm:
     """sbatch that holds its first call until the test opens the gate; records what it was given."""
 
     def __init__(self, *, refuse_arrays: bool = False, time_out_arrays: bool = False,
-                 unclear_arrays: bool = False) -> None:
+                 unclear_arrays: bool = False, refuse_options: bool = False) -> None:
         self.gate = threading.Event()
         self.calls: list[tuple[str, str]] = []  # (script name, its text)
         self.entered = threading.Event()
         self.refuse_arrays, self.time_out_arrays, self.unclear = refuse_arrays, time_out_arrays, unclear_arrays
+        self.refuse_options = refuse_options  # every job, alone or an array: the pods ask too much
         self.lock = threading.Lock()
 
     def submit(self, script: Path, *, extra_args: Any = (), workdir: Any = None) -> str:
@@ -36,6 +37,8 @@ class GatedSlurm:
         if n == 1:
             self.entered.set()
             assert self.gate.wait(30)
+        if self.refuse_options:
+            raise ResourcesUnavailable("sbatch refused the job: Requested node configuration is not available")
         if "--array=" in text and self.refuse_arrays:
             raise SubmitError("sbatch refused the job: no arrays here")
         if "--array=" in text and self.time_out_arrays:
@@ -183,3 +186,33 @@ def test_arrays_refused_in_a_row_turn_batching_off(tmp_path: Path) -> None:
         t.join(30)
     assert all(isinstance(got[p.uid], tuple) for p in later)
     assert all("--array=" not in text for _, text in slurm.calls[n:]) and len(slurm.calls) == n + 3
+
+
+def test_arrays_refused_for_the_pods_own_options_do_not_turn_batching_off(tmp_path: Path) -> None:
+    """A Deployment asking for more than a node has is refused as an array and each pod alone alike: its
+    batches must not switch arrays off for every later pod (review of stop 32)."""
+    from hpkctl.provider.batchsubmit import REFUSED_LIMIT
+
+    slurm = GatedSlurm(refuse_options=True)
+    sub = BatchSubmitter(slurm)  # type: ignore[arg-type]
+    for round_ in range(REFUSED_LIMIT + 1):
+        slurm.gate.clear(), slurm.entered.clear()
+        with slurm.lock:
+            slurm.calls.clear()
+        others = [_plan(tmp_path, 10 * round_ + i) for i in range(1, 3)]
+        got, got2 = _behind_a_held_sbatch(sub, slurm, _plan(tmp_path, 10 * round_), others)
+        assert all(isinstance(g, ResourcesUnavailable) for g in (*got.values(), *got2.values()))
+        assert any("--array=" in text for _, text in slurm.calls)  # still tried as an array
+    assert sub._refused == 0
+
+
+def test_a_failing_on_batch_hook_leaves_every_pod_its_element(tmp_path: Path) -> None:
+    slurm = GatedSlurm()
+
+    def hook(n: int) -> None:
+        raise RuntimeError("hook")
+
+    sub = BatchSubmitter(slurm, on_batch=hook)  # type: ignore[arg-type]
+    others = [_plan(tmp_path, i) for i in range(1, 3)]
+    _, got2 = _behind_a_held_sbatch(sub, slurm, _plan(tmp_path, 0), others)
+    assert [got2[p.uid] for p in others] == [("102_0", 0), ("102_1", 0)]

@@ -186,10 +186,10 @@ def _clean_up(cluster: Cluster, pods: list[Obj]) -> None:
     for ns, names in by_ns.items():
         cluster.kubectl("delete", "pod", "-n", ns, "--grace-period=2", "--wait", "--timeout=90s", *names,
                         timeout=120, check=False)
-    q = subprocess.run(["squeue", "--noheader", "--all", "--format=%i %k"], capture_output=True, text=True,
-                       check=False).stdout
-    left = [ln.split()[0] for ln in q.splitlines()
-            if len(ln.split()) > 1 and ln.split()[1].removeprefix("hpk-uid=") in uids]
+    # a pod's own job, or its element of a batch's array (whose comment lists the uids: pod_of_job)
+    q = subprocess.run(["squeue", "--noheader", "--all", "--array", "--format=%i|%k"], capture_output=True,
+                       text=True, check=False).stdout
+    left = [found[1] for ln in q.splitlines() if (found := pod_of_job(*ln.split("|", 1))) and found[0] in uids]
     if left:
         subprocess.run(["scancel", *left], check=False)
 
