@@ -126,10 +126,27 @@ def parse_scontrol(text: str, job_id: str) -> JobInfo | None:
     return None
 
 
+#: sacct's one line for array elements that never ran (cancelled while pending): ``A_[0-2,5]``
+_SACCT_RANGE = re.compile(r"^(\d+)_\[([\d,\-]+)\]$")
+
+
 def parse_sacct_comments(text: str) -> list[UserJob]:
     """Parse ``sacct --noheader --parsable2 --format=SACCT_COMMENT_FORMAT``: the same lines as
-    squeue's ``USER_JOBS_FORMAT`` (id, state, comment), so the same parser reads them."""
-    return parse_user_jobs(text)
+    squeue's ``USER_JOBS_FORMAT`` (id, state, comment), so the same parser reads them. Elements of an
+    array that never ran are one line there (``A_[0-2,5]``, no ``sacct --array`` in Slurm 22.05): each
+    becomes its own ``A_i`` (a batch of pods names a pod per element: hpkctl.pod.flags.pod_of_job)."""
+    lines = []
+    for line in text.splitlines():
+        first, sep, rest = line.partition("|")
+        m = _SACCT_RANGE.match(first.strip())
+        if not (m and sep):
+            lines.append(line)
+            continue
+        for part in m.group(2).split(","):
+            lo, _, hi = part.partition("-")
+            if lo.isdigit() and (not hi or hi.isdigit()) and int(hi or lo) - int(lo) < 10000:
+                lines += [f"{m.group(1)}_{i}|{rest}" for i in range(int(lo), int(hi or lo) + 1)]
+    return parse_user_jobs("\n".join(lines))
 
 
 def parse_sacct(text: str, job_id: str) -> JobInfo | None:

@@ -10,7 +10,7 @@ import pytest
 
 from hpkctl.jobs.info import JobInfo, base_state, is_job_id, parse_exit_code, parse_nodes, parse_reason, parse_time
 from hpkctl.jobs.jobcomp import find_many_in_jobcomp
-from hpkctl.jobs.parse import parse_jobcomp_line, parse_sacct, parse_scontrol, parse_squeue
+from hpkctl.jobs.parse import parse_jobcomp_line, parse_sacct, parse_sacct_comments, parse_scontrol, parse_squeue
 
 FIXTURES = Path(__file__).parent / "fixtures"
 USER = "hpk(1001)"  # the fixtures' user
@@ -147,6 +147,18 @@ def test_sacct_cancelled_by_uid(fixture_text) -> None:
 
 
 # ---------------------------------------------------------------------------- jobcomp
+
+
+def test_sacct_comments_give_each_array_element_that_never_ran_its_own_line() -> None:
+    """sacct (22.05, seen on the local Slurm) prints elements cancelled while pending as one line, ``A_[0-2]``:
+    a restarted kubelet looking for a batched pod by uid must find its element there (review of stop 32)."""
+    text = ("2979_[0-2,5]|CANCELLED by 1001|hpk-uids=u0,u1,u2,u3,u4,u5\n"
+            "2979_3|COMPLETED|hpk-uids=u0,u1,u2,u3,u4,u5\n"
+            "2980|RUNNING|hpk-uid=x hpk-pod=default/x\n"
+            "2981_[1-2%1]|PENDING|throttled: not ours\n")
+    got = [(j.job_id, j.state) for j in parse_sacct_comments(text)]
+    assert got == [("2979_0", "CANCELLED"), ("2979_1", "CANCELLED"), ("2979_2", "CANCELLED"), ("2979_5", "CANCELLED"),
+                   ("2979_3", "COMPLETED"), ("2980", "RUNNING")]
 
 
 def test_jobcomp_every_real_line_parses(fixture_text) -> None:
