@@ -116,6 +116,7 @@ class JobFinder:
         self.started = time.time() if started is None else started
         self._lock = threading.Lock()
         self._listing: dict[str, str] | None = None  # uid -> job id, from squeue at the first need
+        self._listed_at = 0.0  # when the listing was begun (monotonic)
         self._accounted: tuple[float, dict[str, str]] | None = None  # (since, uid -> job id), from sacct
 
     def prime(self) -> None:
@@ -128,8 +129,12 @@ class JobFinder:
             log.debug("squeue listing at start not taken: %s", exc)
 
     def _listed(self, *, fresh: bool) -> dict[str, str]:
+        """The squeue listing; ``fresh``: one begun after this call (the pods of an array whose sbatch gave
+        no clear answer come back together: the first one's listing answers all that asked before it began)."""
+        asked = time.monotonic()
         with self._lock:
-            if self._listing is None or fresh:
+            if self._listing is None or (fresh and self._listed_at < asked):
+                self._listed_at = time.monotonic()
                 self._listing = _by_uid(self.slurm.user_jobs())
             return self._listing
 

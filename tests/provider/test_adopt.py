@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import time
+from types import SimpleNamespace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -140,3 +141,22 @@ def test_a_primed_finder_answers_new_pods_from_the_listing_it_took_at_start(tmp_
     assert found is not None and found.job_id == "41" and found.where.startswith("squeue")
     assert finder.find(uid="new", pod={}, pod_dir=tmp_path / "b", fresh=False) is None
     assert slurm.listings == 2  # both answered by the listing taken at start
+
+
+def test_fresh_lookups_share_a_listing_begun_after_they_asked(tmp_path, monkeypatch) -> None:
+    """The pods of an array whose sbatch gave no clear answer come back together, each asking squeue afresh:
+    a listing begun at or after a pod asked answers it, so a batch of 27 costs one squeue, not 27, and a pod
+    that asks after that listing began gets a new one (review of stop 32)."""
+    import hpkctl.provider.adopt as adopt
+
+    now = [100.0]
+    monkeypatch.setattr(adopt, "time", SimpleNamespace(monotonic=lambda: now[0], time=time.time, strftime=time.strftime,
+                                                       localtime=time.localtime))
+    slurm = _Counting({})
+    finder = JobFinder(slurm)  # type: ignore[arg-type]
+    for i in range(27):  # all asked at the same moment as the first one's listing began
+        assert finder.find(uid=f"u{i}", pod=_created_at(time.time()), pod_dir=tmp_path / f"p{i}", fresh=True) is None
+    assert slurm.squeues == 1
+    now[0] += 1.0
+    finder.find(uid="later", pod=_created_at(time.time()), pod_dir=tmp_path / "later", fresh=True)
+    assert slurm.squeues == 2
