@@ -695,15 +695,6 @@ hpk_run() {
     fi
     # a restart to come: the status is waiting (CrashLoopBackOff) for these seconds, not terminated
     hpk_restarts "$policy" "$rc" && ended+=("$name.backoff" "$delay")
-    # the pod's one main container, no sidecar to stop after it, not restarted and the pod not being
-    # stopped: the pod ends with it, in the same mv (pod.completing, pod.done last; hpk_start_containers
-    # then writes nothing): a status round never sees it terminated in a pod still Running, one status
-    # patch and one process less per pod (bench/run pilot's backlog)
-    if [ -n "$HPK_POD_END" ] && [ "$HPK_STOPPING" = 0 ] && [ ! -e "$HPK_STATUS/pod.terminating" ] \
-      && ! hpk_restarts "$policy" "$rc"; then
-      hpk_puts ${ended[@]+"${ended[@]}"} "$name.exitcode" "$rc" pod.completing "$t" pod.done "$rc"
-      return "$rc"
-    fi
     # the container's end in one process (one mv of them all, in this order): the exit code last,
     # the file that says the container terminated
     hpk_puts ${ended[@]+"${ended[@]}"} "$name.exitcode" "$rc"
@@ -740,7 +731,6 @@ hpk_names() {
 HPK_INIT_RUNNER=''
 HPK_RUNNERS=()
 HPK_SIDECARS=()
-HPK_POD_END=''  # 1 in the runner of the pod's one main container when no sidecar runs (hpk_run ends the pod)
 
 # hpk_stop_runners PID...: stop these runners' containers concurrently and wait for them.
 hpk_stop_runners() {
@@ -882,7 +872,6 @@ hpk_start_containers() {
       hpk_fail InitContainerFailed "init container $name exited with code $(cat "$HPK_STATUS/$name.exitcode")"
     fi
   done
-  [ ${#HPK_MAIN[@]} != 3 ] || [ ${#HPK_SIDECARS[@]} != 0 ] || HPK_POD_END=1
   for ((i = 0; i < ${#HPK_MAIN[@]}; i += 3)); do
     hpk_run "${HPK_MAIN[i]}" "${HPK_MAIN[i + 1]}" "${HPK_MAIN[i + 2]}" &
     HPK_RUNNERS+=("$!")
@@ -895,7 +884,6 @@ hpk_start_containers() {
     [ "$first" -ne 0 ] || first=$rc
   done
   if [ ${#HPK_SIDECARS[@]} = 0 ]; then  # no sidecars to stop: both in one process, pod.done last
-    [ -n "$HPK_POD_END" ] && [ -e "$HPK_STATUS/pod.done" ] && return "$first"  # written by the runner
     hpk_clock t
     hpk_puts pod.completing "$t" pod.done "$first"
     return "$first"

@@ -44,8 +44,8 @@ def test_a_line_per_status_change_and_nothing_else_on_stdout(stub_env: dict[str,
     if not notify:
         assert r.stdout == b""
         return
-    # one line per hpk_changed: the job's facts, app.started, ready, its end with the pod's (one write)...
-    assert r.stdout and set(r.stdout) == {ord("\n")} and r.stdout.count(b"\n") >= 5, r.stdout
+    # one line per hpk_changed: the job's facts, app.started, ready, finished, exitcode, completing, done...
+    assert r.stdout and set(r.stdout) == {ord("\n")} and r.stdout.count(b"\n") >= 6, r.stdout
     lists = [f.read_text() for f in stub_env["tmp"].glob("record.jsonl.fds.*")]
     assert len(lists) >= 2  # the container and its postStart hook
     assert not any(re.search(r"^7$", fds, re.M) for fds in lists), lists  # fd 7 is the kubelet's alone

@@ -125,18 +125,17 @@ def status_moves(trace: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("mode", ["job", "pilot"])
-def test_a_container_and_the_pod_end_in_one_write(stub_env: dict[str, Any], mode: str) -> None:
-    """From the container's start, two writes (processes) to the pod's end: its start with its
-    readiness (no postStart hook, no probe between them: started, then ready), and its end with the
-    pod's (the pod's one main container, no sidecars: ready 0, finished, the exit code, which says it
-    terminated, then pod.completing and pod.done last), so no status round sees it terminated in a pod
-    still running (a status patch and a process per pod: bench/run pilot's backlog); and the single
-    main container is not polled for its launch (a ``sleep`` each): nothing starts after it."""
+def test_a_container_and_a_pod_end_in_one_write_each(stub_env: dict[str, Any], mode: str) -> None:
+    """From the container's start, three writes (processes) to the pod's end: its start with its
+    readiness (no postStart hook, no probe between them: started, then ready), its end (ready 0,
+    finished, then the exit code, which says it terminated), the pod's end (no sidecars:
+    pod.completing, then pod.done); and the single main container is not polled for its launch (a
+    ``sleep`` each): nothing starts after it (bench/run pilot's backlog: a `true` pod's CPU)."""
     root, trace = traced_run(stub_env, mode)
     moves = status_moves(trace)
     after = moves[next(i for i, m in enumerate(moves) if "app.started" in m):]
-    assert after == [["app.started", "app.ready"],
-                     ["app.ready", "app.finished", "app.exitcode", "pod.completing", "pod.done"]]
+    assert after == [["app.started", "app.ready"], ["app.ready", "app.finished", "app.exitcode"],
+                     ["pod.completing", "pod.done"]]
     assert not re.search(r'execve\("[^"]*/sleep"', trace)
     st = root / "status"
     assert (st / "app.ready").read_text() == "0\n" and (st / "app.exitcode").read_text() == "0\n"
