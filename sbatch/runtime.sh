@@ -783,6 +783,10 @@ hpk_allocation_ended() {
 # and the time limit's TERM leaves only the grace period and 10 s).
 hpk_terminate() {
   trap '' TERM INT
+  # the pod has ended (this shell wrote pod.done; a trap runs between its commands): nothing is left to
+  # stop, and a delete or the time limit arriving now must not turn its end into a failure (exit 143)
+  local code
+  if { read -r code <"$HPK_STATUS/pod.done"; } 2>/dev/null; then exit "$code"; fi
   hpk_cancelled 5 &
   local asking=$!
   hpk_put_now pod.terminating
