@@ -785,8 +785,9 @@ hpk_terminate() {
   trap '' TERM INT
   # the pod has ended (this shell wrote pod.done; a trap runs between its commands): nothing is left to
   # stop, and a delete or the time limit arriving now must not turn its end into a failure (exit 143)
+  # (the change is said again: the TERM may have come between pod.done's write and its notice)
   local code
-  if { read -r code <"$HPK_STATUS/pod.done"; } 2>/dev/null; then exit "$code"; fi
+  if { read -r code <"$HPK_STATUS/pod.done"; } 2>/dev/null; then hpk_changed; exit "$code"; fi
   hpk_cancelled 5 &
   local asking=$!
   hpk_put_now pod.terminating

@@ -126,8 +126,9 @@ def parse_scontrol(text: str, job_id: str) -> JobInfo | None:
     return None
 
 
-#: sacct's one line for array elements that never ran (cancelled while pending): ``A_[0-2,5]``
-_SACCT_RANGE = re.compile(r"^(\d+)_\[([\d,\-]+)\]$")
+#: sacct's one line for array elements that never ran (cancelled while pending): ``A_[0-2,5]``, with
+#: ``%N`` for a throttled one (a workload's array)
+_SACCT_RANGE = re.compile(r"^(\d+)_\[([\d,\-]+)(?:%\d+)?\]$")
 
 
 def parse_sacct_comments(text: str) -> list[UserJob]:

@@ -118,6 +118,7 @@ class JobFinder:
         self._listing: dict[str, str] | None = None  # uid -> job id, from squeue at the first need
         self._listed_at = 0.0  # when the listing was begun (monotonic)
         self._accounted: tuple[float, dict[str, str]] | None = None  # (since, uid -> job id), from sacct
+        self._fresh_accounted: tuple[float, float, dict[str, str]] | None = None  # (begun, since, listing)
 
     def prime(self) -> None:
         """Take the ``squeue`` listing now (a kubelet's start, on a thread of its own), so that the first
@@ -134,17 +135,23 @@ class JobFinder:
         asked = time.monotonic()
         with self._lock:
             if self._listing is None or (fresh and self._listed_at < asked):
-                self._listed_at = time.monotonic()
-                self._listing = _by_uid(self.slurm.user_jobs())
+                began = time.monotonic()  # kept only with its listing: a failed one must not pass the old for new
+                self._listing, self._listed_at = _by_uid(self.slurm.user_jobs()), began
             return self._listing
 
     def _accounted_since(self, since: float, *, fresh: bool) -> dict[str, str]:
         """The sacct listing reaching back to ``since``: the one taken before when it reaches that
         far (and ``fresh`` is not asked), else a new one (one call, under the lock: the workers
         adopting a backlog wait for the first listing rather than each asking sacct)."""
+        asked = time.monotonic()
         with self._lock:
-            if fresh:
-                return _by_uid(self.slurm.accounted_jobs(since=_slurm_time(since)))
+            if fresh:  # one begun after this call and reaching back far enough answers it (as _listed)
+                last = self._fresh_accounted
+                if last is None or last[0] < asked or since < last[1]:
+                    began = time.monotonic()
+                    last = (began, since, _by_uid(self.slurm.accounted_jobs(since=_slurm_time(since))))
+                    self._fresh_accounted = last
+                return last[2]
             if self._accounted is None or since < self._accounted[0]:
                 reach = since - ACCOUNTED_SPAN
                 self._accounted = (reach, _by_uid(self.slurm.accounted_jobs(since=_slurm_time(reach))))

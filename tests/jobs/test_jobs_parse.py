@@ -155,10 +155,11 @@ def test_sacct_comments_give_each_array_element_that_never_ran_its_own_line() ->
     text = ("2979_[0-2,5]|CANCELLED by 1001|hpk-uids=u0,u1,u2,u3,u4,u5\n"
             "2979_3|COMPLETED|hpk-uids=u0,u1,u2,u3,u4,u5\n"
             "2980|RUNNING|hpk-uid=x hpk-pod=default/x\n"
-            "2981_[1-2%1]|PENDING|throttled: not ours\n")
+            "2981_[1-2%1]|CANCELLED|hpk-uid=w hpk-pod=default/job\n"  # a workload's throttled array
+            "2982_[x]|PENDING|not an element list\n")
     got = [(j.job_id, j.state) for j in parse_sacct_comments(text)]
     assert got == [("2979_0", "CANCELLED"), ("2979_1", "CANCELLED"), ("2979_2", "CANCELLED"), ("2979_5", "CANCELLED"),
-                   ("2979_3", "COMPLETED"), ("2980", "RUNNING")]
+                   ("2979_3", "COMPLETED"), ("2980", "RUNNING"), ("2981_1", "CANCELLED"), ("2981_2", "CANCELLED")]
 
 
 def test_jobcomp_every_real_line_parses(fixture_text) -> None:

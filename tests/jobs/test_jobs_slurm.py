@@ -158,14 +158,23 @@ def test_submit_controller_down_is_unavailable_not_a_submit_error(fp, section, t
     ("sbatch: error: Batch job submission failed: Connection reset by peer\n", 1),  # slurmctld went mid-request
     ("sbatch: error: slurm_receive_msg: Broken pipe\n", 1),
     ("", -9),  # killed by a signal (the OOM killer): whether the job was made is unknown
+    ("", 137),  # a site's wrapper whose sbatch was killed (a shell reports 128 + the signal)
 ])
 def test_an_sbatch_without_a_clear_answer_is_unavailable_not_refused(fp, section, tmp_path, stderr, returncode) -> None:
     """Refused means Slurm made no job, so a caller may submit again; an answer cut off means it may have
     made one, and the caller must look for it instead (a job array's pods went again: review of stop 32)."""
     fp.register(cmd(fp, "sbatch"), stderr=stderr, returncode=returncode)
-    with pytest.raises(SlurmError) as exc:
+    with pytest.raises(SlurmUnavailable) as exc:
         Slurm(section()).submit(tmp_path / "job.sh")
     assert not isinstance(exc.value, SubmitError), exc.value
+
+
+def test_a_known_refusal_wins_over_connection_noise_beside_it(fp, section, tmp_path) -> None:
+    text = ("sbatch: error: wrapper: Broken pipe\n"
+            "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified\n")
+    fp.register(cmd(fp, "sbatch"), stderr=text, returncode=1)
+    with pytest.raises(InvalidAccount):
+        Slurm(section()).submit(tmp_path / "job.sh")
 
 
 def test_submit_policy_violation_keeps_a_specific_reason(fp, section, tmp_path) -> None:

@@ -160,3 +160,50 @@ def test_fresh_lookups_share_a_listing_begun_after_they_asked(tmp_path, monkeypa
     now[0] += 1.0
     finder.find(uid="later", pod=_created_at(time.time()), pod_dir=tmp_path / "later", fresh=True)
     assert slurm.squeues == 2
+
+
+def test_a_failed_fresh_listing_never_passes_the_old_one_for_new(tmp_path, monkeypatch) -> None:
+    """A fresh lookup whose squeue failed leaves the listing as old as it was: the next fresh lookup asks
+    again instead of reading one taken before its pod's sbatch returned (found in review)."""
+    import hpkctl.provider.adopt as adopt
+    from hpkctl.jobs import SlurmTimeout
+
+    now = [100.0]
+    monkeypatch.setattr(adopt, "time", SimpleNamespace(monotonic=lambda: now[0], time=time.time, strftime=time.strftime,
+                                                       localtime=time.localtime))
+
+    class _Flaky(_Counting):
+        fail = False
+
+        def user_jobs(self) -> list[UserJob]:
+            self.squeues += 1
+            if self.fail:
+                raise SlurmTimeout("squeue timed out")
+            return [UserJob(job_id="55_1", state="PENDING", comment="hpk-uids=u0,u1")] if self.squeues > 1 else []
+
+    slurm = _Flaky({})
+    finder = JobFinder(slurm)  # type: ignore[arg-type]
+    assert finder.find(uid="u1", pod=_created_at(time.time()), pod_dir=tmp_path / "a", fresh=True) is None
+    now[0] += 1.0
+    slurm.fail = True
+    with pytest.raises(SlurmTimeout):
+        finder.find(uid="u1", pod=_created_at(time.time()), pod_dir=tmp_path / "a", fresh=True)
+    slurm.fail = False
+    found = finder.find(uid="u1", pod=_created_at(time.time()), pod_dir=tmp_path / "a", fresh=True)
+    assert found is not None and found.job_id == "55_1" and slurm.squeues == 3
+
+
+def test_fresh_sacct_lookups_share_a_listing_begun_after_they_asked(tmp_path, monkeypatch) -> None:
+    import hpkctl.provider.adopt as adopt
+
+    now = [100.0]
+    monkeypatch.setattr(adopt, "time", SimpleNamespace(monotonic=lambda: now[0], time=time.time, strftime=time.strftime,
+                                                       localtime=time.localtime))
+    slurm = _Counting({})
+    finder = JobFinder(slurm, started=time.time() + 3600)  # type: ignore[arg-type]  (pods older than the kubelet)
+    for i in range(5):
+        finder.find(uid=f"u{i}", pod=_created_at(time.time() - 60), pod_dir=tmp_path / f"p{i}", fresh=True)
+    assert len(slurm.saccts) == 1
+    now[0] += 1.0
+    finder.find(uid="later", pod=_created_at(time.time() - 60), pod_dir=tmp_path / "later", fresh=True)
+    assert len(slurm.saccts) == 2
