@@ -1072,9 +1072,11 @@ def burst_table(bursts: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]
                          f"p90 {p90(lags):.2f} s, max {max(lags):.2f} s{verdict}")
     span = med("hpk", "sbatched") - med("hpk", "first_bound")
     bare_loop = med("bare", "submitted")
+    # no verdict: the pods are bound at the POST loop's pace (the API server's), which alone may take longer
+    # than the bare loop; issue 23's 1.2x is for pods already bound, the backlog's line (2b)
     lines.append(f"  (hpkctl) submitting: first bound -> last sbatch returned {span:.2f} s, against the bare sbatch loop "
-                 f"{bare_loop:.2f} s: ratio {span / bare_loop:.2f}   goal <= 1.2: "
-                 f"{'met' if span <= 1.2 * bare_loop else 'NOT met'} (both include the API's or Slurm's own pace)")
+                 f"{bare_loop:.2f} s: ratio {span / bare_loop:.2f} (it includes the POST loop's pace, "
+                 f"{med('hpk', 'submitted'):.2f} s here; 200 pods already bound: the backlog, 2b)")
     bf, hs, hf = med("bare", "finished"), med("hpk", "succeeded"), med("hpk", "finished")
     lines.append(f"  throughput (jobs/s): bare {n / bf:.1f} (to all finished); hpkctl {n / hs:.1f} (to all Succeeded "
                  f"in the API), {n / hf:.1f} (to all job scripts finished)")
