@@ -16,6 +16,7 @@ from hpkctl.jobs.errors import (
     SlurmTimeout,
     SlurmUnavailable,
     SubmitError,
+    SubmitUnclear,
     TimeLimitTooLong,
 )
 from hpkctl.jobs.info import JobInfo, UserJob
@@ -50,6 +51,7 @@ __all__ = [
     "SlurmUnavailable",
     "Step",
     "SubmitError",
+    "SubmitUnclear",
     "TERMINAL_STATES",
     "TimeLimitTooLong",
     "UserJob",

@@ -46,19 +46,23 @@ SCRUBBED_PREFIXES = ("SLURM_", "SLURMD_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE
 # submitted from inside one must not take it for its own
 SCRUBBED_NAMES = frozenset({"HPK_SLURM_JOB"})
 
+#: texts of a connection that broke mid-request (slurmctld restarting, overloaded): whether the
+#: controller acted on it is unknown (for sbatch: the job may exist, :class:`SubmitUnclear`)
+MID_REQUEST = (
+    "socket timed out on send/recv",
+    "zero bytes were transmitted or received",
+    "connection reset by peer",
+    "broken pipe",
+)
 UNREACHABLE = (
     "unable to contact slurm controller",
     "connection refused",
-    "socket timed out on send/recv",
     "protocol authentication error",
-    "zero bytes were transmitted or received",
-    # the connection broke mid-request (slurmctld restarting): whether it acted is unknown
-    "connection reset by peer",
-    "broken pipe",
     "transport endpoint is not connected",
     "connection timed out",
     "network is unreachable",
     "no route to host",
+    *MID_REQUEST,
 )
 UNREACHABLE_HINT = (
     "slurmctld does not answer: check `scontrol ping` and that munge runs (`munge -n | unmunge`); "

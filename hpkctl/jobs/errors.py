@@ -69,6 +69,12 @@ class SlurmTimeout(SlurmUnavailable):
     """
 
 
+class SubmitUnclear(SlurmUnavailable):
+    """sbatch's answer was cut off (the connection broke mid-request, or sbatch was killed by a
+    signal): as after a timeout, the job may exist, and the caller looks for it (its uid is in the
+    job's comment) instead of submitting again."""
+
+
 class SubmitError(SlurmError):
     """sbatch refused the job. ``reason`` is a CamelCase word a caller can show as a status reason."""
 

@@ -11,15 +11,15 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpkctl.jobs.command import UNREACHABLE, UNREACHABLE_HINT, Commands, Completed, failure, slurm_text
+from hpkctl.jobs.command import MID_REQUEST, UNREACHABLE, UNREACHABLE_HINT, Commands, Completed, failure, slurm_text
 from hpkctl.jobs.errors import (
     InvalidAccount,
     InvalidPartition,
     InvalidQos,
     ResourcesUnavailable,
     SlurmError,
-    SlurmUnavailable,
     SubmitError,
+    SubmitUnclear,
     TimeLimitTooLong,
 )
 from hpkctl.jobs.info import is_job_id
@@ -129,19 +129,20 @@ def sbatch_test_only(commands: Commands, script: Path, *, extra_args: Sequence[s
 
 def submit_error(done: Completed) -> SlurmError:
     """The error for a failed sbatch: a ``SubmitError`` when Slurm refused it (none was made: a known
-    refusal, or sbatch's own exit status 1), else ``SlurmUnavailable``: Slurm did not answer, the
-    connection broke, or sbatch (or a site's wrapper around it) was killed by a signal, so the job may
-    exist and the caller must look for it rather than submit again. A known refusal wins over
-    connection noise printed beside it."""
+    refusal, or sbatch's own exit status 1); ``SubmitUnclear`` when the answer was cut off (the
+    connection broke mid-request, or sbatch, or a site's wrapper around it, was killed by a signal), so
+    the job may exist and the caller must look for it rather than submit again; ``SlurmUnavailable``
+    when the controller was not reached. A known refusal wins over connection noise printed beside it."""
     low = done.stderr.lower()
     known = next(((kind, kind_hint, reason) for needle, kind, kind_hint, reason in SUBMIT_ERRORS if needle in low), None)
-    if known is None and any(n in low for n in UNREACHABLE):
-        return failure(done)
-    if known is None and (done.returncode < 0 or done.returncode > 128):  # a signal's (a shell's: 128 + it)
+    killed = done.returncode < 0 or done.returncode > 128  # a signal's (a shell's: 128 + it)
+    if known is None and (killed or any(n in low for n in MID_REQUEST)):
         text = slurm_text(done.stderr) or f"exit status {done.returncode}"
-        return SlurmUnavailable(f"sbatch was killed before it answered ({text}): the job may exist", command=done.argv,
-                                hint="look for it (`squeue --me`) before submitting again; " + UNREACHABLE_HINT,
-                                returncode=done.returncode, stderr=done.stderr)
+        return SubmitUnclear(f"sbatch's answer was cut off ({text}): the job may exist", command=done.argv,
+                             hint="look for it (`squeue --me`) before submitting again; " + UNREACHABLE_HINT,
+                             returncode=done.returncode, stderr=done.stderr)
+    if known is None and any(n in low for n in UNREACHABLE):
+        return failure(done)  # the controller was not reached: no job
     message = f"sbatch refused the job: {slurm_text(done.stderr) or f'exit status {done.returncode}'}"
     hint = f"check the generated script and {_OPTIONS} (slurm.* in the profile); reproduce with: {' '.join(done.argv)}"
     cls, reason = SubmitError, ""

@@ -10,8 +10,8 @@ batch to fill, so a single pod's start is not delayed, and a pod alone keeps its
 
 A batch that Slurm refuses, or that cannot be written, is not retried as a whole: each of its pods
 is submitted alone instead, so each gets its own answer (its error, or its time limit lowered to the
-partition's). A batch whose ``sbatch`` timed out (or gave no clear answer) may exist: each of its pods is told so
-(``SlurmTimeout``), and its next create finds its element by the uid list in the array's comment.
+partition's). A batch whose ``sbatch`` timed out or gave no clear answer may exist: each of its pods is told so
+(``SlurmTimeout``, ``SubmitUnclear``), and its next create finds its element by the uid list in the array's comment.
 """
 
 from __future__ import annotations

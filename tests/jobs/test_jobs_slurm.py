@@ -20,6 +20,7 @@ from hpkctl.jobs import (
     SlurmError,
     SlurmUnavailable,
     SubmitError,
+    SubmitUnclear,
     TimeLimitTooLong,
 )
 from hpkctl.jobs import slurm as slurm_module
@@ -164,9 +165,18 @@ def test_an_sbatch_without_a_clear_answer_is_unavailable_not_refused(fp, section
     """Refused means Slurm made no job, so a caller may submit again; an answer cut off means it may have
     made one, and the caller must look for it instead (a job array's pods went again: review of stop 32)."""
     fp.register(cmd(fp, "sbatch"), stderr=stderr, returncode=returncode)
+    with pytest.raises(SubmitUnclear) as exc:
+        Slurm(section()).submit(tmp_path / "job.sh")
+    assert isinstance(exc.value, SlurmUnavailable) and not isinstance(exc.value, SubmitError), exc.value
+    assert "the job may exist" in exc.value.message
+
+
+def test_a_controller_never_reached_made_no_job(fp, section, tmp_path) -> None:
+    """Unable to contact the controller: no job can exist, so the caller need not look for one."""
+    fp.register(cmd(fp, "sbatch"), stderr=errtext("sbatch_controller_down.txt"), returncode=1)
     with pytest.raises(SlurmUnavailable) as exc:
         Slurm(section()).submit(tmp_path / "job.sh")
-    assert not isinstance(exc.value, SubmitError), exc.value
+    assert not isinstance(exc.value, SubmitUnclear)
 
 
 def test_a_known_refusal_wins_over_connection_noise_beside_it(fp, section, tmp_path) -> None:

@@ -332,6 +332,26 @@ def test_a_slurm_timeout_during_sbatch_keeps_the_record_for_status_and_delete(tm
     assert (kept.state, kept.job_id) == (SUBMITTING, "") and Path(kept.pod_dir, "job", "job.sh").is_file()
 
 
+def test_an_sbatch_answer_cut_off_keeps_the_record_for_status_and_delete(tmp_path: Path) -> None:
+    """sbatch killed by a signal (here its wrapper's 128 + 9) may have created the job: the run stays visible,
+    as after a timeout, instead of its record and pod directory being removed under a job that may run."""
+    from hpkctl.jobs import SubmitUnclear
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\nexit 137\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    profile = SiteProfile.model_validate({"name": "t", "slurm": {"bin_dir": str(bin_dir), "use_sacct": "no"},
+                                          "pods": {"state_dir": str(tmp_path / "state")}})
+    manifest = tmp_path / "pod.json"
+    manifest.write_text(json.dumps(POD))
+    with pytest.raises(SubmitUnclear) as err:
+        submit_pod(profile, str(manifest), out=io.StringIO())
+    assert "hpkctl status p -n default --site t" in err.value.hint
+    kept = load_record(profile, "p")
+    assert (kept.state, kept.job_id) == (SUBMITTING, "") and Path(kept.pod_dir, "job", "job.sh").is_file()
+
+
 @pytest.mark.parametrize("command", [["status"], ["status", "p"], ["logs", "p"], ["delete", "p"]])
 def test_a_namespace_that_is_a_path_is_refused(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 20.18: ``-n ../..`` names a directory of runs; it is refused before any path is built."""

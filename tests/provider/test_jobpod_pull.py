@@ -393,3 +393,22 @@ def _pilot_provider(tmp_path: Path) -> Any:
     profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
     return PilotPodProvider(slurm=FakeSlurm(), profile=profile, records=Records(tmp_path / "kubelet"),  # type: ignore[arg-type]
                             node="n", state_dir=tmp_path)
+
+
+def test_an_sbatch_answer_cut_off_is_asked_again_not_failed(tmp_path: Path) -> None:
+    """sbatch killed or cut off mid-request (SubmitUnclear) is a timeout's twin: the job may exist, so the pod
+    waits and its next create looks for it by uid; it is neither failed nor submitted again at once."""
+    from hpkctl.jobs import SubmitUnclear
+
+    profile = load_site("ci")
+    profile = profile.model_copy(update={"pods": profile.pods.model_copy(update={"state_dir": str(tmp_path)})})
+
+    class CutOff(FakeSlurm):
+        def submit(self, *a: Any, **kw: Any) -> str:
+            self.submitted += 1
+            raise SubmitUnclear("sbatch's answer was cut off (exit status -9): the job may exist")
+
+    slurm = CutOff()
+    provider = JobPodProvider(slurm=slurm, profile=profile, records=Records(tmp_path / "kubelet"))  # type: ignore[arg-type]
+    created = provider.create(_pod(), PodInputs())
+    assert created.outcome is Outcome.RETRY and created.retry_after == 5.0 and slurm.submitted == 1
