@@ -312,40 +312,26 @@ def test_a_record_stuck_in_submitting_adopts_its_job_and_unrecorded_jobs_are_fou
     assert (adopted.job_id, adopted.state) == ("51", "submitted")
 
 
-def test_a_slurm_timeout_during_sbatch_keeps_the_record_for_status_and_delete(tmp_path: Path) -> None:
-    """sbatch killed after its timeout may still have created the job: the run stays visible."""
-    from hpkctl.jobs import SlurmTimeout
+@pytest.mark.parametrize(("script", "timeout", "error"), [
+    ("sleep 10", 0.5, "SlurmTimeout"),  # a slurmctld that does not answer: sbatch killed after its timeout
+    ("exit 137", 30.0, "SubmitUnclear"),  # sbatch (its wrapper: 128 + 9) killed by a signal: its answer cut off
+])
+def test_an_sbatch_without_an_answer_keeps_the_record_for_status_and_delete(tmp_path: Path, script: str,
+                                                                            timeout: float, error: str) -> None:
+    """An sbatch that gave no answer may still have created the job: the run stays visible (its record and
+    pod directory), instead of being removed under a job that may start."""
+    import hpkctl.jobs
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text("#!/bin/sh\nsleep 10\n")  # a slurmctld that does not answer
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\n{script}\n")
     (bin_dir / "sbatch").chmod(0o755)
     profile = SiteProfile.model_validate({"name": "t", "slurm": {"bin_dir": str(bin_dir), "use_sacct": "no",
-                                                                 "command_timeout": 0.5},
+                                                                 "command_timeout": timeout},
                                           "pods": {"state_dir": str(tmp_path / "state")}})
     manifest = tmp_path / "pod.json"
     manifest.write_text(json.dumps(POD))
-    with pytest.raises(SlurmTimeout) as err:
-        submit_pod(profile, str(manifest), out=io.StringIO())
-    assert "hpkctl status p -n default --site t" in err.value.hint
-    kept = load_record(profile, "p")
-    assert (kept.state, kept.job_id) == (SUBMITTING, "") and Path(kept.pod_dir, "job", "job.sh").is_file()
-
-
-def test_an_sbatch_answer_cut_off_keeps_the_record_for_status_and_delete(tmp_path: Path) -> None:
-    """sbatch killed by a signal (here its wrapper's 128 + 9) may have created the job: the run stays visible,
-    as after a timeout, instead of its record and pod directory being removed under a job that may run."""
-    from hpkctl.jobs import SubmitUnclear
-
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text("#!/bin/sh\nexit 137\n")
-    (bin_dir / "sbatch").chmod(0o755)
-    profile = SiteProfile.model_validate({"name": "t", "slurm": {"bin_dir": str(bin_dir), "use_sacct": "no"},
-                                          "pods": {"state_dir": str(tmp_path / "state")}})
-    manifest = tmp_path / "pod.json"
-    manifest.write_text(json.dumps(POD))
-    with pytest.raises(SubmitUnclear) as err:
+    with pytest.raises(getattr(hpkctl.jobs, error)) as err:
         submit_pod(profile, str(manifest), out=io.StringIO())
     assert "hpkctl status p -n default --site t" in err.value.hint
     kept = load_record(profile, "p")
