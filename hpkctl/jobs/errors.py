@@ -75,6 +75,11 @@ class SubmitUnclear(SlurmUnavailable):
     job's comment) instead of submitting again."""
 
 
+#: what a caller of sbatch catches when it gave no answer (timed out, or cut off): the job may exist,
+#: so the caller keeps what names it and looks for it by uid instead of submitting again
+NO_CLEAR_ANSWER: tuple[type[SlurmError], ...] = (SlurmTimeout, SubmitUnclear)
+
+
 class SubmitError(SlurmError):
     """sbatch refused the job. ``reason`` is a CamelCase word a caller can show as a status reason."""
 

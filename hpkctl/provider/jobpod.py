@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpkctl.errors import HpkError, PodError
-from hpkctl.jobs import JobInfo, Slurm, SlurmTimeout, SubmitError, SubmitUnclear
+from hpkctl.jobs import NO_CLEAR_ANSWER, JobInfo, Slurm, SubmitError
 from hpkctl.pod import RenderedPod, pod_dir_for, render_pod, write_pod_dir
 from hpkctl.pod.lifecycle import stop_wait
 from hpkctl.pod.flags import pod_of_job
@@ -188,7 +188,7 @@ class JobPodProvider:
         try:
             job_id, lowered = self.submits.submit(rendered.plan, deadline=rendered.plan.active_deadline,
                                                   partition=job_partition_option(rendered.plan))
-        except (SlurmTimeout, SubmitUnclear) as exc:
+        except NO_CLEAR_ANSWER as exc:
             log.warning("pod %s: sbatch gave no clear answer (%s); the job may exist: looking for it by uid next",
                         ref.key, exc.message)
             return Created(Outcome.RETRY, retry_after=5.0, warnings=warnings)

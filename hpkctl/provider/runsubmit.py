@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from hpkctl.errors import HpkError
-from hpkctl.jobs import Slurm, SlurmTimeout, SubmitError, SubmitUnclear
+from hpkctl.jobs import NO_CLEAR_ANSWER, Slurm, SubmitError
 from hpkctl.pod import RenderedPod
 from hpkctl.provider.runrecords import SUBMITTED, RunRecord, forget_run, owns_pod_dir, read_record, record_path, save_record
 from hpkctl.provider.slurmjobs import images_to_pull, job_partition_option, lowered_note, submit_job
@@ -42,7 +42,7 @@ def submit_run(slurm: Slurm, profile: SiteProfile, rec: RunRecord, rendered: Ren
         if lowered:
             print(f"hpkctl: warning: {lowered_note(job_id, lowered, deadline=plan.active_deadline, grace=plan.grace)}",
                   file=out)
-    except (SlurmTimeout, SubmitUnclear) as exc:  # the job may exist: the record and the pod stay
+    except NO_CLEAR_ANSWER as exc:  # the job may exist: the record and the pod stay
         exc.hint = (f"{exc.hint}; the job may have been created: 'hpkctl status {rec.name} -n {rec.namespace} "
                     f"--site {profile.name}' looks for it (uid {rec.uid}), 'hpkctl delete' cancels it")
         raise
